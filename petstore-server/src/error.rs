@@ -1,0 +1,142 @@
+//! The contract's one error body, `{code, message, status}`, for every error
+//! the operations return — including the ones dropshot's extractors raise
+//! (malformed JSON, bad query or path parameters, oversized bodies), which
+//! reach us through `From<HttpError>`.
+
+use dropshot::{ErrorStatusCode, HttpError, HttpResponseError};
+use schemars::JsonSchema;
+use serde::Serialize;
+
+/// The body of every error response.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "Error")]
+pub struct ApiError {
+    /// Machine-readable error code: `bad_request`, `unauthorized`,
+    /// `not_found`, `payload_too_large`, `internal_error` or
+    /// `service_unavailable`.
+    pub code: String,
+    /// Human-readable description.
+    pub message: String,
+    /// The HTTP status code of the response.
+    pub status: i32,
+    /// What the log records; may say more than `message`.
+    #[serde(skip)]
+    internal_message: String,
+    #[serde(skip)]
+    status_code: ErrorStatusCode,
+}
+
+impl ApiError {
+    fn new(status_code: ErrorStatusCode, message: impl Into<String>) -> ApiError {
+        let message = message.into();
+        ApiError {
+            code: code_for(status_code).to_owned(),
+            status: i32::from(status_code.as_u16()),
+            internal_message: message.clone(),
+            message,
+            status_code,
+        }
+    }
+
+    /// 400: the request is malformed or a value is out of range.
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorStatusCode::BAD_REQUEST, message)
+    }
+
+    /// 401: the API key is missing or invalid.
+    pub fn unauthorized(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorStatusCode::UNAUTHORIZED, message)
+    }
+
+    /// 404: no such resource.
+    pub fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorStatusCode::NOT_FOUND, message)
+    }
+
+    /// 503: the database is unavailable. The client sees a generic message;
+    /// the cause goes to the log only.
+    pub fn service_unavailable(cause: impl std::fmt::Display) -> ApiError {
+        let mut error = ApiError::new(
+            ErrorStatusCode::SERVICE_UNAVAILABLE,
+            "the database is unavailable; nothing was changed, retry later",
+        );
+        error.internal_message = format!("database unavailable: {cause}");
+        error
+    }
+}
+
+/// The `code` for each status the service returns. Anything else dropshot
+/// might produce falls back to the generic code of its class.
+fn code_for(status: ErrorStatusCode) -> &'static str {
+    match status.as_u16() {
+        400 => "bad_request",
+        401 => "unauthorized",
+        404 => "not_found",
+        413 => "payload_too_large",
+        503 => "service_unavailable",
+        500..=599 => "internal_error",
+        _ => "bad_request",
+    }
+}
+
+/// dropshot reports an oversized body as a 400 with this message; the
+/// contract promises a 413 for it.
+const BODY_TOO_LARGE_PREFIX: &str = "request body exceeded maximum size";
+
+impl From<HttpError> for ApiError {
+    fn from(error: HttpError) -> ApiError {
+        let status_code = if error.status_code == ErrorStatusCode::BAD_REQUEST
+            && error.external_message.starts_with(BODY_TOO_LARGE_PREFIX)
+        {
+            ErrorStatusCode::PAYLOAD_TOO_LARGE
+        } else {
+            error.status_code
+        };
+        let mut api_error = ApiError::new(status_code, error.external_message);
+        api_error.internal_message = error.internal_message;
+        api_error
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.internal_message)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+impl HttpResponseError for ApiError {
+    fn status_code(&self) -> ErrorStatusCode {
+        self.status_code
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn oversized_body_becomes_413() {
+        let error: ApiError = HttpError::for_bad_request(
+            None,
+            "request body exceeded maximum size of 16384 bytes".into(),
+        )
+        .into();
+        assert_eq!((error.status, error.code.as_str()), (413, "payload_too_large"));
+    }
+
+    #[test]
+    fn status_field_matches_http_status() {
+        let error: ApiError = HttpError::for_not_found(None, "gone".into()).into();
+        assert_eq!((error.status, error.code.as_str()), (404, "not_found"));
+        assert_eq!(error.status_code().as_u16(), 404);
+    }
+
+    #[test]
+    fn internal_causes_stay_out_of_the_body() {
+        let error = ApiError::service_unavailable("disk I/O error at /secret/path");
+        assert!(!error.message.contains("/secret/path"));
+        assert!(error.to_string().contains("/secret/path"));
+    }
+}

@@ -1,0 +1,135 @@
+//! `petstore-server`: the pet store service for operators.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use dropshot::{ConfigLogging, ConfigLoggingLevel};
+use petstore_server::auth::ApiKeys;
+use petstore_server::store::DatabaseUrl;
+use petstore_server::{ServerConfig, api, store};
+
+/// The pet store catalogue service (OpenAPI contract: openapi/petstore.yaml).
+#[derive(Parser)]
+#[command(version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the API until SIGINT or SIGTERM.
+    #[command(after_help = "API keys are read from the environment variable PETSTORE_API_KEYS \
+        (comma-separated), never from a flag, so that they do not show in process listings. \
+        The server refuses to start without one.")]
+    Serve {
+        /// Address to listen on.
+        #[arg(long, env = "PETSTORE_BIND", default_value = "127.0.0.1:8080")]
+        bind: SocketAddr,
+        #[command(flatten)]
+        database: DatabaseArg,
+        /// Log level. Logs are JSON lines (bunyan format) on stderr, one per request at info.
+        #[arg(long, env = "PETSTORE_LOG_LEVEL", default_value = "info")]
+        log_level: LogLevel,
+    },
+    /// Create or upgrade the database schema, then exit.
+    Migrate {
+        #[command(flatten)]
+        database: DatabaseArg,
+    },
+    /// Print the OpenAPI document this server implements (JSON, as emitted from code).
+    Openapi,
+}
+
+#[derive(clap::Args)]
+struct DatabaseArg {
+    /// Database URL: sqlite://FILE (relative to the working directory) or sqlite:///ABSOLUTE/FILE.
+    #[arg(long = "database", env = "PETSTORE_DATABASE_URL", default_value = "sqlite://petstore.db")]
+    url: DatabaseUrl,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogLevel {
+    Trace,
+    Debug,
+    Info,
+    Warn,
+    Error,
+    Critical,
+}
+
+impl From<LogLevel> for ConfigLoggingLevel {
+    fn from(level: LogLevel) -> ConfigLoggingLevel {
+        match level {
+            LogLevel::Trace => ConfigLoggingLevel::Trace,
+            LogLevel::Debug => ConfigLoggingLevel::Debug,
+            LogLevel::Info => ConfigLoggingLevel::Info,
+            LogLevel::Warn => ConfigLoggingLevel::Warn,
+            LogLevel::Error => ConfigLoggingLevel::Error,
+            LogLevel::Critical => ConfigLoggingLevel::Critical,
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => return fail(format!("cannot start the async runtime: {e}")),
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Serve { bind, database, log_level } => serve(bind, database.url, log_level).await,
+            Command::Migrate { database } => migrate(database.url).await,
+            Command::Openapi => print_openapi(),
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(format!("{e:#}")),
+    }
+}
+
+fn fail(message: String) -> ExitCode {
+    eprintln!("petstore-server: error: {message}");
+    ExitCode::FAILURE
+}
+
+async fn serve(bind: SocketAddr, database: DatabaseUrl, level: LogLevel) -> anyhow::Result<()> {
+    let keys = std::env::var("PETSTORE_API_KEYS").unwrap_or_default();
+    let api_keys = ApiKeys::parse(&keys)?;
+    drop(keys);
+    let log = ConfigLogging::StderrTerminal { level: level.into() }
+        .to_logger("petstore-server")
+        .map_err(|e| anyhow::anyhow!("cannot set up logging: {e}"))?;
+    let server = petstore_server::start(ServerConfig { bind, database, api_keys }, log.clone()).await?;
+    let signal = shutdown_signal().await?;
+    slog::info!(log, "shutting down"; "signal" => signal);
+    server.shutdown().await.map_err(|e| anyhow::anyhow!("shutdown: {e}"))?;
+    slog::info!(log, "stopped");
+    Ok(())
+}
+
+/// Waits for SIGINT or SIGTERM and names the one that came.
+async fn shutdown_signal() -> anyhow::Result<&'static str> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    Ok(tokio::select! {
+        _ = terminate.recv() => "SIGTERM",
+        _ = interrupt.recv() => "SIGINT",
+    })
+}
+
+async fn migrate(database: DatabaseUrl) -> anyhow::Result<()> {
+    let store = store::open(&database).await?;
+    store.close().await;
+    println!("the database is at the current schema version");
+    Ok(())
+}
+
+fn print_openapi() -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(&api::openapi_document())?);
+    Ok(())
+}
