@@ -10,6 +10,7 @@
 pub mod api;
 pub mod auth;
 pub mod error;
+pub mod logging;
 pub mod model;
 pub mod server;
 pub mod store;

@@ -4,8 +4,8 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use dropshot::{ConfigLogging, ConfigLoggingLevel};
 use petstore_server::auth::ApiKeys;
+use petstore_server::logging::{self, LogFormat};
 use petstore_server::store::DatabaseUrl;
 use petstore_server::{ServerConfig, api, store};
 
@@ -29,9 +29,12 @@ enum Command {
         bind: SocketAddr,
         #[command(flatten)]
         database: DatabaseArg,
-        /// Log level. Logs are JSON lines (bunyan format) on stderr, one per request at info.
+        /// Log level; at info there is one record per request.
         #[arg(long, env = "PETSTORE_LOG_LEVEL", default_value = "info")]
         log_level: LogLevel,
+        /// Log format, written to stderr.
+        #[arg(long, env = "PETSTORE_LOG_FORMAT", default_value = "json")]
+        log_format: LogFormat,
     },
     /// Create or upgrade the database schema, then exit.
     Migrate {
@@ -59,15 +62,15 @@ enum LogLevel {
     Critical,
 }
 
-impl From<LogLevel> for ConfigLoggingLevel {
-    fn from(level: LogLevel) -> ConfigLoggingLevel {
+impl From<LogLevel> for slog::Level {
+    fn from(level: LogLevel) -> slog::Level {
         match level {
-            LogLevel::Trace => ConfigLoggingLevel::Trace,
-            LogLevel::Debug => ConfigLoggingLevel::Debug,
-            LogLevel::Info => ConfigLoggingLevel::Info,
-            LogLevel::Warn => ConfigLoggingLevel::Warn,
-            LogLevel::Error => ConfigLoggingLevel::Error,
-            LogLevel::Critical => ConfigLoggingLevel::Critical,
+            LogLevel::Trace => slog::Level::Trace,
+            LogLevel::Debug => slog::Level::Debug,
+            LogLevel::Info => slog::Level::Info,
+            LogLevel::Warn => slog::Level::Warning,
+            LogLevel::Error => slog::Level::Error,
+            LogLevel::Critical => slog::Level::Critical,
         }
     }
 }
@@ -80,7 +83,10 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve { bind, database, log_level } => serve(bind, database.url, log_level).await,
+            Command::Serve { bind, database, log_level, log_format } => {
+                let log = logging::logger(log_format, log_level.into(), std::io::stderr());
+                serve(bind, database.url, log).await
+            }
             Command::Migrate { database } => migrate(database.url).await,
             Command::Openapi => print_openapi(),
         }
@@ -96,13 +102,8 @@ fn fail(message: String) -> ExitCode {
     ExitCode::FAILURE
 }
 
-async fn serve(bind: SocketAddr, database: DatabaseUrl, level: LogLevel) -> anyhow::Result<()> {
-    let keys = std::env::var("PETSTORE_API_KEYS").unwrap_or_default();
-    let api_keys = ApiKeys::parse(&keys)?;
-    drop(keys);
-    let log = ConfigLogging::StderrTerminal { level: level.into() }
-        .to_logger("petstore-server")
-        .map_err(|e| anyhow::anyhow!("cannot set up logging: {e}"))?;
+async fn serve(bind: SocketAddr, database: DatabaseUrl, log: slog::Logger) -> anyhow::Result<()> {
+    let api_keys = ApiKeys::parse(&std::env::var("PETSTORE_API_KEYS").unwrap_or_default())?;
     let server = petstore_server::start(ServerConfig { bind, database, api_keys }, log.clone()).await?;
     let signal = shutdown_signal().await?;
     slog::info!(log, "shutting down"; "signal" => signal);

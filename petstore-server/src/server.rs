@@ -128,6 +128,6 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> anyhow::Result<Ru
             return Err(anyhow::anyhow!("cannot listen on {}: {e}", config.bind));
         }
     };
-    slog::info!(log, "listening"; "address" => %http.local_addr(), "database" => ?config.database);
+    slog::info!(log, "serving"; "address" => %http.local_addr(), "database" => %config.database);
     Ok(RunningServer { http, store })
 }

@@ -1,1 +1,170 @@
-//! End-to-end tests live in `tests/tests/`; this library is empty.
+//! The end-to-end test harness: a real `petstore-server`, started in-process
+//! on `127.0.0.1:0` over a real database in a temporary directory, spoken to
+//! over real HTTP.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use petstore_server::auth::ApiKeys;
+use petstore_server::logging::{self, LogFormat};
+use petstore_server::store::DatabaseUrl;
+use petstore_server::{RunningServer, ServerConfig};
+use reqwest::{Method, RequestBuilder, Response, StatusCode};
+use serde_json::Value;
+
+/// A key the test servers accept.
+pub const KEY: &str = "e2e-key-4f1c2b7a9d";
+/// A second accepted key: any configured key works.
+pub const OTHER_KEY: &str = "e2e-second-key";
+
+/// A running server and the database it owns.
+pub struct TestServer {
+    server: Option<RunningServer>,
+    database: DatabaseUrl,
+    /// Everything the server logged, as JSON lines.
+    log: LogBuffer,
+    addr: SocketAddr,
+    client: reqwest::Client,
+    _dir: tempfile::TempDir,
+}
+
+impl TestServer {
+    /// Starts a server on a fresh SQLite file.
+    pub async fn start() -> TestServer {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let database = DatabaseUrl::Sqlite(dir.path().join("petstore.db"));
+        let log = LogBuffer::default();
+        let server = launch(&database, &log).await;
+        TestServer {
+            addr: server.local_addr(),
+            server: Some(server),
+            database,
+            log,
+            client: reqwest::Client::new(),
+            _dir: dir,
+        }
+    }
+
+    /// Shuts the server down gracefully and starts a new one on the same
+    /// database (and a new port).
+    pub async fn restart(&mut self) {
+        self.stop().await;
+        let server = launch(&self.database, &self.log).await;
+        self.addr = server.local_addr();
+        self.server = Some(server);
+    }
+
+    /// Shuts the server down gracefully.
+    pub async fn stop(&mut self) {
+        if let Some(server) = self.server.take() {
+            server.shutdown().await.expect("clean shutdown");
+        }
+    }
+
+    /// `http://127.0.0.1:PORT/v1` + `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}/v1{path}", self.addr)
+    }
+
+    /// A request with no credentials at all.
+    pub fn anonymous(&self, method: Method, path: &str) -> RequestBuilder {
+        self.client.request(method, self.url(path))
+    }
+
+    /// A request carrying `Authorization: Bearer KEY`.
+    pub fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        self.anonymous(method, path).bearer_auth(KEY)
+    }
+
+    /// An authenticated GET.
+    pub fn get(&self, path: &str) -> RequestBuilder {
+        self.request(Method::GET, path)
+    }
+
+    /// An authenticated `POST /pets` with a JSON body.
+    pub fn post_pet(&self, body: &Value) -> RequestBuilder {
+        self.request(Method::POST, "/pets").json(body)
+    }
+
+    /// Creates a pet, insisting on 201, and returns the stored pet.
+    pub async fn create(&self, body: Value) -> Value {
+        let response = self.post_pet(&body).send().await.expect("request sent");
+        assert_eq!(response.status(), StatusCode::CREATED, "creating {body}");
+        response.json().await.expect("a JSON pet")
+    }
+
+    /// `GET /pets` + `query`, insisting on 200, returning the array.
+    pub async fn list(&self, query: &str) -> Vec<Value> {
+        let response = self.get(&format!("/pets{query}")).send().await.expect("request sent");
+        assert_eq!(response.status(), StatusCode::OK, "listing {query}");
+        response.json().await.expect("a JSON array")
+    }
+
+    /// Everything logged so far (the async drain may lag; see
+    /// [`TestServer::log_eventually_contains`]).
+    pub fn log_text(&self) -> String {
+        self.log.text()
+    }
+
+    /// Waits (up to 5 s) until the log contains `needle`; returns the log.
+    pub async fn log_eventually_contains(&self, needle: &str) -> String {
+        for _ in 0..100 {
+            let text = self.log_text();
+            if text.contains(needle) {
+                return text;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("the log never contained {needle:?}:\n{}", self.log_text());
+    }
+}
+
+async fn launch(database: &DatabaseUrl, log: &LogBuffer) -> RunningServer {
+    let config = ServerConfig {
+        bind: "127.0.0.1:0".parse().expect("an address"),
+        database: database.clone(),
+        api_keys: ApiKeys::parse(&format!("{KEY},{OTHER_KEY}")).expect("valid keys"),
+    };
+    let logger = logging::logger(LogFormat::Json, slog::Level::Info, log.clone());
+    petstore_server::start(config, logger).await.expect("the server starts")
+}
+
+/// Asserts that `response` is an error in the contract's shape — JSON, with
+/// exactly `code`, `message` and `status`, `status` equal to the HTTP status —
+/// and returns its body.
+pub async fn assert_error(response: Response, status: StatusCode, code: &str) -> Value {
+    assert_eq!(response.status(), status, "HTTP status");
+    let content_type = response.headers().get("content-type").cloned();
+    assert_eq!(content_type.as_ref().map(|v| v.to_str().unwrap()), Some("application/json"));
+    let body: Value = response.json().await.expect("a JSON error body");
+    let object = body.as_object().expect("an object");
+    let mut keys: Vec<&str> = object.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["code", "message", "status"], "{body}");
+    assert_eq!(body["status"], status.as_u16(), "{body}");
+    assert_eq!(body["code"], code, "{body}");
+    assert!(!body["message"].as_str().expect("a string message").is_empty(), "{body}");
+    body
+}
+
+/// An in-memory log sink shared with the server's logger.
+#[derive(Clone, Default)]
+struct LogBuffer(Arc<Mutex<Vec<u8>>>);
+
+impl LogBuffer {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().expect("log lock")).into_owned()
+    }
+}
+
+impl Write for LogBuffer {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log lock").extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

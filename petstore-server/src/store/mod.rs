@@ -43,6 +43,14 @@ pub enum DatabaseUrl {
     Sqlite(PathBuf),
 }
 
+impl std::fmt::Display for DatabaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DatabaseUrl::Sqlite(path) => write!(f, "sqlite://{}", path.display()),
+        }
+    }
+}
+
 impl std::str::FromStr for DatabaseUrl {
     type Err = String;
 

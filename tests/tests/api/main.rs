@@ -1,0 +1,9 @@
+//! The contract, operation by operation, against a real server over HTTP.
+//! Each module follows a section of the interface specification and the
+//! decisions recorded in `openapi/petstore.yaml`.
+
+mod authentication;
+mod create_pet;
+mod get_pet;
+mod list_pets;
+mod persistence;
