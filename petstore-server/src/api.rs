@@ -89,19 +89,31 @@ pub trait PetstoreApi {
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct ListPetsParams {
     /// Maximum number of animals returned (1 to 100, default 20).
+    #[serde(default = "default_limit")]
     #[schemars(range(min = 1, max = 100))]
-    pub limit: Option<i32>,
+    pub limit: i32,
     /// Return only animals with this status.
+    #[serde(default)]
+    #[schemars(with = "PetStatus")]
     pub status: Option<PetStatus>,
+}
+
+fn default_limit() -> i32 {
+    LIMIT_DEFAULT
 }
 
 impl ListPetsParams {
     /// The page size asked for, checked against the contract's bounds.
     pub fn checked_limit(&self) -> Result<u32, ApiError> {
-        let limit = self.limit.unwrap_or(LIMIT_DEFAULT);
-        u32::try_from(limit).ok().filter(|limit| (1..=LIMIT_MAX as u32).contains(limit)).ok_or_else(
-            || ApiError::bad_request(format!("limit must be between 1 and {LIMIT_MAX}, got {limit}")),
-        )
+        let limit = self.limit;
+        u32::try_from(limit)
+            .ok()
+            .filter(|limit| (1..=LIMIT_MAX as u32).contains(limit))
+            .ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "limit must be between 1 and {LIMIT_MAX}, got {limit}"
+                ))
+            })
     }
 }
 
@@ -143,8 +155,8 @@ impl DeprecationHeaders {
 
 /// The document the server emits, from the interface alone.
 pub fn openapi_document() -> serde_json::Value {
-    let description = petstore_api_mod::stub_api_description()
-        .expect("the API trait describes a valid API");
+    let description =
+        petstore_api_mod::stub_api_description().expect("the API trait describes a valid API");
     description
         .openapi("Pet Store", semver::Version::new(1, 0, 0))
         .json()
@@ -155,17 +167,17 @@ pub fn openapi_document() -> serde_json::Value {
 mod tests {
     use super::*;
 
-    fn params(limit: Option<i32>) -> ListPetsParams {
-        ListPetsParams { limit, status: None }
+    fn params(query: &str) -> ListPetsParams {
+        serde_urlencoded::from_str(query).unwrap()
     }
 
     #[test]
     fn limit_defaults_to_20_and_stays_within_1_to_100() {
-        assert_eq!(params(None).checked_limit().unwrap(), 20);
-        assert_eq!(params(Some(1)).checked_limit().unwrap(), 1);
-        assert_eq!(params(Some(100)).checked_limit().unwrap(), 100);
+        assert_eq!(params("").checked_limit().unwrap(), 20);
+        assert_eq!(params("limit=1").checked_limit().unwrap(), 1);
+        assert_eq!(params("limit=100").checked_limit().unwrap(), 100);
         for bad in [0, 101, -1, i32::MIN, i32::MAX] {
-            let error = params(Some(bad)).checked_limit().unwrap_err();
+            let error = params(&format!("limit={bad}")).checked_limit().unwrap_err();
             assert_eq!(error.status, 400, "{bad}");
         }
     }
@@ -173,6 +185,9 @@ mod tests {
     #[test]
     fn sunset_matches_the_removal_date() {
         // 1922659200 is 2030-12-05T00:00:00Z.
-        assert_eq!(DeprecationHeaders::get_pet().sunset, "Thu, 05 Dec 2030 00:00:00 GMT");
+        assert_eq!(
+            DeprecationHeaders::get_pet().sunset,
+            "Thu, 05 Dec 2030 00:00:00 GMT"
+        );
     }
 }

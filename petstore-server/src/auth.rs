@@ -56,7 +56,9 @@ impl ApiKeys {
                 continue;
             }
             if !is_token68(key) {
-                return Err(KeyConfigError::InvalidKey { position: index + 1 });
+                return Err(KeyConfigError::InvalidKey {
+                    position: index + 1,
+                });
             }
             digests.push(digest(key));
         }
@@ -70,15 +72,19 @@ impl ApiKeys {
     /// whichever key (if any) matches.
     pub fn accepts(&self, key: &str) -> bool {
         let presented = digest(key);
-        self.digests
-            .iter()
-            .fold(false, |found, known| found | constant_time_eq(known, &presented))
+        self.digests.iter().fold(false, |found, known| {
+            found | constant_time_eq(known, &presented)
+        })
     }
 
     /// Checks the `Authorization` header of a request.
     pub fn authenticate(&self, headers: &HeaderMap) -> Result<(), &'static str> {
         let key = bearer_token(headers)?;
-        if self.accepts(key) { Ok(()) } else { Err("invalid API key") }
+        if self.accepts(key) {
+            Ok(())
+        } else {
+            Err("invalid API key")
+        }
     }
 }
 
@@ -109,13 +115,19 @@ fn bearer_token(headers: &HeaderMap) -> Result<&str, &'static str> {
     if values.next().is_some() {
         return Err("more than one Authorization header");
     }
-    let value = value.to_str().map_err(|_| "the Authorization header is not ASCII")?;
+    let value = value
+        .to_str()
+        .map_err(|_| "the Authorization header is not ASCII")?;
     let (scheme, key) = value.trim().split_once(' ').ok_or(MISSING)?;
     if !scheme.eq_ignore_ascii_case("bearer") {
         return Err("the Authorization scheme must be Bearer");
     }
     let key = key.trim_start_matches(' ');
-    if is_token68(key) { Ok(key) } else { Err("invalid API key") }
+    if is_token68(key) {
+        Ok(key)
+    } else {
+        Err("invalid API key")
+    }
 }
 
 /// Proof that the request carried a valid API key.
@@ -154,7 +166,10 @@ impl SharedExtractor for Authenticated {
     }
 
     fn metadata(_body_content_type: ApiEndpointBodyContentType) -> ExtractorMetadata {
-        ExtractorMetadata { extension_mode: ExtensionMode::None, parameters: Vec::new() }
+        ExtractorMetadata {
+            extension_mode: ExtensionMode::None,
+            parameters: Vec::new(),
+        }
     }
 }
 
@@ -203,10 +218,20 @@ mod tests {
     fn malformed_headers_are_rejected() {
         let keys = ApiKeys::parse("k1").unwrap();
         assert_eq!(keys.authenticate(&HeaderMap::new()), Err(MISSING));
-        for value in ["k1", "Basic k1", "Bearer", "Bearer ", "Bearer k1 extra", "Bearerk1"] {
+        for value in [
+            "k1",
+            "Basic k1",
+            "Bearer",
+            "Bearer ",
+            "Bearer k1 extra",
+            "Bearerk1",
+        ] {
             assert!(keys.authenticate(&headers(&[value])).is_err(), "{value}");
         }
-        assert!(keys.authenticate(&headers(&["Bearer k1", "Bearer k1"])).is_err());
+        assert!(
+            keys.authenticate(&headers(&["Bearer k1", "Bearer k1"]))
+                .is_err()
+        );
     }
 
     #[test]

@@ -123,7 +123,10 @@ mod tests {
             "request body exceeded maximum size of 16384 bytes".into(),
         )
         .into();
-        assert_eq!((error.status, error.code.as_str()), (413, "payload_too_large"));
+        assert_eq!(
+            (error.status, error.code.as_str()),
+            (413, "payload_too_large")
+        );
     }
 
     #[test]

@@ -23,7 +23,11 @@ pub enum LogFormat {
 pub fn logger(format: LogFormat, level: slog::Level, out: impl Write + Send + 'static) -> Logger {
     match format {
         LogFormat::Json => root(
-            slog_json::Json::new(out).add_default_keys().set_newlines(true).build().fuse(),
+            slog_json::Json::new(out)
+                .add_default_keys()
+                .set_newlines(true)
+                .build()
+                .fuse(),
             level,
         ),
         LogFormat::Text => {
@@ -37,6 +41,10 @@ fn root<D>(format: D, level: slog::Level) -> Logger
 where
     D: Drain<Ok = (), Err = slog::Never> + Send + 'static,
 {
-    let drain = slog_async::Async::new(format).chan_size(4096).build().filter_level(level).fuse();
+    let drain = slog_async::Async::new(format)
+        .chan_size(4096)
+        .build()
+        .filter_level(level)
+        .fuse();
     Logger::root(drain, o!("name" => "petstore-server"))
 }

@@ -20,9 +20,11 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the API until SIGINT or SIGTERM.
-    #[command(after_help = "API keys are read from the environment variable PETSTORE_API_KEYS \
+    #[command(
+        after_help = "API keys are read from the environment variable PETSTORE_API_KEYS \
         (comma-separated), never from a flag, so that they do not show in process listings. \
-        The server refuses to start without one.")]
+        The server refuses to start without one."
+    )]
     Serve {
         /// Address to listen on.
         #[arg(long, env = "PETSTORE_BIND", default_value = "127.0.0.1:8080")]
@@ -48,7 +50,11 @@ enum Command {
 #[derive(clap::Args)]
 struct DatabaseArg {
     /// Database URL: sqlite://FILE (relative to the working directory) or sqlite:///ABSOLUTE/FILE.
-    #[arg(long = "database", env = "PETSTORE_DATABASE_URL", default_value = "sqlite://petstore.db")]
+    #[arg(
+        long = "database",
+        env = "PETSTORE_DATABASE_URL",
+        default_value = "sqlite://petstore.db"
+    )]
     url: DatabaseUrl,
 }
 
@@ -83,7 +89,12 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve { bind, database, log_level, log_format } => {
+            Command::Serve {
+                bind,
+                database,
+                log_level,
+                log_format,
+            } => {
                 let log = logging::logger(log_format, log_level.into(), std::io::stderr());
                 serve(bind, database.url, log).await
             }
@@ -104,10 +115,21 @@ fn fail(message: String) -> ExitCode {
 
 async fn serve(bind: SocketAddr, database: DatabaseUrl, log: slog::Logger) -> anyhow::Result<()> {
     let api_keys = ApiKeys::parse(&std::env::var("PETSTORE_API_KEYS").unwrap_or_default())?;
-    let server = petstore_server::start(ServerConfig { bind, database, api_keys }, log.clone()).await?;
+    let server = petstore_server::start(
+        ServerConfig {
+            bind,
+            database,
+            api_keys,
+        },
+        log.clone(),
+    )
+    .await?;
     let signal = shutdown_signal().await?;
     slog::info!(log, "shutting down"; "signal" => signal);
-    server.shutdown().await.map_err(|e| anyhow::anyhow!("shutdown: {e}"))?;
+    server
+        .shutdown()
+        .await
+        .map_err(|e| anyhow::anyhow!("shutdown: {e}"))?;
     slog::info!(log, "stopped");
     Ok(())
 }
@@ -131,6 +153,9 @@ async fn migrate(database: DatabaseUrl) -> anyhow::Result<()> {
 }
 
 fn print_openapi() -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(&api::openapi_document())?);
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&api::openapi_document())?
+    );
     Ok(())
 }

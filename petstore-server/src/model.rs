@@ -11,14 +11,17 @@ use serde::{Deserialize, Deserializer, Serialize};
 pub const NAME_MAX_CHARS: usize = 255;
 
 /// Availability of an animal.
+// The variants carry plain comments, not doc comments: documented variants
+// would make schemars emit a `oneOf` instead of the contract's plain `enum`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
+#[allow(missing_docs)]
 pub enum PetStatus {
-    /// The animal can be bought.
+    // The animal can be bought.
     Available,
-    /// A sale of the animal is under way.
+    // A sale of the animal is under way.
     Pending,
-    /// The animal has been sold.
+    // The animal has been sold.
     Sold,
 }
 
@@ -37,7 +40,9 @@ impl PetStatus {
 
     /// Parses the wire spelling; `None` for anything else.
     pub fn parse(s: &str) -> Option<PetStatus> {
-        PetStatus::ALL.into_iter().find(|status| status.as_str() == s)
+        PetStatus::ALL
+            .into_iter()
+            .find(|status| status.as_str() == s)
     }
 }
 
@@ -55,11 +60,13 @@ pub struct NewPet {
     /// Identifier of the category.
     pub category_id: i64,
     /// Availability. Omitted means no status; `null` is rejected.
+    // `with`: the schema is the plain (optional, non-nullable) `PetStatus`.
     #[serde(
         default,
         deserialize_with = "deserialize_present_status",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schemars(with = "PetStatus")]
     pub status: Option<PetStatus>,
 }
 
@@ -79,13 +86,19 @@ pub struct Pet {
     pub category_id: i64,
     /// Availability of the animal; absent when it was created without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "PetStatus")]
     pub status: Option<PetStatus>,
 }
 
 impl Pet {
     /// The stored form of `new` under the identifier the database assigned.
     pub fn from_new(id: i64, new: NewPet) -> Pet {
-        Pet { id, name: new.name, category_id: new.category_id, status: new.status }
+        Pet {
+            id,
+            name: new.name,
+            category_id: new.category_id,
+            status: new.status,
+        }
     }
 }
 
@@ -148,16 +161,28 @@ mod tests {
         assert!(name_problem("Ünïcødé 🐕").is_none());
         assert!(name_problem(&"é".repeat(255)).is_none());
         assert_eq!(name_problem(""), Some("name must not be empty"));
-        assert_eq!(name_problem(&"a".repeat(256)), Some("name must be at most 255 characters"));
-        assert_eq!(name_problem("a\nb"), Some("name must not contain control characters"));
-        assert_eq!(name_problem("a\u{85}b"), Some("name must not contain control characters"));
+        assert_eq!(
+            name_problem(&"a".repeat(256)),
+            Some("name must be at most 255 characters")
+        );
+        assert_eq!(
+            name_problem("a\nb"),
+            Some("name must not contain control characters")
+        );
+        assert_eq!(
+            name_problem("a\u{85}b"),
+            Some("name must not contain control characters")
+        );
     }
 
     #[test]
     fn status_spellings_round_trip() {
         for status in PetStatus::ALL {
             assert_eq!(PetStatus::parse(status.as_str()), Some(status));
-            assert_eq!(serde_json::to_value(status).unwrap(), json!(status.as_str()));
+            assert_eq!(
+                serde_json::to_value(status).unwrap(),
+                json!(status.as_str())
+            );
         }
         assert_eq!(PetStatus::parse("Available"), None);
     }

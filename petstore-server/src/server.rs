@@ -65,10 +65,17 @@ impl PetstoreApi for PetstoreImpl {
         path: Path<PetPath>,
     ) -> Result<HttpResponseHeaders<HttpResponseOk<Pet>, DeprecationHeaders>, ApiError> {
         let id = path.into_inner().pet_id;
-        match rqctx.context().store.get(id).await.map_err(ApiError::service_unavailable)? {
-            Some(pet) => {
-                Ok(HttpResponseHeaders::new(HttpResponseOk(pet), DeprecationHeaders::get_pet()))
-            }
+        match rqctx
+            .context()
+            .store
+            .get(id)
+            .await
+            .map_err(ApiError::service_unavailable)?
+        {
+            Some(pet) => Ok(HttpResponseHeaders::new(
+                HttpResponseOk(pet),
+                DeprecationHeaders::get_pet(),
+            )),
             None => Err(ApiError::not_found(format!("no pet has id {id}"))),
         }
     }
@@ -120,8 +127,14 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> anyhow::Result<Ru
         default_handler_task_mode: HandlerTaskMode::Detached,
         ..Default::default()
     };
-    let context = ApiContext { keys: config.api_keys, store: Arc::clone(&store) };
-    let http = match ServerBuilder::new(api, context, log.clone()).config(dropshot_config).start() {
+    let context = ApiContext {
+        keys: config.api_keys,
+        store: Arc::clone(&store),
+    };
+    let http = match ServerBuilder::new(api, context, log.clone())
+        .config(dropshot_config)
+        .start()
+    {
         Ok(http) => http,
         Err(e) => {
             store.close().await;

@@ -96,7 +96,11 @@ impl TestServer {
 
     /// `GET /pets` + `query`, insisting on 200, returning the array.
     pub async fn list(&self, query: &str) -> Vec<Value> {
-        let response = self.get(&format!("/pets{query}")).send().await.expect("request sent");
+        let response = self
+            .get(&format!("/pets{query}"))
+            .send()
+            .await
+            .expect("request sent");
         assert_eq!(response.status(), StatusCode::OK, "listing {query}");
         response.json().await.expect("a JSON array")
     }
@@ -127,7 +131,9 @@ async fn launch(database: &DatabaseUrl, log: &LogBuffer) -> RunningServer {
         api_keys: ApiKeys::parse(&format!("{KEY},{OTHER_KEY}")).expect("valid keys"),
     };
     let logger = logging::logger(LogFormat::Json, slog::Level::Info, log.clone());
-    petstore_server::start(config, logger).await.expect("the server starts")
+    petstore_server::start(config, logger)
+        .await
+        .expect("the server starts")
 }
 
 /// Asserts that `response` is an error in the contract's shape — JSON, with
@@ -136,7 +142,10 @@ async fn launch(database: &DatabaseUrl, log: &LogBuffer) -> RunningServer {
 pub async fn assert_error(response: Response, status: StatusCode, code: &str) -> Value {
     assert_eq!(response.status(), status, "HTTP status");
     let content_type = response.headers().get("content-type").cloned();
-    assert_eq!(content_type.as_ref().map(|v| v.to_str().unwrap()), Some("application/json"));
+    assert_eq!(
+        content_type.as_ref().map(|v| v.to_str().unwrap()),
+        Some("application/json")
+    );
     let body: Value = response.json().await.expect("a JSON error body");
     let object = body.as_object().expect("an object");
     let mut keys: Vec<&str> = object.keys().map(String::as_str).collect();
@@ -144,7 +153,13 @@ pub async fn assert_error(response: Response, status: StatusCode, code: &str) ->
     assert_eq!(keys, ["code", "message", "status"], "{body}");
     assert_eq!(body["status"], status.as_u16(), "{body}");
     assert_eq!(body["code"], code, "{body}");
-    assert!(!body["message"].as_str().expect("a string message").is_empty(), "{body}");
+    assert!(
+        !body["message"]
+            .as_str()
+            .expect("a string message")
+            .is_empty(),
+        "{body}"
+    );
     body
 }
 

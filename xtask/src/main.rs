@@ -1,1 +1,50 @@
-fn main() {}
+//! Project automation, in plain Rust: `cargo xtask <command>`.
+//!
+//! - `openapi emit`: write the document the server emits to
+//!   `target/openapi/emitted.json`.
+//! - `openapi validate`: validate `openapi/petstore.yaml` with a real
+//!   OpenAPI 3.0 validator (`openapi-spec-validator`, in a venv under `target/`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+mod openapi;
+mod python;
+
+const USAGE: &str = "usage: cargo xtask <command>
+
+commands:
+  openapi emit       write the server's emitted OpenAPI document to target/openapi/emitted.json
+  openapi validate   validate openapi/petstore.yaml with openapi-spec-validator (venv in target/)";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let result = match args.as_slice() {
+        ["openapi", "emit"] => openapi::emit(),
+        ["openapi", "validate"] => openapi::validate(),
+        ["help" | "--help" | "-h"] => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        _ => {
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root (the parent of this crate's directory).
+fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_owned()
+}

@@ -58,14 +58,18 @@ impl std::str::FromStr for DatabaseUrl {
         if let Some(rest) = url.strip_prefix("sqlite:") {
             let path = rest.strip_prefix("//").unwrap_or(rest);
             if path.is_empty() {
-                return Err(format!("{url:?} names no file; expected sqlite://path/to/file.db"));
+                return Err(format!(
+                    "{url:?} names no file; expected sqlite://path/to/file.db"
+                ));
             }
             return Ok(DatabaseUrl::Sqlite(PathBuf::from(path)));
         }
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             return Err("PostgreSQL is not supported by this build yet; use sqlite://FILE".into());
         }
-        Err(format!("unsupported database URL {url:?}; expected sqlite://path/to/file.db"))
+        Err(format!(
+            "unsupported database URL {url:?}; expected sqlite://path/to/file.db"
+        ))
     }
 }
 
@@ -82,15 +86,39 @@ mod tests {
 
     #[test]
     fn sqlite_urls_name_relative_and_absolute_files() {
-        assert_eq!("sqlite://petstore.db".parse(), Ok(DatabaseUrl::Sqlite("petstore.db".into())));
-        assert_eq!("sqlite:///var/x.db".parse(), Ok(DatabaseUrl::Sqlite("/var/x.db".into())));
-        assert_eq!("sqlite:a.db".parse(), Ok(DatabaseUrl::Sqlite("a.db".into())));
+        assert_eq!(
+            "sqlite://petstore.db".parse(),
+            Ok(DatabaseUrl::Sqlite("petstore.db".into()))
+        );
+        assert_eq!(
+            "sqlite:///var/x.db".parse(),
+            Ok(DatabaseUrl::Sqlite("/var/x.db".into()))
+        );
+        assert_eq!(
+            "sqlite:a.db".parse(),
+            Ok(DatabaseUrl::Sqlite("a.db".into()))
+        );
     }
 
     #[test]
     fn other_urls_are_refused_with_a_reason() {
-        assert!("sqlite://".parse::<DatabaseUrl>().unwrap_err().contains("names no file"));
-        assert!("mysql://x".parse::<DatabaseUrl>().unwrap_err().contains("unsupported"));
-        assert!("postgres://x".parse::<DatabaseUrl>().unwrap_err().contains("PostgreSQL"));
+        assert!(
+            "sqlite://"
+                .parse::<DatabaseUrl>()
+                .unwrap_err()
+                .contains("names no file")
+        );
+        assert!(
+            "mysql://x"
+                .parse::<DatabaseUrl>()
+                .unwrap_err()
+                .contains("unsupported")
+        );
+        assert!(
+            "postgres://x"
+                .parse::<DatabaseUrl>()
+                .unwrap_err()
+                .contains("PostgreSQL")
+        );
     }
 }

@@ -75,7 +75,9 @@ impl SqliteStore {
         for _ in 0..READERS {
             let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
             let reader = Connection::open_with_flags(&path, flags).map_err(|e| describe(&e))?;
-            reader.busy_timeout(BUSY_TIMEOUT).map_err(|e| describe(&e))?;
+            reader
+                .busy_timeout(BUSY_TIMEOUT)
+                .map_err(|e| describe(&e))?;
             readers.push(reader);
         }
 
@@ -95,10 +97,13 @@ impl SqliteStore {
 fn configure(conn: &Connection) -> Result<(), String> {
     let sql = |e: rusqlite::Error| e.to_string();
     conn.busy_timeout(BUSY_TIMEOUT).map_err(sql)?;
-    let mode: String =
-        conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0)).map_err(sql)?;
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+        .map_err(sql)?;
     if !mode.eq_ignore_ascii_case("wal") {
-        return Err(format!("cannot switch the database to WAL mode (it stays in {mode} mode)"));
+        return Err(format!(
+            "cannot switch the database to WAL mode (it stays in {mode} mode)"
+        ));
     }
     conn.pragma_update(None, "synchronous", "FULL").map_err(sql)
 }
@@ -107,7 +112,9 @@ fn configure(conn: &Connection) -> Result<(), String> {
 /// with the version bump. A database from a newer server is left untouched.
 fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
     let sql = |e: rusqlite::Error| StoreError(e.to_string());
-    let current: usize = conn.query_row("PRAGMA user_version", [], |row| row.get(0)).map_err(sql)?;
+    let current: usize = conn
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .map_err(sql)?;
     if current > MIGRATIONS.len() {
         return Err(StoreError(format!(
             "the database has schema version {current}, newer than the {} this server knows; \
@@ -116,9 +123,12 @@ fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
         )));
     }
     for (version, migration) in MIGRATIONS.iter().enumerate().skip(current) {
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Exclusive).map_err(sql)?;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Exclusive)
+            .map_err(sql)?;
         tx.execute_batch(migration).map_err(sql)?;
-        tx.pragma_update(None, "user_version", version + 1).map_err(sql)?;
+        tx.pragma_update(None, "user_version", version + 1)
+            .map_err(sql)?;
         tx.commit().map_err(sql)?;
     }
     Ok(())
@@ -183,7 +193,9 @@ fn insert_all<'a>(
         )?;
         for pet in pets {
             let status = pet.status.map(PetStatus::as_str);
-            ids.push(insert.query_row(params![pet.name, pet.category_id, status], |row| row.get(0))?);
+            ids.push(
+                insert.query_row(params![pet.name, pet.category_id, status], |row| row.get(0))?,
+            );
         }
     }
     tx.commit()?;
@@ -194,10 +206,19 @@ fn pet_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Pet> {
     let status = match row.get_ref(3)?.as_str_or_null()? {
         None => None,
         Some(text) => Some(PetStatus::parse(text).ok_or_else(|| {
-            rusqlite::Error::InvalidColumnType(3, format!("status {text:?}"), rusqlite::types::Type::Text)
+            rusqlite::Error::InvalidColumnType(
+                3,
+                format!("status {text:?}"),
+                rusqlite::types::Type::Text,
+            )
         })?),
     };
-    Ok(Pet { id: row.get(0)?, name: row.get(1)?, category_id: row.get(2)?, status })
+    Ok(Pet {
+        id: row.get(0)?,
+        name: row.get(1)?,
+        category_id: row.get(2)?,
+        status,
+    })
 }
 
 #[async_trait::async_trait]
@@ -205,27 +226,27 @@ impl PetStore for SqliteStore {
     async fn create(&self, pet: NewPet) -> Result<Pet, StoreError> {
         let closed = || StoreError("the database is closed".into());
         let (reply, answer) = oneshot::channel();
-        self.writer.send(WriteJob::Create(pet, reply)).map_err(|_| closed())?;
+        self.writer
+            .send(WriteJob::Create(pet, reply))
+            .map_err(|_| closed())?;
         answer.await.map_err(|_| closed())?
     }
 
     async fn list(&self, limit: u32, status: Option<PetStatus>) -> Result<Vec<Pet>, StoreError> {
         self.readers
-            .read(move |conn| {
-                let rows = match status {
-                    None => {
-                        let mut stmt =
-                            conn.prepare_cached(&format!("{SELECT_PET} ORDER BY id LIMIT ?1"))?;
-                        stmt.query_map(params![limit], pet_from_row)?.collect()
-                    }
-                    Some(status) => {
-                        let mut stmt = conn.prepare_cached(&format!(
-                            "{SELECT_PET} WHERE status = ?1 ORDER BY id LIMIT ?2"
-                        ))?;
-                        stmt.query_map(params![status.as_str(), limit], pet_from_row)?.collect()
-                    }
-                };
-                rows
+            .read(move |conn| match status {
+                None => {
+                    let mut stmt =
+                        conn.prepare_cached(&format!("{SELECT_PET} ORDER BY id LIMIT ?1"))?;
+                    stmt.query_map(params![limit], pet_from_row)?.collect()
+                }
+                Some(status) => {
+                    let mut stmt = conn.prepare_cached(&format!(
+                        "{SELECT_PET} WHERE status = ?1 ORDER BY id LIMIT ?2"
+                    ))?;
+                    stmt.query_map(params![status.as_str(), limit], pet_from_row)?
+                        .collect()
+                }
             })
             .await
     }
@@ -245,7 +266,11 @@ impl PetStore for SqliteStore {
         if self.writer.send(WriteJob::Close(done)).is_ok() {
             let _ = closed.await;
         }
-        let thread = self.writer_thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let thread = self
+            .writer_thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         if let Some(thread) = thread {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
@@ -303,18 +328,28 @@ impl Lease {
     fn take(pool: Arc<ReaderPool>, permit: OwnedSemaphorePermit) -> Lease {
         // The permit guarantees an idle connection is there.
         let connection = pool.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        Lease { pool, connection, _permit: permit }
+        Lease {
+            pool,
+            connection,
+            _permit: permit,
+        }
     }
 
     fn connection(&self) -> &Connection {
-        self.connection.as_ref().expect("a permit always comes with a connection")
+        self.connection
+            .as_ref()
+            .expect("a permit always comes with a connection")
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
         if let Some(connection) = self.connection.take() {
-            self.pool.idle.lock().unwrap_or_else(|e| e.into_inner()).push(connection);
+            self.pool
+                .idle
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(connection);
         }
     }
 }
@@ -324,7 +359,11 @@ mod tests {
     use super::*;
 
     fn new_pet(name: &str, status: Option<PetStatus>) -> NewPet {
-        NewPet { name: name.into(), category_id: 7, status }
+        NewPet {
+            name: name.into(),
+            category_id: 7,
+            status,
+        }
     }
 
     #[tokio::test]
@@ -332,7 +371,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("pets.db");
         let store = SqliteStore::open(path.clone()).await.unwrap();
-        let rex = store.create(new_pet("Rex", Some(PetStatus::Sold))).await.unwrap();
+        let rex = store
+            .create(new_pet("Rex", Some(PetStatus::Sold)))
+            .await
+            .unwrap();
         let tom = store.create(new_pet("Tom", None)).await.unwrap();
         assert!(tom.id > rex.id);
         store.close().await;
@@ -340,7 +382,10 @@ mod tests {
         let store = SqliteStore::open(path).await.unwrap();
         assert_eq!(store.get(rex.id).await.unwrap(), Some(rex.clone()));
         assert_eq!(store.list(10, None).await.unwrap(), vec![rex.clone(), tom]);
-        assert_eq!(store.list(10, Some(PetStatus::Sold)).await.unwrap(), vec![rex]);
+        assert_eq!(
+            store.list(10, Some(PetStatus::Sold)).await.unwrap(),
+            vec![rex]
+        );
         store.close().await;
     }
 
@@ -351,11 +396,15 @@ mod tests {
         let conn = Connection::open(&path).unwrap();
         conn.pragma_update(None, "user_version", 99).unwrap();
         drop(conn);
-        let error = SqliteStore::open(path.clone()).await.err().expect("must refuse");
+        let error = SqliteStore::open(path.clone())
+            .await
+            .err()
+            .expect("must refuse");
         assert!(error.0.contains("schema version 99"), "{error}");
         let conn = Connection::open(&path).unwrap();
-        let tables: i64 =
-            conn.query_row("SELECT count(*) FROM sqlite_master", [], |row| row.get(0)).unwrap();
+        let tables: i64 = conn
+            .query_row("SELECT count(*) FROM sqlite_master", [], |row| row.get(0))
+            .unwrap();
         assert_eq!(tables, 0);
     }
 

@@ -28,7 +28,11 @@ async fn every_operation_rejects_a_missing_key() {
             .unwrap();
         assert_error(response, StatusCode::UNAUTHORIZED, "unauthorized").await;
     }
-    assert_eq!(server.list("").await.len(), 1, "the anonymous create stored nothing");
+    assert_eq!(
+        server.list("").await.len(),
+        1,
+        "the anonymous create stored nothing"
+    );
 }
 
 #[tokio::test]
@@ -95,15 +99,27 @@ async fn the_scheme_word_is_case_insensitive_and_every_configured_key_works() {
 async fn authentication_is_checked_before_the_body_and_parameters() {
     let server = TestServer::start().await;
     let requests = [
-        server.anonymous(Method::POST, "/pets").header("content-type", "application/json").body("{not json"),
-        server.anonymous(Method::POST, "/pets").json(&json!({"categoryId": "x"})),
-        server.anonymous(Method::POST, "/pets").json(&json!({"name": "a".repeat(20_000), "categoryId": 1})),
-        server.anonymous(Method::POST, "/pets").header("content-type", "text/plain").body("hello"),
+        server
+            .anonymous(Method::POST, "/pets")
+            .header("content-type", "application/json")
+            .body("{not json"),
+        server
+            .anonymous(Method::POST, "/pets")
+            .json(&json!({"categoryId": "x"})),
+        server
+            .anonymous(Method::POST, "/pets")
+            .json(&json!({"name": "a".repeat(20_000), "categoryId": 1})),
+        server
+            .anonymous(Method::POST, "/pets")
+            .header("content-type", "text/plain")
+            .body("hello"),
         server.anonymous(Method::GET, "/pets?limit=0"),
         server.anonymous(Method::GET, "/pets?limit=abc&status=extinct"),
         server.anonymous(Method::GET, "/pets/not-a-number"),
         server.anonymous(Method::GET, "/pets/99999999999999999999"),
-        server.anonymous(Method::GET, "/pets/12345").bearer_auth("wrong"),
+        server
+            .anonymous(Method::GET, "/pets/12345")
+            .bearer_auth("wrong"),
     ];
     for request in requests {
         let response = request.send().await.unwrap();
@@ -116,11 +132,24 @@ async fn keys_never_reach_the_logs() {
     let server = TestServer::start().await;
     server.create(json!({"name": "Rex", "categoryId": 1})).await;
     let wrong = "wrong-key-that-must-not-be-logged";
-    let response = server.anonymous(Method::GET, "/pets").bearer_auth(wrong).send().await.unwrap();
+    let response = server
+        .anonymous(Method::GET, "/pets")
+        .bearer_auth(wrong)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
-    let log = server.log_eventually_contains("\"response_code\":401").await;
-    assert!(log.contains("request completed"), "one record per request:\n{log}");
+    let log = server
+        .log_eventually_contains("\"response_code\":401")
+        .await;
+    assert!(
+        log.contains("request completed"),
+        "one record per request:\n{log}"
+    );
     assert!(!log.contains(KEY), "the valid key was logged:\n{log}");
-    assert!(!log.contains(OTHER_KEY), "a configured key was logged:\n{log}");
+    assert!(
+        !log.contains(OTHER_KEY),
+        "a configured key was logged:\n{log}"
+    );
     assert!(!log.contains(wrong), "a presented key was logged:\n{log}");
 }

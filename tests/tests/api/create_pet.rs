@@ -17,20 +17,35 @@ async fn returns_201_with_the_stored_pet_and_a_new_id() {
     assert_eq!(response.headers()["content-type"], "application/json");
     let pet: Value = response.json().await.unwrap();
     let id = pet["id"].as_i64().expect("an int64 id");
-    assert_eq!(pet, json!({"id": id, "name": "Rex", "categoryId": 3, "status": "available"}));
+    assert_eq!(
+        pet,
+        json!({"id": id, "name": "Rex", "categoryId": 3, "status": "available"})
+    );
 
     let second = server.create(body).await;
-    assert_ne!(second["id"], pet["id"], "ids are unique even for identical pets");
+    assert_ne!(
+        second["id"], pet["id"],
+        "ids are unique even for identical pets"
+    );
 }
 
 #[tokio::test]
 async fn an_omitted_status_stays_absent() {
     let server = TestServer::start().await;
-    let pet = server.create(json!({"name": "Nameless", "categoryId": 1})).await;
+    let pet = server
+        .create(json!({"name": "Nameless", "categoryId": 1}))
+        .await;
     assert_eq!(pet.as_object().unwrap().get("status"), None, "{pet}");
     let listed = server.list("").await;
     assert_eq!(listed, vec![pet.clone()]);
-    let read: Value = server.get(&format!("/pets/{}", pet["id"])).send().await.unwrap().json().await.unwrap();
+    let read: Value = server
+        .get(&format!("/pets/{}", pet["id"]))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(read, pet);
 }
 
@@ -38,7 +53,9 @@ async fn an_omitted_status_stays_absent() {
 async fn every_status_is_accepted() {
     let server = TestServer::start().await;
     for status in ["available", "pending", "sold"] {
-        let pet = server.create(json!({"name": "Rex", "categoryId": 1, "status": status})).await;
+        let pet = server
+            .create(json!({"name": "Rex", "categoryId": 1, "status": status}))
+            .await;
         assert_eq!(pet["status"], status);
     }
 }
@@ -59,8 +76,14 @@ async fn odd_but_valid_values_round_trip_exactly() {
         let pet = server.create(body.clone()).await;
         assert_eq!(pet["name"], body["name"]);
         assert_eq!(pet["categoryId"], body["categoryId"]);
-        let read: Value =
-            server.get(&format!("/pets/{}", pet["id"])).send().await.unwrap().json().await.unwrap();
+        let read: Value = server
+            .get(&format!("/pets/{}", pet["id"]))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
         assert_eq!(read, pet);
     }
 }
@@ -95,9 +118,15 @@ async fn missing_or_invalid_fields_get_400() {
     for body in invalid {
         let response = server.post_pet(&body).send().await.unwrap();
         let error = assert_error(response, StatusCode::BAD_REQUEST, "bad_request").await;
-        assert!(!error["message"].as_str().unwrap().is_empty(), "{body}: {error}");
+        assert!(
+            !error["message"].as_str().unwrap().is_empty(),
+            "{body}: {error}"
+        );
     }
-    assert!(server.list("").await.is_empty(), "no invalid pet was stored");
+    assert!(
+        server.list("").await.is_empty(),
+        "no invalid pet was stored"
+    );
 }
 
 #[tokio::test]
@@ -161,13 +190,17 @@ async fn bodies_over_16_kib_get_413_and_16_kib_is_accepted_up_to_validation() {
 #[tokio::test]
 async fn fifty_concurrent_creates_get_fifty_distinct_ids() {
     let server = TestServer::start().await;
-    let creates = (0..50).map(|i| server.create(json!({"name": format!("pet-{i}"), "categoryId": i})));
+    let creates =
+        (0..50).map(|i| server.create(json!({"name": format!("pet-{i}"), "categoryId": i})));
     let pets = futures::future::join_all(creates).await;
     let ids: HashSet<i64> = pets.iter().map(|pet| pet["id"].as_i64().unwrap()).collect();
     assert_eq!(ids.len(), 50);
     let listed = server.list("?limit=100").await;
     assert_eq!(listed.len(), 50);
     for pet in &pets {
-        assert!(listed.contains(pet), "{pet} was acknowledged but is not listed");
+        assert!(
+            listed.contains(pet),
+            "{pet} was acknowledged but is not listed"
+        );
     }
 }

@@ -9,13 +9,23 @@ use serde_json::{Value, json};
 #[tokio::test]
 async fn returns_the_pet_and_announces_the_deprecation() {
     let server = TestServer::start().await;
-    let pet = server.create(json!({"name": "Rex", "categoryId": 9, "status": "pending"})).await;
-    let response = server.get(&format!("/pets/{}", pet["id"])).send().await.unwrap();
+    let pet = server
+        .create(json!({"name": "Rex", "categoryId": 9, "status": "pending"}))
+        .await;
+    let response = server
+        .get(&format!("/pets/{}", pet["id"]))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     let headers = response.headers().clone();
     assert_eq!(headers["content-type"], "application/json");
     let deprecation = headers["deprecation"].to_str().unwrap();
-    let since: i64 = deprecation.strip_prefix('@').expect("an RFC 9745 date").parse().unwrap();
+    let since: i64 = deprecation
+        .strip_prefix('@')
+        .expect("an RFC 9745 date")
+        .parse()
+        .unwrap();
     assert!(since < 1_922_659_200, "deprecated before the sunset");
     assert_eq!(headers["sunset"], "Thu, 05 Dec 2030 00:00:00 GMT");
     assert_eq!(headers["link"], "</v1/pets>; rel=\"successor-version\"");
@@ -30,14 +40,25 @@ async fn an_unknown_id_gets_404() {
     for id in [unknown, 0, -1, i64::MAX, i64::MIN] {
         let response = server.get(&format!("/pets/{id}")).send().await.unwrap();
         let error = assert_error(response, StatusCode::NOT_FOUND, "not_found").await;
-        assert!(error["message"].as_str().unwrap().contains(&id.to_string()), "{error}");
+        assert!(
+            error["message"].as_str().unwrap().contains(&id.to_string()),
+            "{error}"
+        );
     }
 }
 
 #[tokio::test]
 async fn an_id_that_is_not_an_int64_gets_400() {
     let server = TestServer::start().await;
-    for id in ["abc", "1.5", "9223372036854775808", "-9223372036854775809", "1e3", "0x10", "%20"] {
+    for id in [
+        "abc",
+        "1.5",
+        "9223372036854775808",
+        "-9223372036854775809",
+        "1e3",
+        "0x10",
+        "%20",
+    ] {
         let response = server.get(&format!("/pets/{id}")).send().await.unwrap();
         assert_error(response, StatusCode::BAD_REQUEST, "bad_request").await;
     }

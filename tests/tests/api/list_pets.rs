@@ -41,7 +41,10 @@ async fn without_limit_at_most_20_are_returned_in_ascending_id_order() {
     let listed = server.list("").await;
     assert_eq!(listed, pets[..20].to_vec());
     let listed_ids = ids(&listed);
-    assert!(listed_ids.windows(2).all(|pair| pair[0] < pair[1]), "{listed_ids:?}");
+    assert!(
+        listed_ids.windows(2).all(|pair| pair[0] < pair[1]),
+        "{listed_ids:?}"
+    );
 }
 
 #[tokio::test]
@@ -86,11 +89,17 @@ async fn the_status_filter_returns_only_that_status_in_id_order() {
     let server = TestServer::start().await;
     let pets = seed(&server, 40).await;
     for status in STATUSES {
-        let expected: Vec<Value> =
-            pets.iter().filter(|pet| pet["status"] == status).cloned().collect();
+        let expected: Vec<Value> = pets
+            .iter()
+            .filter(|pet| pet["status"] == status)
+            .cloned()
+            .collect();
         assert_eq!(expected.len(), 10);
         assert_eq!(server.list(&format!("?status={status}")).await, expected);
-        assert_eq!(server.list(&format!("?status={status}&limit=3")).await, expected[..3].to_vec());
+        assert_eq!(
+            server.list(&format!("?status={status}&limit=3")).await,
+            expected[..3].to_vec()
+        );
     }
 }
 
@@ -99,10 +108,16 @@ async fn the_status_filter_applies_before_the_limit() {
     let server = TestServer::start().await;
     let mut sold = Vec::new();
     for i in 0..30 {
-        server.create(json!({"name": format!("a{i}"), "categoryId": 1, "status": "available"})).await;
+        server
+            .create(json!({"name": format!("a{i}"), "categoryId": 1, "status": "available"}))
+            .await;
     }
     for i in 0..3 {
-        sold.push(server.create(json!({"name": format!("s{i}"), "categoryId": 1, "status": "sold"})).await);
+        sold.push(
+            server
+                .create(json!({"name": format!("s{i}"), "categoryId": 1, "status": "sold"}))
+                .await,
+        );
     }
     assert_eq!(server.list("?status=sold").await, sold);
 }
@@ -110,7 +125,12 @@ async fn the_status_filter_applies_before_the_limit() {
 #[tokio::test]
 async fn invalid_statuses_get_400() {
     let server = TestServer::start().await;
-    for query in ["status=reserved", "status=Available", "status=", "status=sold,pending"] {
+    for query in [
+        "status=reserved",
+        "status=Available",
+        "status=",
+        "status=sold,pending",
+    ] {
         let response = server.get(&format!("/pets?{query}")).send().await.unwrap();
         assert_error(response, StatusCode::BAD_REQUEST, "bad_request").await;
     }

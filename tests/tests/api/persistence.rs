@@ -8,7 +8,10 @@ use serde_json::{Value, json};
 async fn pets_survive_a_restart_unchanged_and_ids_keep_growing() {
     let mut server = TestServer::start().await;
     let mut pets = Vec::new();
-    for (i, status) in [Some("available"), None, Some("sold")].into_iter().enumerate() {
+    for (i, status) in [Some("available"), None, Some("sold")]
+        .into_iter()
+        .enumerate()
+    {
         let mut body = json!({"name": format!("keeper-{i}"), "categoryId": i});
         if let Some(status) = status {
             body["status"] = json!(status);
@@ -19,11 +22,19 @@ async fn pets_survive_a_restart_unchanged_and_ids_keep_growing() {
 
     assert_eq!(server.list("").await, pets);
     for pet in &pets {
-        let read: Value =
-            server.get(&format!("/pets/{}", pet["id"])).send().await.unwrap().json().await.unwrap();
+        let read: Value = server
+            .get(&format!("/pets/{}", pet["id"]))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
         assert_eq!(&read, pet);
     }
-    let newer = server.create(json!({"name": "after", "categoryId": 1})).await;
+    let newer = server
+        .create(json!({"name": "after", "categoryId": 1}))
+        .await;
     assert!(newer["id"].as_i64() > pets.last().unwrap()["id"].as_i64());
 }
 
