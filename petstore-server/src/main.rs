@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use petstore_server::auth::ApiKeys;
 use petstore_server::logging::{self, LogFormat};
-use petstore_server::store::DatabaseUrl;
+use petstore_server::store::{DatabaseUrl, PostgresUrl};
 use petstore_server::{ServerConfig, api, store};
 
 /// The pet store catalogue service (OpenAPI contract: openapi/petstore.yaml).
@@ -49,13 +49,34 @@ enum Command {
 
 #[derive(clap::Args)]
 struct DatabaseArg {
-    /// Database URL: sqlite://FILE (relative to the working directory) or sqlite:///ABSOLUTE/FILE.
+    /// Database URL: sqlite://FILE (relative to the working directory), sqlite:///ABSOLUTE/FILE,
+    /// or postgres://USER:PASSWORD@HOST:PORT/DATABASE.
     #[arg(
         long = "database",
         env = "PETSTORE_DATABASE_URL",
-        default_value = "sqlite://petstore.db"
+        default_value = "sqlite://petstore.db",
+        hide_env_values = true
     )]
     url: DatabaseUrl,
+    /// Connections to PostgreSQL per server process (not used with SQLite).
+    #[arg(
+        long,
+        env = "PETSTORE_DATABASE_POOL_SIZE",
+        default_value_t = PostgresUrl::DEFAULT_POOL_SIZE as u16,
+        value_parser = clap::value_parser!(u16).range(1..=1000)
+    )]
+    database_pool_size: u16,
+}
+
+impl DatabaseArg {
+    fn database(self) -> DatabaseUrl {
+        match self.url {
+            DatabaseUrl::Postgres(url) => {
+                DatabaseUrl::Postgres(url.with_pool_size(self.database_pool_size.into()))
+            }
+            sqlite => sqlite,
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -96,9 +117,9 @@ fn main() -> ExitCode {
                 log_format,
             } => {
                 let log = logging::logger(log_format, log_level.into(), std::io::stderr());
-                serve(bind, database.url, log).await
+                serve(bind, database.database(), log).await
             }
-            Command::Migrate { database } => migrate(database.url).await,
+            Command::Migrate { database } => migrate(database.database()).await,
             Command::Openapi => print_openapi(),
         }
     });

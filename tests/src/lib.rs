@@ -1,6 +1,9 @@
 //! The end-to-end test harness: a real `petstore-server`, started in-process
-//! on `127.0.0.1:0` over a real database in a temporary directory, spoken to
+//! on `127.0.0.1:0` over a real database — a fresh SQLite file in a temporary
+//! directory, or a fresh database on a real PostgreSQL server — spoken to
 //! over real HTTP.
+
+pub mod postgres;
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -18,6 +21,61 @@ pub const KEY: &str = "e2e-key-4f1c2b7a9d";
 /// A second accepted key: any configured key works.
 pub const OTHER_KEY: &str = "e2e-second-key";
 
+/// The storage backends the suite runs against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// The embedded default.
+    Sqlite,
+    /// PostgreSQL, for many instances.
+    Postgres,
+}
+
+/// A new, empty database of `backend`, kept alive by the returned guard;
+/// `None` only when PostgreSQL is unavailable and the developer opted out.
+pub async fn fresh_database(backend: Backend) -> Option<(DatabaseUrl, tempfile::TempDir)> {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let url = match backend {
+        Backend::Sqlite => DatabaseUrl::Sqlite(dir.path().join("petstore.db")),
+        Backend::Postgres => {
+            let url = postgres::shared()?.fresh_database().await;
+            url.parse().expect("a valid PostgreSQL URL")
+        }
+    };
+    Some((url, dir))
+}
+
+/// Runs each test body once per backend: `on_every_backend! { async fn
+/// name(server) { ... } }` makes `name::sqlite` and `name::postgres`, each
+/// with its own fresh server in `server`.
+#[macro_export]
+macro_rules! on_every_backend {
+    ($(async fn $name:ident($server:ident) $body:block)*) => {$(
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            #[tokio::test]
+            async fn sqlite() {
+                #[allow(unused_mut)]
+                let mut $server = $crate::TestServer::start().await;
+                $body
+            }
+
+            #[tokio::test]
+            async fn postgres() {
+                let Some(server) =
+                    $crate::TestServer::start_with($crate::Backend::Postgres).await
+                else {
+                    return;
+                };
+                #[allow(unused_mut)]
+                let mut $server = server;
+                $body
+            }
+        }
+    )*};
+}
+
 /// A running server and the database it owns.
 pub struct TestServer {
     server: Option<RunningServer>,
@@ -32,8 +90,19 @@ pub struct TestServer {
 impl TestServer {
     /// Starts a server on a fresh SQLite file.
     pub async fn start() -> TestServer {
-        let dir = tempfile::tempdir().expect("temporary directory");
-        let database = DatabaseUrl::Sqlite(dir.path().join("petstore.db"));
+        TestServer::start_with(Backend::Sqlite)
+            .await
+            .expect("SQLite is always available")
+    }
+
+    /// Starts a server on a fresh database of `backend`; `None` only when
+    /// PostgreSQL is unavailable and the developer opted out of it.
+    pub async fn start_with(backend: Backend) -> Option<TestServer> {
+        let (database, dir) = fresh_database(backend).await?;
+        Some(TestServer::start_on(database, dir).await)
+    }
+
+    async fn start_on(database: DatabaseUrl, dir: tempfile::TempDir) -> TestServer {
         let log = LogBuffer::default();
         let server = launch(&database, &log).await;
         TestServer {

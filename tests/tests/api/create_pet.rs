@@ -4,78 +4,37 @@
 
 use std::collections::HashSet;
 
-use petstore_tests::{TestServer, assert_error};
+use petstore_tests::{assert_error, on_every_backend};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-#[tokio::test]
-async fn returns_201_with_the_stored_pet_and_a_new_id() {
-    let server = TestServer::start().await;
-    let body = json!({"name": "Rex", "categoryId": 3, "status": "available"});
-    let response = server.post_pet(&body).send().await.unwrap();
-    assert_eq!(response.status(), StatusCode::CREATED);
-    assert_eq!(response.headers()["content-type"], "application/json");
-    let pet: Value = response.json().await.unwrap();
-    let id = pet["id"].as_i64().expect("an int64 id");
-    assert_eq!(
-        pet,
-        json!({"id": id, "name": "Rex", "categoryId": 3, "status": "available"})
-    );
+on_every_backend! {
+    async fn returns_201_with_the_stored_pet_and_a_new_id(server) {
+        let body = json!({"name": "Rex", "categoryId": 3, "status": "available"});
+        let response = server.post_pet(&body).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED);
+        assert_eq!(response.headers()["content-type"], "application/json");
+        let pet: Value = response.json().await.unwrap();
+        let id = pet["id"].as_i64().expect("an int64 id");
+        assert_eq!(
+            pet,
+            json!({"id": id, "name": "Rex", "categoryId": 3, "status": "available"})
+        );
 
-    let second = server.create(body).await;
-    assert_ne!(
-        second["id"], pet["id"],
-        "ids are unique even for identical pets"
-    );
-}
-
-#[tokio::test]
-async fn an_omitted_status_stays_absent() {
-    let server = TestServer::start().await;
-    let pet = server
-        .create(json!({"name": "Nameless", "categoryId": 1}))
-        .await;
-    assert_eq!(pet.as_object().unwrap().get("status"), None, "{pet}");
-    let listed = server.list("").await;
-    assert_eq!(listed, vec![pet.clone()]);
-    let read: Value = server
-        .get(&format!("/pets/{}", pet["id"]))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(read, pet);
-}
-
-#[tokio::test]
-async fn every_status_is_accepted() {
-    let server = TestServer::start().await;
-    for status in ["available", "pending", "sold"] {
-        let pet = server
-            .create(json!({"name": "Rex", "categoryId": 1, "status": status}))
-            .await;
-        assert_eq!(pet["status"], status);
+        let second = server.create(body).await;
+        assert_ne!(
+            second["id"], pet["id"],
+            "ids are unique even for identical pets"
+        );
     }
-}
 
-#[tokio::test]
-async fn odd_but_valid_values_round_trip_exactly() {
-    let server = TestServer::start().await;
-    let bodies = [
-        json!({"name": "Ünïcødé 🐕‍🦺 犬", "categoryId": 1}),
-        json!({"name": "😀".repeat(255), "categoryId": 1}),
-        json!({"name": "x", "categoryId": i64::MAX}),
-        json!({"name": "y", "categoryId": i64::MIN}),
-        json!({"name": "z", "categoryId": 0}),
-        json!({"name": " spaced  out ", "categoryId": -1}),
-        json!({"name": "quote\" back\\slash </script>", "categoryId": 2}),
-    ];
-    for body in bodies {
-        let pet = server.create(body.clone()).await;
-        assert_eq!(pet["name"], body["name"]);
-        assert_eq!(pet["categoryId"], body["categoryId"]);
+    async fn an_omitted_status_stays_absent(server) {
+        let pet = server
+            .create(json!({"name": "Nameless", "categoryId": 1}))
+            .await;
+        assert_eq!(pet.as_object().unwrap().get("status"), None, "{pet}");
+        let listed = server.list("").await;
+        assert_eq!(listed, vec![pet.clone()]);
         let read: Value = server
             .get(&format!("/pets/{}", pet["id"]))
             .send()
@@ -86,121 +45,146 @@ async fn odd_but_valid_values_round_trip_exactly() {
             .unwrap();
         assert_eq!(read, pet);
     }
-}
 
-#[tokio::test]
-async fn missing_or_invalid_fields_get_400() {
-    let server = TestServer::start().await;
-    let invalid = [
-        json!({"categoryId": 1}),
-        json!({"name": "Rex"}),
-        json!({}),
-        json!({"name": null, "categoryId": 1}),
-        json!({"name": 5, "categoryId": 1}),
-        json!({"name": "", "categoryId": 1}),
-        json!({"name": "a".repeat(256), "categoryId": 1}),
-        json!({"name": "tab\there", "categoryId": 1}),
-        json!({"name": "nul\u{0}", "categoryId": 1}),
-        json!({"name": "Rex", "categoryId": "1"}),
-        json!({"name": "Rex", "categoryId": 1.5}),
-        json!({"name": "Rex", "categoryId": null}),
-        json!({"name": "Rex", "categoryId": 9_223_372_036_854_775_808u64}),
-        json!({"name": "Rex", "categoryId": 1, "status": "reserved"}),
-        json!({"name": "Rex", "categoryId": 1, "status": "Available"}),
-        json!({"name": "Rex", "categoryId": 1, "status": null}),
-        json!({"name": "Rex", "categoryId": 1, "status": 1}),
-        json!({"name": "Rex", "categoryId": 1, "id": 7}),
-        json!({"name": "Rex", "categoryId": 1, "colour": "brown"}),
-        json!([{"name": "Rex", "categoryId": 1}]),
-        json!("Rex"),
-        json!(null),
-    ];
-    for body in invalid {
-        let response = server.post_pet(&body).send().await.unwrap();
-        let error = assert_error(response, StatusCode::BAD_REQUEST, "bad_request").await;
+    async fn every_status_is_accepted(server) {
+        for status in ["available", "pending", "sold"] {
+            let pet = server
+                .create(json!({"name": "Rex", "categoryId": 1, "status": status}))
+                .await;
+            assert_eq!(pet["status"], status);
+        }
+    }
+
+    async fn odd_but_valid_values_round_trip_exactly(server) {
+        let bodies = [
+            json!({"name": "Ünïcødé 🐕‍🦺 犬", "categoryId": 1}),
+            json!({"name": "😀".repeat(255), "categoryId": 1}),
+            json!({"name": "x", "categoryId": i64::MAX}),
+            json!({"name": "y", "categoryId": i64::MIN}),
+            json!({"name": "z", "categoryId": 0}),
+            json!({"name": " spaced  out ", "categoryId": -1}),
+            json!({"name": "quote\" back\\slash </script>", "categoryId": 2}),
+        ];
+        for body in bodies {
+            let pet = server.create(body.clone()).await;
+            assert_eq!(pet["name"], body["name"]);
+            assert_eq!(pet["categoryId"], body["categoryId"]);
+            let read: Value = server
+                .get(&format!("/pets/{}", pet["id"]))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            assert_eq!(read, pet);
+        }
+    }
+
+    async fn missing_or_invalid_fields_get_400(server) {
+        let invalid = [
+            json!({"categoryId": 1}),
+            json!({"name": "Rex"}),
+            json!({}),
+            json!({"name": null, "categoryId": 1}),
+            json!({"name": 5, "categoryId": 1}),
+            json!({"name": "", "categoryId": 1}),
+            json!({"name": "a".repeat(256), "categoryId": 1}),
+            json!({"name": "tab\there", "categoryId": 1}),
+            json!({"name": "nul\u{0}", "categoryId": 1}),
+            json!({"name": "Rex", "categoryId": "1"}),
+            json!({"name": "Rex", "categoryId": 1.5}),
+            json!({"name": "Rex", "categoryId": null}),
+            json!({"name": "Rex", "categoryId": 9_223_372_036_854_775_808u64}),
+            json!({"name": "Rex", "categoryId": 1, "status": "reserved"}),
+            json!({"name": "Rex", "categoryId": 1, "status": "Available"}),
+            json!({"name": "Rex", "categoryId": 1, "status": null}),
+            json!({"name": "Rex", "categoryId": 1, "status": 1}),
+            json!({"name": "Rex", "categoryId": 1, "id": 7}),
+            json!({"name": "Rex", "categoryId": 1, "colour": "brown"}),
+            json!([{"name": "Rex", "categoryId": 1}]),
+            json!("Rex"),
+            json!(null),
+        ];
+        for body in invalid {
+            let response = server.post_pet(&body).send().await.unwrap();
+            let error = assert_error(response, StatusCode::BAD_REQUEST, "bad_request").await;
+            assert!(
+                !error["message"].as_str().unwrap().is_empty(),
+                "{body}: {error}"
+            );
+        }
         assert!(
-            !error["message"].as_str().unwrap().is_empty(),
-            "{body}: {error}"
+            server.list("").await.is_empty(),
+            "no invalid pet was stored"
         );
     }
-    assert!(
-        server.list("").await.is_empty(),
-        "no invalid pet was stored"
-    );
-}
 
-#[tokio::test]
-async fn malformed_json_and_wrong_content_types_get_400() {
-    let server = TestServer::start().await;
-    let raw = [
-        ("application/json", "{\"name\": \"Rex\", \"categoryId\": 1"),
-        ("application/json", "{\"name\": \"Rex\" \"categoryId\": 1}"),
-        ("application/json", ""),
-        ("application/json", "\u{feff}{}"),
-        ("text/plain", "{\"name\": \"Rex\", \"categoryId\": 1}"),
-        ("application/x-www-form-urlencoded", "name=Rex&categoryId=1"),
-    ];
-    for (content_type, body) in raw {
+    async fn malformed_json_and_wrong_content_types_get_400(server) {
+        let raw = [
+            ("application/json", "{\"name\": \"Rex\", \"categoryId\": 1"),
+            ("application/json", "{\"name\": \"Rex\" \"categoryId\": 1}"),
+            ("application/json", ""),
+            ("application/json", "\u{feff}{}"),
+            ("text/plain", "{\"name\": \"Rex\", \"categoryId\": 1}"),
+            ("application/x-www-form-urlencoded", "name=Rex&categoryId=1"),
+        ];
+        for (content_type, body) in raw {
+            let response = server
+                .request(Method::POST, "/pets")
+                .header("content-type", content_type)
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            assert_error(response, StatusCode::BAD_REQUEST, "bad_request").await;
+        }
+    }
+
+    async fn a_duplicate_field_is_rejected(server) {
         let response = server
             .request(Method::POST, "/pets")
-            .header("content-type", content_type)
+            .header("content-type", "application/json")
+            .body(r#"{"name": "Rex", "name": "Max", "categoryId": 1}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_error(response, StatusCode::BAD_REQUEST, "bad_request").await;
+    }
+
+    async fn bodies_over_16_kib_get_413_and_16_kib_is_accepted_up_to_validation(server) {
+        let oversized = json!({"name": "a".repeat(16 * 1024), "categoryId": 1});
+        let response = server.post_pet(&oversized).send().await.unwrap();
+        assert_error(response, StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large").await;
+
+        // Exactly 16384 bytes is within the limit: the body is read and judged
+        // on its content (here, a name that is too long).
+        let padding = 16 * 1024 - json!({"name": "", "categoryId": 1}).to_string().len();
+        let body = json!({"name": "a".repeat(padding), "categoryId": 1}).to_string();
+        assert_eq!(body.len(), 16 * 1024);
+        let response = server
+            .request(Method::POST, "/pets")
+            .header("content-type", "application/json")
             .body(body)
             .send()
             .await
             .unwrap();
         assert_error(response, StatusCode::BAD_REQUEST, "bad_request").await;
     }
-}
 
-#[tokio::test]
-async fn a_duplicate_field_is_rejected() {
-    let server = TestServer::start().await;
-    let response = server
-        .request(Method::POST, "/pets")
-        .header("content-type", "application/json")
-        .body(r#"{"name": "Rex", "name": "Max", "categoryId": 1}"#)
-        .send()
-        .await
-        .unwrap();
-    assert_error(response, StatusCode::BAD_REQUEST, "bad_request").await;
-}
-
-#[tokio::test]
-async fn bodies_over_16_kib_get_413_and_16_kib_is_accepted_up_to_validation() {
-    let server = TestServer::start().await;
-    let oversized = json!({"name": "a".repeat(16 * 1024), "categoryId": 1});
-    let response = server.post_pet(&oversized).send().await.unwrap();
-    assert_error(response, StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large").await;
-
-    // Exactly 16384 bytes is within the limit: the body is read and judged
-    // on its content (here, a name that is too long).
-    let padding = 16 * 1024 - json!({"name": "", "categoryId": 1}).to_string().len();
-    let body = json!({"name": "a".repeat(padding), "categoryId": 1}).to_string();
-    assert_eq!(body.len(), 16 * 1024);
-    let response = server
-        .request(Method::POST, "/pets")
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    assert_error(response, StatusCode::BAD_REQUEST, "bad_request").await;
-}
-
-#[tokio::test]
-async fn fifty_concurrent_creates_get_fifty_distinct_ids() {
-    let server = TestServer::start().await;
-    let creates =
-        (0..50).map(|i| server.create(json!({"name": format!("pet-{i}"), "categoryId": i})));
-    let pets = futures::future::join_all(creates).await;
-    let ids: HashSet<i64> = pets.iter().map(|pet| pet["id"].as_i64().unwrap()).collect();
-    assert_eq!(ids.len(), 50);
-    let listed = server.list("?limit=100").await;
-    assert_eq!(listed.len(), 50);
-    for pet in &pets {
-        assert!(
-            listed.contains(pet),
-            "{pet} was acknowledged but is not listed"
-        );
+    async fn fifty_concurrent_creates_get_fifty_distinct_ids(server) {
+        let creates =
+            (0..50).map(|i| server.create(json!({"name": format!("pet-{i}"), "categoryId": i})));
+        let pets = futures::future::join_all(creates).await;
+        let ids: HashSet<i64> = pets.iter().map(|pet| pet["id"].as_i64().unwrap()).collect();
+        assert_eq!(ids.len(), 50);
+        let listed = server.list("?limit=100").await;
+        assert_eq!(listed.len(), 50);
+        for pet in &pets {
+            assert!(
+                listed.contains(pet),
+                "{pet} was acknowledged but is not listed"
+            );
+        }
     }
 }

@@ -2,64 +2,60 @@
 //! deprecation headers; 404 when no pet has the id; 400 when the id is not
 //! an int64.
 
-use petstore_tests::{TestServer, assert_error};
+use petstore_tests::{assert_error, on_every_backend};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-#[tokio::test]
-async fn returns_the_pet_and_announces_the_deprecation() {
-    let server = TestServer::start().await;
-    let pet = server
-        .create(json!({"name": "Rex", "categoryId": 9, "status": "pending"}))
-        .await;
-    let response = server
-        .get(&format!("/pets/{}", pet["id"]))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    let headers = response.headers().clone();
-    assert_eq!(headers["content-type"], "application/json");
-    let deprecation = headers["deprecation"].to_str().unwrap();
-    let since: i64 = deprecation
-        .strip_prefix('@')
-        .expect("an RFC 9745 date")
-        .parse()
-        .unwrap();
-    assert!(since < 1_922_659_200, "deprecated before the sunset");
-    assert_eq!(headers["sunset"], "Thu, 05 Dec 2030 00:00:00 GMT");
-    assert_eq!(headers["link"], "</v1/pets>; rel=\"successor-version\"");
-    assert_eq!(response.json::<Value>().await.unwrap(), pet);
-}
-
-#[tokio::test]
-async fn an_unknown_id_gets_404() {
-    let server = TestServer::start().await;
-    let pet = server.create(json!({"name": "Rex", "categoryId": 1})).await;
-    let unknown = pet["id"].as_i64().unwrap() + 1;
-    for id in [unknown, 0, -1, i64::MAX, i64::MIN] {
-        let response = server.get(&format!("/pets/{id}")).send().await.unwrap();
-        let error = assert_error(response, StatusCode::NOT_FOUND, "not_found").await;
-        assert!(
-            error["message"].as_str().unwrap().contains(&id.to_string()),
-            "{error}"
-        );
+on_every_backend! {
+    async fn returns_the_pet_and_announces_the_deprecation(server) {
+        let pet = server
+            .create(json!({"name": "Rex", "categoryId": 9, "status": "pending"}))
+            .await;
+        let response = server
+            .get(&format!("/pets/{}", pet["id"]))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let headers = response.headers().clone();
+        assert_eq!(headers["content-type"], "application/json");
+        let deprecation = headers["deprecation"].to_str().unwrap();
+        let since: i64 = deprecation
+            .strip_prefix('@')
+            .expect("an RFC 9745 date")
+            .parse()
+            .unwrap();
+        assert!(since < 1_922_659_200, "deprecated before the sunset");
+        assert_eq!(headers["sunset"], "Thu, 05 Dec 2030 00:00:00 GMT");
+        assert_eq!(headers["link"], "</v1/pets>; rel=\"successor-version\"");
+        assert_eq!(response.json::<Value>().await.unwrap(), pet);
     }
-}
 
-#[tokio::test]
-async fn an_id_that_is_not_an_int64_gets_400() {
-    let server = TestServer::start().await;
-    for id in [
-        "abc",
-        "1.5",
-        "9223372036854775808",
-        "-9223372036854775809",
-        "1e3",
-        "0x10",
-        "%20",
-    ] {
-        let response = server.get(&format!("/pets/{id}")).send().await.unwrap();
-        assert_error(response, StatusCode::BAD_REQUEST, "bad_request").await;
+    async fn an_unknown_id_gets_404(server) {
+        let pet = server.create(json!({"name": "Rex", "categoryId": 1})).await;
+        let unknown = pet["id"].as_i64().unwrap() + 1;
+        for id in [unknown, 0, -1, i64::MAX, i64::MIN] {
+            let response = server.get(&format!("/pets/{id}")).send().await.unwrap();
+            let error = assert_error(response, StatusCode::NOT_FOUND, "not_found").await;
+            assert!(
+                error["message"].as_str().unwrap().contains(&id.to_string()),
+                "{error}"
+            );
+        }
+    }
+
+    async fn an_id_that_is_not_an_int64_gets_400(server) {
+        for id in [
+            "abc",
+            "1.5",
+            "9223372036854775808",
+            "-9223372036854775809",
+            "1e3",
+            "0x10",
+            "%20",
+        ] {
+            let response = server.get(&format!("/pets/{id}")).send().await.unwrap();
+            assert_error(response, StatusCode::BAD_REQUEST, "bad_request").await;
+        }
     }
 }
