@@ -102,7 +102,9 @@ impl TestServer {
         Some(TestServer::start_on(database, dir).await)
     }
 
-    async fn start_on(database: DatabaseUrl, dir: tempfile::TempDir) -> TestServer {
+    /// Starts a server on `database`; `dir` is kept alive as long as the
+    /// server (it holds the SQLite file, if any).
+    pub async fn start_on(database: DatabaseUrl, dir: tempfile::TempDir) -> TestServer {
         let log = LogBuffer::default();
         let server = launch(&database, &log).await;
         TestServer {

@@ -1,0 +1,221 @@
+//! Whole server processes on real databases: nothing acknowledged is lost
+//! when a server is killed, and several instances on one PostgreSQL
+//! database serve one consistent catalogue.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use common::{KEY, Served};
+use petstore_server::store::DatabaseUrl;
+use petstore_tests::{Backend, fresh_database};
+use serde_json::{Value, json};
+
+/// Concurrent writers while the server is killed.
+const WRITERS: usize = 16;
+
+/// A client whose timeout only guards against hangs: these machines are
+/// shared, so nothing here measures speed.
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
+
+/// Creates pets through `base_url` until a request fails; returns every pet
+/// acknowledged with 201. Names are unique per writer and attempt.
+async fn create_until_failure(base_url: String, writer: usize) -> Vec<Value> {
+    let client = client();
+    let statuses = [Some("available"), Some("pending"), Some("sold"), None];
+    let mut acknowledged = Vec::new();
+    for attempt in 0.. {
+        let mut body = json!({"name": format!("w{writer}-{attempt}"), "categoryId": attempt});
+        if let Some(status) = statuses[attempt % 4] {
+            body["status"] = json!(status);
+        }
+        let sent = client
+            .post(format!("{base_url}/pets"))
+            .bearer_auth(KEY)
+            .json(&body)
+            .send();
+        match sent.await {
+            Ok(response) if response.status() == 201 => match response.json::<Value>().await {
+                Ok(pet) => acknowledged.push(pet),
+                Err(_) => break,
+            },
+            _ => break,
+        }
+    }
+    acknowledged
+}
+
+async fn get_pet(base_url: &str, id: &Value) -> Value {
+    let response = client()
+        .get(format!("{base_url}/pets/{id}"))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "pet {id} through {base_url}");
+    response.json().await.unwrap()
+}
+
+/// How many rows carry each name, read straight from the database.
+async fn names_in_database(url: &DatabaseUrl) -> HashMap<String, usize> {
+    let names: Vec<String> = match url {
+        DatabaseUrl::Sqlite(path) => {
+            let conn = rusqlite::Connection::open(path).unwrap();
+            let mut stmt = conn.prepare("SELECT name FROM pets").unwrap();
+            stmt.query_map([], |row| row.get(0))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect()
+        }
+        DatabaseUrl::Postgres(pg) => {
+            let (client, connection) = tokio_postgres::connect(pg.url(), tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(connection);
+            let rows = client.query("SELECT name FROM pets", &[]).await.unwrap();
+            rows.iter().map(|row| row.get(0)).collect()
+        }
+    };
+    let mut counts = HashMap::new();
+    for name in names {
+        *counts.entry(name).or_default() += 1;
+    }
+    counts
+}
+
+async fn acknowledged_pets_survive_sigkill(backend: Backend) {
+    let Some((database, dir)) = fresh_database(backend).await else {
+        return;
+    };
+    let args = ["--database".to_owned(), database_arg(&database)];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let served = Served::start(dir.path(), &args);
+    let base_url = served.base_url();
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|writer| tokio::spawn(create_until_failure(base_url.clone(), writer)))
+        .collect();
+
+    // Let the writers get going, then pull the plug.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while names_in_database(&database).await.len() < 300 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    served.kill();
+    let mut acknowledged = Vec::new();
+    for writer in writers {
+        acknowledged.extend(writer.await.unwrap());
+    }
+    assert!(
+        acknowledged.len() >= 100,
+        "only {} creates were acknowledged",
+        acknowledged.len()
+    );
+
+    let served = Served::start(dir.path(), &args);
+    for pet in &acknowledged {
+        assert_eq!(
+            &get_pet(&served.base_url(), &pet["id"]).await,
+            pet,
+            "lost or changed"
+        );
+    }
+    let ids: HashSet<&Value> = acknowledged.iter().map(|pet| &pet["id"]).collect();
+    assert_eq!(
+        ids.len(),
+        acknowledged.len(),
+        "an id was acknowledged twice"
+    );
+    let names = names_in_database(&database).await;
+    assert!(
+        names.values().all(|&count| count == 1),
+        "a pet was stored twice"
+    );
+    for pet in &acknowledged {
+        assert_eq!(names.get(pet["name"].as_str().unwrap()), Some(&1));
+    }
+    let (status, _) = served.terminate();
+    assert!(status.success());
+}
+
+fn database_arg(url: &DatabaseUrl) -> String {
+    match url {
+        DatabaseUrl::Sqlite(path) => format!("sqlite://{}", path.display()),
+        DatabaseUrl::Postgres(pg) => pg.url().to_owned(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_loses_no_acknowledged_pet_when_killed() {
+    acknowledged_pets_survive_sigkill(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_loses_no_acknowledged_pet_when_killed() {
+    acknowledged_pets_survive_sigkill(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_on_one_postgres_serve_one_catalogue() {
+    let Some((database, dir)) = fresh_database(Backend::Postgres).await else {
+        return;
+    };
+    let args = ["--database".to_owned(), database_arg(&database)];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let first = Served::start(dir.path(), &args);
+    let second = Served::start(dir.path(), &args);
+    let urls = [first.base_url(), second.base_url()];
+
+    // 16 concurrent writers, each alternating between the two instances.
+    let writers = (0..16).map(|writer| {
+        let urls = urls.clone();
+        async move {
+            let client = client();
+            let mut pets = Vec::new();
+            for i in 0..13 {
+                let url = &urls[(writer + i) % 2];
+                let body = json!({"name": format!("shared-{writer}-{i}"), "categoryId": i, "status": "available"});
+                let response =
+                    client.post(format!("{url}/pets")).bearer_auth(KEY).json(&body).send().await.unwrap();
+                assert_eq!(response.status(), 201);
+                pets.push(response.json::<Value>().await.unwrap());
+            }
+            pets
+        }
+    });
+    let pets: Vec<Value> = futures::future::join_all(writers)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    let ids: HashSet<i64> = pets.iter().map(|pet| pet["id"].as_i64().unwrap()).collect();
+    assert_eq!(ids.len(), 16 * 13, "ids collided across instances");
+
+    for pet in &pets {
+        for url in &urls {
+            assert_eq!(&get_pet(url, &pet["id"]).await, pet);
+        }
+    }
+    let lists: Vec<Value> = futures::future::join_all(urls.iter().map(|url| async move {
+        let response = client()
+            .get(format!("{url}/pets?limit=100&status=available"))
+            .bearer_auth(KEY)
+            .send()
+            .await
+            .unwrap();
+        response.json::<Value>().await.unwrap()
+    }))
+    .await;
+    assert_eq!(lists[0], lists[1], "both instances list the same catalogue");
+    assert_eq!(lists[0].as_array().unwrap().len(), 100);
+
+    for served in [first, second] {
+        let (status, _) = served.terminate();
+        assert!(status.success());
+    }
+}
