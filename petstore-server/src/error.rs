@@ -58,7 +58,7 @@ impl ApiError {
     pub fn service_unavailable(cause: impl std::fmt::Display) -> ApiError {
         let mut error = ApiError::new(
             ErrorStatusCode::SERVICE_UNAVAILABLE,
-            "the database is unavailable; nothing was changed, retry later",
+            "the database is unavailable; retry later",
         );
         error.internal_message = format!("database unavailable: {cause}");
         error
