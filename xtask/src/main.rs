@@ -4,10 +4,16 @@
 //!   `target/openapi/emitted.json`.
 //! - `openapi validate`: validate `openapi/petstore.yaml` with a real
 //!   OpenAPI 3.0 validator (`openapi-spec-validator`, in a venv under `target/`).
+//! - `openapi check`: the drift check between the contract and the server.
+//! - `client generate` / `client check`: the progenitor-generated client.
+//! - `conformance`: schemathesis against a server built from the tree.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod client;
+mod conformance;
+mod drift;
 mod openapi;
 mod python;
 
@@ -15,7 +21,11 @@ const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
   openapi emit       write the server's emitted OpenAPI document to target/openapi/emitted.json
-  openapi validate   validate openapi/petstore.yaml with openapi-spec-validator (venv in target/)";
+  openapi validate   validate openapi/petstore.yaml with openapi-spec-validator (venv in target/)
+  openapi check      fail when openapi/petstore.yaml and the server disagree (the drift check)
+  client generate    regenerate petstore-client/src/generated.rs from openapi/petstore.yaml
+  client check       fail when the committed client is not what the YAML generates
+  conformance        run schemathesis against a server built from the tree";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -23,6 +33,10 @@ fn main() -> ExitCode {
     let result = match args.as_slice() {
         ["openapi", "emit"] => openapi::emit(),
         ["openapi", "validate"] => openapi::validate(),
+        ["openapi", "check"] => drift::check(),
+        ["client", "generate"] => client::generate(),
+        ["client", "check"] => client::check(),
+        ["conformance"] => conformance::run(),
         ["help" | "--help" | "-h"] => {
             println!("{USAGE}");
             Ok(())
