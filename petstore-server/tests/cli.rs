@@ -176,8 +176,14 @@ fn an_unreachable_postgres_fails_start_up_fast_and_clearly() {
         .args(["--database", "postgres://pets:hunter2@127.0.0.1:1/pets"])
         .env("PETSTORE_API_KEYS", KEY));
     assert!(!output.status.success());
-    assert!(stderr.contains("postgres://pets:***@127.0.0.1:1/pets"), "{stderr}");
-    assert!(!stderr.contains("hunter2"), "the password was printed: {stderr}");
+    assert!(
+        stderr.contains("postgres://pets:***@127.0.0.1:1/pets"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("hunter2"),
+        "the password was printed: {stderr}"
+    );
     // Generous: the connect timeout is 5 s; this only catches a hang.
     assert!(started.elapsed() < std::time::Duration::from_secs(60));
 }

@@ -18,7 +18,9 @@ async fn reads_do_not_wait_for_an_open_write_transaction() {
 
     // Another writer holds the database's write lock, mid-transaction.
     let writer = rusqlite::Connection::open(path).unwrap();
-    let mode: String = writer.query_row("PRAGMA journal_mode", [], |row| row.get(0)).unwrap();
+    let mode: String = writer
+        .query_row("PRAGMA journal_mode", [], |row| row.get(0))
+        .unwrap();
     assert_eq!(mode, "wal", "the server put the database in WAL mode");
     writer
         .execute_batch("BEGIN IMMEDIATE; INSERT INTO pets (name, category_id) VALUES ('x', 1);")
