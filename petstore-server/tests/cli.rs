@@ -76,19 +76,19 @@ fn invalid_settings_fail_with_a_clear_message() {
     }
 }
 
+/// Runs `serve` on `database`, insisting that it fails; returns its stderr.
+fn serve_fails(dir: &std::path::Path, database: &str) -> String {
+    let (output, _, stderr) = run(petstore(dir)
+        .args(["serve", "--bind", "127.0.0.1:0", "--database", database])
+        .env("PETSTORE_API_KEYS", KEY));
+    assert!(!output.status.success(), "serve on {database} started");
+    stderr
+}
+
 #[test]
 fn an_unusable_database_path_fails_fast_with_its_name() {
     let dir = tempfile::tempdir().unwrap();
-    let (output, _, stderr) = run(petstore(dir.path())
-        .args([
-            "serve",
-            "--bind",
-            "127.0.0.1:0",
-            "--database",
-            "sqlite:///nonexistent-dir/x/pets.db",
-        ])
-        .env("PETSTORE_API_KEYS", KEY));
-    assert!(!output.status.success());
+    let stderr = serve_fails(dir.path(), "sqlite:///nonexistent-dir/x/pets.db");
     assert!(stderr.contains("/nonexistent-dir/x/pets.db"), "{stderr}");
 }
 
@@ -136,16 +136,7 @@ fn migrate_creates_the_schema_and_serve_refuses_a_newer_one() {
     let conn = rusqlite::Connection::open(dir.path().join("m.db")).unwrap();
     conn.pragma_update(None, "user_version", 42).unwrap();
     drop(conn);
-    let (output, _, stderr) = run(petstore(dir.path())
-        .args([
-            "serve",
-            "--bind",
-            "127.0.0.1:0",
-            "--database",
-            "sqlite://m.db",
-        ])
-        .env("PETSTORE_API_KEYS", KEY));
-    assert!(!output.status.success());
+    let stderr = serve_fails(dir.path(), "sqlite://m.db");
     assert!(stderr.contains("schema version 42"), "{stderr}");
 }
 
@@ -171,11 +162,7 @@ fn openapi_prints_the_emitted_document() {
 fn an_unreachable_postgres_fails_start_up_fast_and_clearly() {
     let dir = tempfile::tempdir().unwrap();
     let started = std::time::Instant::now();
-    let (output, _, stderr) = run(petstore(dir.path())
-        .args(["serve", "--bind", "127.0.0.1:0"])
-        .args(["--database", "postgres://pets:hunter2@127.0.0.1:1/pets"])
-        .env("PETSTORE_API_KEYS", KEY));
-    assert!(!output.status.success());
+    let stderr = serve_fails(dir.path(), "postgres://pets:hunter2@127.0.0.1:1/pets");
     assert!(
         stderr.contains("postgres://pets:***@127.0.0.1:1/pets"),
         "{stderr}"

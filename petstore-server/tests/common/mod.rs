@@ -136,6 +136,16 @@ pub fn logged_address(record: &str) -> String {
         .collect()
 }
 
+/// A test that fails half-way must not leave its server running.
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 impl Served {
     /// `http://ADDRESS/v1`.
     pub fn base_url(&self) -> String {
