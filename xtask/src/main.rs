@@ -11,6 +11,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod bench;
 mod client;
 mod conformance;
 mod drift;
@@ -25,7 +26,8 @@ commands:
   openapi check      fail when openapi/petstore.yaml and the server disagree (the drift check)
   client generate    regenerate petstore-client/src/generated.rs from openapi/petstore.yaml
   client check       fail when the committed client is not what the YAML generates
-  conformance        run schemathesis against a server built from the tree";
+  conformance        run schemathesis against a server built from the tree
+  bench [OPTIONS]    wrk load test of the release server next to a hyper ceiling (bench --help)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -37,6 +39,7 @@ fn main() -> ExitCode {
         ["client", "generate"] => client::generate(),
         ["client", "check"] => client::check(),
         ["conformance"] => conformance::run(),
+        ["bench", rest @ ..] => bench::run(rest),
         ["help" | "--help" | "-h"] => {
             println!("{USAGE}");
             Ok(())

@@ -1,0 +1,38 @@
+//! The canned responses the ceiling serves.
+//!
+//! The bench captures them from the real server once per dataset, right
+//! after seeding, and writes them as JSON; `bench-ceiling` (which includes
+//! this file with `#[path]`) reads them and replays the same status, headers
+//! and body bytes. Only data lives here, so both crates can share it.
+
+use serde::{Deserialize, Serialize};
+
+/// One captured response.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Canned {
+    /// The HTTP status code.
+    pub status: u16,
+    /// Headers in the order the server sent them, without those the HTTP
+    /// layer writes itself (`date`, `content-length`, `connection`, ...).
+    pub headers: Vec<(String, String)>,
+    /// The body, byte for byte (the API only ever sends UTF-8 JSON).
+    pub body: String,
+}
+
+/// Everything the ceiling answers, one response per route.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CannedSet {
+    /// `GET /v1/pets?limit=20`.
+    pub list20: Canned,
+    /// `GET /v1/pets?limit=100&status=available`.
+    pub list100_available: Canned,
+    /// `GET /v1/pets/{id}`: one representative body, for every id in
+    /// `1..=max_id`.
+    pub get: Canned,
+    /// The highest id `get` answers; other ids get 404.
+    pub max_id: i64,
+    /// `POST /v1/pets`.
+    pub create: Canned,
+    /// Any request without the right bearer key.
+    pub unauthorized: Canned,
+}

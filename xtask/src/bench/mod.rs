@@ -1,0 +1,466 @@
+//! `cargo xtask bench`: throughput, latency, CPU and memory of the release
+//! server under wrk, each number next to a ceiling measured the same way.
+//!
+//! For each dataset — 1k pets on SQLite (every scenario), the scaling
+//! dataset (1M pets, reads only) and, with `--postgres`, 1k pets on a
+//! throwaway PostgreSQL cluster — the bench seeds a fresh database through
+//! the storage layer, starts `petstore-server` (release build, free loopback
+//! port, a fresh key, default log settings), captures one answer per
+//! scenario and starts `bench-ceiling` replaying them. Then, round after
+//! round, it drives the ceiling and the server with wrk in turn (which goes
+//! first alternates by round) and records req/s, p50/p99, CPU per request
+//! (utime + stime from `/proc/PID/stat`, before and after) and peak RSS
+//! (`VmHWM`). It reports medians over rounds and the median of the per-round
+//! ratios server ÷ ceiling, which is what stays comparable on a noisy machine.
+//!
+//! Every process it starts is held by a guard that stops it when dropped, so
+//! a failure midway leaves no server, ceiling, wrk or cluster behind.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use petstore_server::store::DatabaseUrl;
+
+use crate::workspace_root;
+
+mod canned;
+mod capture;
+mod machine;
+mod options;
+mod postgres;
+mod process;
+mod report;
+mod scenario;
+mod seed;
+mod wrk;
+
+use options::{Options, Parsed};
+use process::{Service, free_loopback_addr, generate_key};
+use report::{Round, Row, Sample, pets_label};
+use scenario::Scenario;
+
+/// How long each target is driven, per scenario, before round 1 (not
+/// recorded): caches and connection pools warm up there.
+const WARM_UP: Duration = Duration::from_secs(1);
+/// A pause before each run, so the previous run's tail (late responses,
+/// closing connections) is not measured.
+const SETTLE: Duration = Duration::from_millis(300);
+
+/// Runs `cargo xtask bench ARGS`.
+pub fn run(args: &[&str]) -> anyhow::Result<()> {
+    let options = match options::parse(args)? {
+        Parsed::Help => {
+            println!("{}", options::USAGE);
+            return Ok(());
+        }
+        Parsed::Run(options) => options,
+    };
+    wrk::ensure_installed()?;
+    let binaries = Binaries::build()?;
+    let machine = machine::Machine::describe();
+    println!("bench: {}", machine.one_line());
+    let scratch = tempfile::Builder::new()
+        .prefix("petstore-bench-")
+        .tempdir()
+        .context("creating a scratch directory")?;
+    let runtime = tokio::runtime::Runtime::new().context("starting a tokio runtime")?;
+    let bench = Bench {
+        options,
+        binaries,
+        scratch: scratch.path().to_owned(),
+        interrupted: watch_interrupts(&runtime)?,
+        runtime,
+    };
+    let outcome = bench.run_all(args, &machine);
+    if bench.interrupted.load(Ordering::Relaxed) {
+        bail!("interrupted; everything the bench started has been stopped");
+    }
+    outcome
+}
+
+/// Ctrl-C reaches the whole process group, so wrk and the servers stop at
+/// once and the run in progress fails. The bench itself must not die on the
+/// spot, or its guards and its scratch directory (databases of up to a
+/// million pets) would never be cleaned up: it notes the signal and stops at
+/// the next step, through the same path as any failure.
+fn watch_interrupts(runtime: &tokio::runtime::Runtime) -> anyhow::Result<Arc<AtomicBool>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut interrupts = runtime
+        .block_on(async { signal(SignalKind::interrupt()) })
+        .context("watching for Ctrl-C")?;
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&interrupted);
+    runtime.spawn(async move {
+        if interrupts.recv().await.is_some() {
+            flag.store(true, Ordering::Relaxed);
+            eprintln!("bench: interrupted; stopping");
+        }
+    });
+    Ok(interrupted)
+}
+
+/// The built executables.
+struct Binaries {
+    server: PathBuf,
+    ceiling: PathBuf,
+}
+
+impl Binaries {
+    /// `cargo build --release` of the server and the ceiling; their paths as
+    /// cargo reports them (so a custom target directory is no problem).
+    fn build() -> anyhow::Result<Binaries> {
+        println!("bench: building the release server and ceiling");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let output = Command::new(cargo)
+            .current_dir(workspace_root())
+            .args([
+                "build",
+                "--release",
+                "--message-format=json-render-diagnostics",
+            ])
+            .args(["-p", "petstore-server", "--bin", "petstore-server"])
+            .args(["-p", "xtask", "--bin", "bench-ceiling"])
+            .stderr(Stdio::inherit())
+            .output()
+            .context("running cargo build")?;
+        if !output.status.success() {
+            bail!("cargo build --release failed: {}", output.status);
+        }
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let executable = |name: &str| {
+            stdout
+                .lines()
+                .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+                .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == name)
+                .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+                .with_context(|| format!("cargo build reported no {name} executable"))
+        };
+        Ok(Binaries {
+            server: executable("petstore-server")?,
+            ceiling: executable("bench-ceiling")?,
+        })
+    }
+}
+
+/// Where the catalogue is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl Backend {
+    fn name(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        }
+    }
+}
+
+/// One dataset on one backend, and the scenarios run on it.
+struct Setup {
+    backend: Backend,
+    pets: u64,
+    scenarios: Vec<Scenario>,
+}
+
+/// What every setup shares.
+struct Bench {
+    options: Options,
+    binaries: Binaries,
+    scratch: PathBuf,
+    /// Set by Ctrl-C.
+    interrupted: Arc<AtomicBool>,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Bench {
+    /// Every setup, then the results.
+    fn run_all(&self, args: &[&str], machine: &machine::Machine) -> anyhow::Result<()> {
+        let mut rows = Vec::new();
+        let mut seeding = Vec::new();
+        for setup in self.setups() {
+            let (setup_rows, seeded) = self.run_setup(&setup)?;
+            rows.extend(setup_rows);
+            seeding.push(format!(
+                "{} pets ({}) in {seeded:.1?}",
+                pets_label(setup.pets),
+                setup.backend.name()
+            ));
+        }
+        let run = machine::RunInfo {
+            command: std::iter::once("cargo xtask bench")
+                .chain(args.iter().copied())
+                .collect::<Vec<_>>()
+                .join(" "),
+            options: self.options.clone(),
+            load_before: machine.load_average.clone(),
+            load_after: machine::load_average(),
+            seeding,
+        };
+        write_results(&rows, machine, &run)?;
+        fail_on_errors(&rows)
+    }
+
+    /// Fails once Ctrl-C has been pressed.
+    fn go_on(&self) -> anyhow::Result<()> {
+        if self.interrupted.load(Ordering::Relaxed) {
+            bail!("interrupted");
+        }
+        Ok(())
+    }
+
+    /// 1k on SQLite, the scaling dataset (reads only), 1k on PostgreSQL.
+    fn setups(&self) -> Vec<Setup> {
+        let chosen = |reads_only: bool| -> Vec<Scenario> {
+            Scenario::ALL
+                .into_iter()
+                .filter(|s| self.options.scenario.is_none_or(|only| only == *s))
+                .filter(|s| !reads_only || s.reads_only())
+                .collect()
+        };
+        let mut setups = vec![Setup {
+            backend: Backend::Sqlite,
+            pets: report::BASE_PETS,
+            scenarios: chosen(false),
+        }];
+        if self.options.scaling_pets > 0 {
+            let pets = self.options.scaling_pets;
+            setups.push(Setup {
+                backend: Backend::Sqlite,
+                pets,
+                scenarios: chosen(true),
+            });
+        }
+        if self.options.postgres {
+            setups.push(Setup {
+                backend: Backend::Postgres,
+                pets: report::BASE_PETS,
+                scenarios: chosen(false),
+            });
+        }
+        setups.retain(|s| !s.scenarios.is_empty());
+        setups
+    }
+
+    /// Seeds, starts both targets, runs every round; returns the rows and
+    /// how long seeding took.
+    fn run_setup(&self, setup: &Setup) -> anyhow::Result<(Vec<Row>, Duration)> {
+        let label = format!("{} {}", pets_label(setup.pets), setup.backend.name());
+        let dir = self.scratch.join(label.replace(' ', "-"));
+        std::fs::create_dir_all(&dir)?;
+        // Declared first, so it is dropped (stopped and deleted) last.
+        let cluster = match setup.backend {
+            Backend::Postgres => Some(postgres::Cluster::start()?),
+            Backend::Sqlite => None,
+        };
+        let url = match &cluster {
+            Some(cluster) => cluster.url(),
+            None => format!("sqlite://{}", dir.join("petstore.db").display()),
+        };
+        let database: DatabaseUrl = url.parse().map_err(|e: String| anyhow::anyhow!(e))?;
+        println!("bench: [{label}] seeding {} pets", setup.pets);
+        let seeded = self.runtime.block_on(seed::seed(&database, setup.pets))?;
+        println!("bench: [{label}] seeded in {seeded:.1?}");
+        self.go_on()?;
+        let key = generate_key()?;
+        let server = self.start_server(&url, &key)?;
+        let canned =
+            self.runtime
+                .block_on(capture::capture(server.addr, &key, setup.pets as i64))?;
+        let responses = dir.join("responses.json");
+        std::fs::write(&responses, serde_json::to_string_pretty(&canned)?)?;
+        let ceiling = self.start_ceiling(&responses, &key)?;
+        let targets = Targets {
+            server: &server,
+            ceiling: &ceiling,
+        };
+        let rows = self.rounds(setup, &label, &targets, &key, &dir)?;
+        server.stop()?;
+        ceiling.stop()?;
+        drop(cluster);
+        Ok((rows, seeded))
+    }
+
+    fn start_server(&self, url: &str, key: &str) -> anyhow::Result<Service> {
+        let addr = free_loopback_addr()?;
+        let mut command = Command::new(&self.binaries.server);
+        command
+            .arg("serve")
+            .args(["--bind", &addr.to_string(), "--database", url]);
+        if let Some(level) = &self.options.log_level {
+            command.args(["--log-level", level]);
+        }
+        // Only what is given here counts, not the caller's PETSTORE_* settings.
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("PETSTORE_") {
+                command.env_remove(name);
+            }
+        }
+        command.env("PETSTORE_API_KEYS", key);
+        Service::start("petstore-server", &mut command, addr, key)
+    }
+
+    fn start_ceiling(&self, responses: &Path, key: &str) -> anyhow::Result<Service> {
+        let addr = free_loopback_addr()?;
+        let mut command = Command::new(&self.binaries.ceiling);
+        command
+            .args(["--bind", &addr.to_string()])
+            .arg("--responses")
+            .arg(responses)
+            .env("BENCH_CEILING_KEY", key);
+        Service::start("bench-ceiling", &mut command, addr, key)
+    }
+
+    /// The warm-up, then every round of every scenario of `setup`.
+    fn rounds(
+        &self,
+        setup: &Setup,
+        label: &str,
+        targets: &Targets,
+        key: &str,
+        dir: &Path,
+    ) -> anyhow::Result<Vec<Row>> {
+        let mut rows = Vec::new();
+        let mut scripts = Vec::new();
+        for &scenario in &setup.scenarios {
+            let script = dir.join(format!("{}.lua", scenario.name()));
+            std::fs::write(&script, scenario.wrk_script(key, setup.pets as i64))?;
+            scripts.push(script);
+            rows.push(Row {
+                scenario,
+                pets: setup.pets,
+                backend: setup.backend.name(),
+                rounds: Vec::new(),
+            });
+        }
+        println!("bench: [{label}] warming up ({WARM_UP:?} per scenario and target)");
+        for script in &scripts {
+            for target in [targets.ceiling, targets.server] {
+                wrk::run(script, target.addr, WARM_UP, &dir.join("wrk.out"))?;
+            }
+        }
+        for round in 0..self.options.rounds {
+            for (row, script) in rows.iter_mut().zip(&scripts) {
+                self.go_on()?;
+                let measured = self.round(round, targets, script, dir)?;
+                print_round(label, row.scenario, round, self.options.rounds, &measured);
+                row.rounds.push(measured);
+            }
+        }
+        Ok(rows)
+    }
+
+    /// The ceiling and the server, one after the other; who goes first
+    /// alternates, so neither always gets the quieter moment.
+    fn round(
+        &self,
+        round: usize,
+        targets: &Targets,
+        script: &Path,
+        dir: &Path,
+    ) -> anyhow::Result<Round> {
+        let measure =
+            |target: &Service| measure(target, script, self.options.duration, &dir.join("wrk.out"));
+        if round.is_multiple_of(2) {
+            let ceiling = measure(targets.ceiling)?;
+            Ok(Round {
+                server: measure(targets.server)?,
+                ceiling,
+            })
+        } else {
+            let server = measure(targets.server)?;
+            Ok(Round {
+                server,
+                ceiling: measure(targets.ceiling)?,
+            })
+        }
+    }
+}
+
+/// The two servers of a setup.
+struct Targets<'a> {
+    server: &'a Service,
+    ceiling: &'a Service,
+}
+
+/// One wrk run against `target`, with its CPU time before and after.
+fn measure(
+    target: &Service,
+    script: &Path,
+    duration: Duration,
+    out: &Path,
+) -> anyhow::Result<Sample> {
+    std::thread::sleep(SETTLE);
+    let cpu_before = target.cpu_time()?;
+    let run = wrk::run(script, target.addr, duration, out)?;
+    let cpu = target.cpu_time()?.saturating_sub(cpu_before);
+    Ok(Sample {
+        rate: run.rate(),
+        p50: run.p50,
+        p99: run.p99,
+        cpu_per_request: cpu.div_f64(run.requests.max(1) as f64),
+        peak_rss_kib: target.peak_rss_kib()?,
+        error: run.error(),
+    })
+}
+
+fn print_round(label: &str, scenario: Scenario, round: usize, rounds: usize, r: &Round) {
+    let describe = |s: &Sample| match &s.error {
+        Some(error) => format!("ERROR ({error})"),
+        None => format!(
+            "{:.0} req/s, p99 {:.2} ms, {:.0} µs CPU/req",
+            s.rate,
+            s.p99.as_secs_f64() * 1e3,
+            s.cpu_per_request.as_secs_f64() * 1e6
+        ),
+    };
+    println!(
+        "bench: [{label}] {} round {}/{rounds}: server {} | ceiling {} | ratio {:.3}",
+        scenario.name(),
+        round + 1,
+        describe(&r.server),
+        describe(&r.ceiling),
+        r.server.rate / r.ceiling.rate
+    );
+}
+
+/// Prints the table and writes `target/bench/results.{tsv,md}`.
+fn write_results(
+    rows: &[Row],
+    machine: &machine::Machine,
+    run: &machine::RunInfo,
+) -> anyhow::Result<()> {
+    let out = workspace_root().join("target/bench");
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let table = report::markdown_table(rows);
+    let markdown = format!("{}\n{table}", machine.markdown(run));
+    for (name, text) in [("results.tsv", report::tsv(rows)), ("results.md", markdown)] {
+        let path = out.join(name);
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    println!("\n{table}");
+    println!(
+        "bench: load average {} before, {} after",
+        run.load_before, run.load_after
+    );
+    println!(
+        "bench: wrote {0}/results.tsv and {0}/results.md",
+        out.display()
+    );
+    Ok(())
+}
+
+/// A run with errors is reported in the table and fails the command.
+fn fail_on_errors(rows: &[Row]) -> anyhow::Result<()> {
+    let errors: usize = rows.iter().map(|row| row.summary().errors.len()).sum();
+    if errors > 0 {
+        bail!("{errors} runs had errors (non-2xx responses or socket errors); see the table");
+    }
+    Ok(())
+}

@@ -1,0 +1,153 @@
+//! The command line of `cargo xtask bench`.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+use super::scenario::Scenario;
+
+/// The usage text, printed for `--help` and after a wrong argument.
+pub const USAGE: &str = "usage: cargo xtask bench [OPTIONS]
+
+options:
+  --duration SECS      seconds wrk drives each run (default 10)
+  --rounds N           rounds per scenario, ceiling and server alternating (default 3)
+  --scenario NAME      run only NAME: list20, get_by_id, create, list100_available
+  --postgres           also run the 1k scenarios on a throwaway PostgreSQL cluster
+  --scaling-pets N     pets in the scaling dataset (default 1000000; 0 skips it)
+  --log-level LEVEL    pass --log-level to the server (default: the server's own, info),
+                       to measure what logging costs";
+
+/// What to run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// How long wrk drives one run.
+    pub duration: Duration,
+    /// Rounds per scenario and dataset.
+    pub rounds: usize,
+    /// Only this scenario, if given.
+    pub scenario: Option<Scenario>,
+    /// Whether to run the 1k scenarios on PostgreSQL too.
+    pub postgres: bool,
+    /// Pets in the scaling dataset; 0 skips it.
+    pub scaling_pets: u64,
+    /// `--log-level` for the server, if not its default.
+    pub log_level: Option<String>,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            duration: Duration::from_secs(10),
+            rounds: 3,
+            scenario: None,
+            postgres: false,
+            scaling_pets: 1_000_000,
+            log_level: None,
+        }
+    }
+}
+
+/// What the command line asks for: a run, or the usage text.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Parsed {
+    /// Run the bench with these options.
+    Run(Options),
+    /// Print the usage text.
+    Help,
+}
+
+/// Parses the arguments after `bench`.
+pub fn parse(args: &[&str]) -> anyhow::Result<Parsed> {
+    let mut options = Options::default();
+    let mut args = args.iter();
+    while let Some(&flag) = args.next() {
+        let mut value = || {
+            args.next()
+                .copied()
+                .with_context(|| format!("{flag} needs a value"))
+        };
+        match flag {
+            "--help" | "-h" => return Ok(Parsed::Help),
+            "--postgres" => options.postgres = true,
+            "--duration" => options.duration = Duration::from_secs(positive(flag, value()?)?),
+            "--rounds" => options.rounds = positive(flag, value()?)? as usize,
+            "--scenario" => options.scenario = Some(Scenario::parse(value()?)?),
+            "--scaling-pets" => options.scaling_pets = number(flag, value()?)?,
+            "--log-level" => options.log_level = Some(value()?.to_owned()),
+            _ => bail!("unknown argument {flag:?}\n\n{USAGE}"),
+        }
+    }
+    Ok(Parsed::Run(options))
+}
+
+fn number(flag: &str, value: &str) -> anyhow::Result<u64> {
+    value
+        .parse()
+        .with_context(|| format!("{flag} {value:?}: expected a whole number"))
+}
+
+fn positive(flag: &str, value: &str) -> anyhow::Result<u64> {
+    match number(flag, value)? {
+        0 => bail!("{flag} must be at least 1"),
+        n => Ok(n),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(args: &[&str]) -> Options {
+        match parse(args).unwrap() {
+            Parsed::Run(options) => options,
+            Parsed::Help => panic!("help"),
+        }
+    }
+
+    #[test]
+    fn defaults_are_ten_seconds_three_rounds_every_scenario() {
+        assert_eq!(run(&[]), Options::default());
+        assert_eq!(Options::default().duration, Duration::from_secs(10));
+        assert_eq!(Options::default().rounds, 3);
+    }
+
+    #[test]
+    fn every_option_is_read() {
+        let options = run(&[
+            "--duration",
+            "3",
+            "--rounds",
+            "1",
+            "--scenario",
+            "get_by_id",
+            "--postgres",
+            "--scaling-pets",
+            "0",
+            "--log-level",
+            "warn",
+        ]);
+        assert_eq!(
+            options,
+            Options {
+                duration: Duration::from_secs(3),
+                rounds: 1,
+                scenario: Some(Scenario::GetById),
+                postgres: true,
+                scaling_pets: 0,
+                log_level: Some("warn".into()),
+            }
+        );
+    }
+
+    #[test]
+    fn wrong_arguments_are_refused_with_a_reason() {
+        let error = |args: &[&str]| parse(args).unwrap_err().to_string();
+        assert!(error(&["--duration"]).contains("needs a value"));
+        assert!(error(&["--duration", "0"]).contains("at least 1"));
+        assert!(error(&["--rounds", "x"]).contains("whole number"));
+        assert!(error(&["--scenario", "nope"]).contains("list20"));
+        assert!(error(&["--fast"]).contains("unknown argument"));
+        assert_eq!(parse(&["--help"]).unwrap(), Parsed::Help);
+    }
+}

@@ -1,0 +1,367 @@
+//! Child processes the bench starts, and what `/proc` says about them.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{PipeReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+/// How long a server may take to answer after it is spawned (a 1M-pet
+/// SQLite file or a PostgreSQL pool takes a moment).
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a server may take to stop after SIGTERM.
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A child process that is killed and reaped when dropped, so that no early
+/// return or panic leaves it running.
+pub struct Guard {
+    child: Option<Child>,
+    name: String,
+}
+
+impl Guard {
+    /// Spawns `command`, calling it `name` in messages.
+    pub fn spawn(name: &str, command: &mut Command) -> anyhow::Result<Guard> {
+        let child = command
+            .spawn()
+            .with_context(|| format!("starting {name} ({command:?})"))?;
+        Ok(Guard {
+            child: Some(child),
+            name: name.to_owned(),
+        })
+    }
+
+    fn child(&mut self) -> &mut Child {
+        self.child
+            .as_mut()
+            .expect("a guard holds its child until dropped")
+    }
+
+    /// The child's piped standard input, to be closed on its own.
+    pub fn take_stdin(&mut self) -> Option<ChildStdin> {
+        self.child().stdin.take()
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// The exit status, if the process has exited.
+    pub fn try_wait(&mut self) -> anyhow::Result<Option<ExitStatus>> {
+        let name = self.name.clone();
+        self.child()
+            .try_wait()
+            .with_context(|| format!("waiting for {name}"))
+    }
+
+    /// Waits up to `timeout` for the process to exit.
+    pub fn wait_timeout(&mut self, timeout: Duration) -> anyhow::Result<Option<ExitStatus>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.try_wait()? {
+                return Ok(Some(status));
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Stops the process the way an operator would, with SIGTERM, and kills
+    /// it if it has not exited within `timeout`. Returns its exit status, or
+    /// `None` when it had to be killed.
+    pub fn terminate(&mut self, timeout: Duration) -> anyhow::Result<Option<ExitStatus>> {
+        // std has no portable way to send SIGTERM; the kill command does it.
+        let signalled = Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status()
+            .is_ok_and(|status| status.success());
+        if signalled && let Some(status) = self.wait_timeout(timeout)? {
+            return Ok(Some(status));
+        }
+        let child = self.child();
+        child.kill().ok();
+        child.wait().ok();
+        Ok(None)
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take()
+            && child.try_wait().ok().flatten().is_none()
+        {
+            child.kill().ok();
+            child.wait().ok();
+        }
+    }
+}
+
+/// A server under load (the pet store or the ceiling), started as a child
+/// process on the loopback interface.
+pub struct Service {
+    guard: Guard,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// The end of its output.
+    output: Arc<Mutex<Tail>>,
+}
+
+impl Service {
+    /// Spawns `command` (which must listen on `addr`) and waits until an
+    /// authenticated `GET /v1/pets?limit=20` gets 200.
+    ///
+    /// Its stdout and stderr go to a pipe that a thread drains, keeping only
+    /// the end for error messages: the server logs every request, and a pipe
+    /// to a log collector is what it writes to in production (systemd,
+    /// containers), without filling a disk with gigabytes of logs.
+    pub fn start(
+        name: &str,
+        command: &mut Command,
+        addr: SocketAddr,
+        key: &str,
+    ) -> anyhow::Result<Service> {
+        let (reader, writer) = std::io::pipe().context("creating a pipe")?;
+        command
+            .stdin(Stdio::null())
+            .stdout(writer.try_clone()?)
+            .stderr(writer);
+        let guard = Guard::spawn(name, command);
+        // The command holds the pipe's write end until told otherwise; without
+        // this the drain would never see end-of-file.
+        command.stdout(Stdio::null()).stderr(Stdio::null());
+        let output = Arc::new(Mutex::new(Tail::default()));
+        drain(reader, Arc::clone(&output));
+        let mut service = Service {
+            guard: guard?,
+            addr,
+            output,
+        };
+        service.wait_until_ready(key)?;
+        Ok(service)
+    }
+
+    fn wait_until_ready(&mut self, key: &str) -> anyhow::Result<()> {
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        loop {
+            if let Some(status) = self.guard.try_wait()? {
+                bail!(
+                    "{} exited during start-up ({status}){}",
+                    self.guard.name,
+                    self.log_tail()
+                );
+            }
+            if probe(self.addr, key) == Some(200) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "{} did not answer within {STARTUP_TIMEOUT:?}{}",
+                    self.guard.name,
+                    self.log_tail()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// CPU time the process has used so far (user + system, all threads).
+    pub fn cpu_time(&self) -> anyhow::Result<Duration> {
+        let pid = self.guard.pid();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .with_context(|| format!("reading /proc/{pid}/stat"))?;
+        let ticks = cpu_ticks(&stat).with_context(|| format!("/proc/{pid}/stat: {stat:?}"))?;
+        Ok(Duration::from_secs_f64(
+            ticks as f64 / clock_ticks_per_second(),
+        ))
+    }
+
+    /// The most resident memory the process has had (`VmHWM`), in KiB.
+    pub fn peak_rss_kib(&self) -> anyhow::Result<u64> {
+        let pid = self.guard.pid();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .with_context(|| format!("reading /proc/{pid}/status"))?;
+        peak_rss(&status).with_context(|| format!("no VmHWM in /proc/{pid}/status"))
+    }
+
+    /// Stops it with SIGTERM; fails when it does not exit cleanly.
+    pub fn stop(mut self) -> anyhow::Result<()> {
+        match self.guard.terminate(SHUTDOWN_TIMEOUT)? {
+            Some(status) if status.success() => Ok(()),
+            Some(status) => bail!(
+                "{} exited with {status} on SIGTERM{}",
+                self.guard.name,
+                self.log_tail()
+            ),
+            None => bail!("{} did not stop on SIGTERM; it was killed", self.guard.name),
+        }
+    }
+
+    /// The end of its output, for error messages.
+    pub fn log_tail(&self) -> String {
+        let tail = self.output.lock().unwrap_or_else(|e| e.into_inner());
+        let text = String::from_utf8_lossy(tail.bytes.as_slices().0).into_owned()
+            + &String::from_utf8_lossy(tail.bytes.as_slices().1);
+        if text.trim().is_empty() {
+            "; it printed nothing".to_owned()
+        } else {
+            format!("; the end of its output:\n{}", text.trim_end())
+        }
+    }
+}
+
+/// The last bytes a process wrote.
+#[derive(Default)]
+struct Tail {
+    bytes: VecDeque<u8>,
+}
+
+impl Tail {
+    const KEEP: usize = 4096;
+
+    fn push(&mut self, chunk: &[u8]) {
+        self.bytes.extend(chunk);
+        let excess = self.bytes.len().saturating_sub(Tail::KEEP);
+        self.bytes.drain(..excess);
+    }
+}
+
+/// Reads `pipe` until end-of-file on a thread of its own, keeping the tail.
+fn drain(mut pipe: PipeReader, tail: Arc<Mutex<Tail>>) {
+    std::thread::spawn(move || {
+        let mut buffer = vec![0u8; 64 * 1024];
+        while let Ok(n @ 1..) = pipe.read(&mut buffer) {
+            tail.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(&buffer[..n]);
+        }
+    });
+}
+
+/// utime + stime, in clock ticks, from the text of `/proc/PID/stat`. The
+/// command name (field 2) may hold spaces and parentheses, so the fields are
+/// counted from the last `)`.
+pub fn cpu_ticks(stat: &str) -> Option<u64> {
+    let (_, after_name) = stat.rsplit_once(')')?;
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // After the name come field 3 (state) onwards; utime is 14, stime 15.
+    let utime: u64 = fields.get(14 - 3)?.parse().ok()?;
+    let stime: u64 = fields.get(15 - 3)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// `VmHWM` in KiB from the text of `/proc/PID/status`.
+pub fn peak_rss(status: &str) -> Option<u64> {
+    let line = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?;
+    line.split_whitespace().next()?.parse().ok()
+}
+
+/// The kernel's clock ticks per second (`getconf CLK_TCK`; 100 on Linux).
+fn clock_ticks_per_second() -> f64 {
+    static TICKS: OnceLock<f64> = OnceLock::new();
+    *TICKS.get_or_init(|| {
+        Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|out| String::from_utf8_lossy(&out.stdout).trim().parse().ok())
+            .unwrap_or(100.0)
+    })
+}
+
+/// The status code an authenticated `GET /v1/pets?limit=20` gets, if any.
+/// Plain HTTP/1.1 over a socket, so readiness needs no HTTP client.
+fn probe(addr: SocketAddr, key: &str) -> Option<u16> {
+    let response = || -> std::io::Result<String> {
+        let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
+        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        write!(
+            stream,
+            "GET /v1/pets?limit=20 HTTP/1.1\r\nHost: {addr}\r\n\
+             Authorization: Bearer {key}\r\nConnection: close\r\n\r\n"
+        )?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response)?;
+        Ok(response)
+    };
+    let response = response().ok()?;
+    response.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()
+}
+
+/// A free port on 127.0.0.1. The OS picks it; the listener is closed before
+/// the server binds it, and should another process take it in between, the
+/// server fails to start and the bench says so.
+pub fn free_loopback_addr() -> anyhow::Result<SocketAddr> {
+    let listener =
+        TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("finding a free port on 127.0.0.1")?;
+    Ok(listener.local_addr()?)
+}
+
+/// A single-use API key: 192 random bits, hex-encoded (a valid bearer token).
+pub fn generate_key() -> anyhow::Result<String> {
+    let mut bytes = [0u8; 24];
+    File::open("/dev/urandom")
+        .and_then(|mut random| random.read_exact(&mut bytes))
+        .context("reading /dev/urandom")?;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!("bench-{hex}"))
+}
+
+/// Whether this process runs as root.
+pub fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_ticks_are_utime_plus_stime() {
+        // A real line, with a command name that has a space and a parenthesis.
+        let stat = "4242 (tokio-rt (w) S 1 4242 4242 0 -1 4194560 3514 0 0 0 \
+                    731 269 0 0 20 0 5 0 12345 1000000 800 18446744073709551615";
+        assert_eq!(cpu_ticks(stat), Some(731 + 269));
+        assert_eq!(cpu_ticks("garbage"), None);
+    }
+
+    #[test]
+    fn peak_rss_is_vmhwm() {
+        let status = "Name:\tpetstore-server\nVmPeak:\t  900000 kB\nVmHWM:\t   31337 kB\nVmRSS:\t   30000 kB\n";
+        assert_eq!(peak_rss(status), Some(31337));
+        assert_eq!(peak_rss("Name:\tx\n"), None);
+    }
+
+    #[test]
+    fn this_process_can_be_measured() {
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+        assert!(cpu_ticks(&stat).is_some());
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        assert!(peak_rss(&status).unwrap() > 0);
+    }
+
+    #[test]
+    fn the_tail_keeps_the_last_bytes() {
+        let mut tail = Tail::default();
+        tail.push(&[b'a'; 5000]);
+        tail.push(b"end");
+        assert_eq!(tail.bytes.len(), Tail::KEEP);
+        assert!(tail.bytes.iter().rev().take(3).eq(b"dne".iter()));
+    }
+
+    #[test]
+    fn keys_are_fresh_bearer_tokens() {
+        let (a, b) = (generate_key().unwrap(), generate_key().unwrap());
+        assert_ne!(a, b);
+        assert!(a.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
+    }
+}

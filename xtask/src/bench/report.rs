@@ -1,0 +1,354 @@
+//! Results: medians over rounds, the printed table, the TSV and markdown.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use super::scenario::Scenario;
+
+/// The dataset the scaling rows are compared with.
+pub const BASE_PETS: u64 = 1000;
+
+/// What one wrk run against one target measured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sample {
+    /// Requests per second.
+    pub rate: f64,
+    /// Median latency.
+    pub p50: Duration,
+    /// 99th-percentile latency.
+    pub p99: Duration,
+    /// The target's CPU time (user + system) over the run, per request.
+    pub cpu_per_request: Duration,
+    /// The target's peak resident memory so far, in KiB.
+    pub peak_rss_kib: u64,
+    /// Why the run does not count (non-2xx responses, socket errors).
+    pub error: Option<String>,
+}
+
+/// One round of one scenario: the ceiling and the server, back to back.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Round {
+    /// The pet store server.
+    pub server: Sample,
+    /// The ceiling.
+    pub ceiling: Sample,
+}
+
+/// Every round of one scenario on one dataset and backend.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    /// What was sent.
+    pub scenario: Scenario,
+    /// Pets in the catalogue when the load started.
+    pub pets: u64,
+    /// `sqlite` or `postgres`.
+    pub backend: &'static str,
+    /// The rounds, in order.
+    pub rounds: Vec<Round>,
+}
+
+/// A row's medians over the rounds in which neither run had an error.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Summary {
+    /// Rounds that count.
+    pub rounds_ok: usize,
+    /// Server req/s.
+    pub server_rate: f64,
+    /// Ceiling req/s.
+    pub ceiling_rate: f64,
+    /// Median over rounds of server req/s ÷ ceiling req/s in that round.
+    pub ratio: f64,
+    /// Server latency percentiles, ms.
+    pub server_p50_ms: f64,
+    /// Server p99, ms.
+    pub server_p99_ms: f64,
+    /// Ceiling p50, ms.
+    pub ceiling_p50_ms: f64,
+    /// Ceiling p99, ms.
+    pub ceiling_p99_ms: f64,
+    /// Server CPU µs per request.
+    pub server_cpu_us: f64,
+    /// Ceiling CPU µs per request.
+    pub ceiling_cpu_us: f64,
+    /// Server peak RSS over every round, MiB.
+    pub server_rss_mib: f64,
+    /// Ceiling peak RSS over every round, MiB.
+    pub ceiling_rss_mib: f64,
+    /// Every error, with its round.
+    pub errors: Vec<String>,
+}
+
+/// The median; the mean of the middle two for an even count; NaN for none.
+pub fn median(mut values: Vec<f64>) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    values.sort_by(f64::total_cmp);
+    let middle = values.len() / 2;
+    if values.len() % 2 == 1 {
+        values[middle]
+    } else {
+        (values[middle - 1] + values[middle]) / 2.0
+    }
+}
+
+impl Row {
+    /// Medians over the rounds that count.
+    pub fn summary(&self) -> Summary {
+        let ok: Vec<&Round> = self
+            .rounds
+            .iter()
+            .filter(|r| r.server.error.is_none() && r.ceiling.error.is_none())
+            .collect();
+        let of = |f: &dyn Fn(&Round) -> f64| median(ok.iter().map(|r| f(r)).collect());
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let us = |d: Duration| d.as_secs_f64() * 1e6;
+        let peak = |f: &dyn Fn(&Round) -> u64| {
+            self.rounds.iter().map(f).max().unwrap_or(0) as f64 / 1024.0
+        };
+        Summary {
+            rounds_ok: ok.len(),
+            server_rate: of(&|r| r.server.rate),
+            ceiling_rate: of(&|r| r.ceiling.rate),
+            ratio: of(&|r| r.server.rate / r.ceiling.rate),
+            server_p50_ms: of(&|r| ms(r.server.p50)),
+            server_p99_ms: of(&|r| ms(r.server.p99)),
+            ceiling_p50_ms: of(&|r| ms(r.ceiling.p50)),
+            ceiling_p99_ms: of(&|r| ms(r.ceiling.p99)),
+            server_cpu_us: of(&|r| us(r.server.cpu_per_request)),
+            ceiling_cpu_us: of(&|r| us(r.ceiling.cpu_per_request)),
+            server_rss_mib: peak(&|r| r.server.peak_rss_kib),
+            ceiling_rss_mib: peak(&|r| r.ceiling.peak_rss_kib),
+            errors: self.errors(),
+        }
+    }
+
+    fn errors(&self) -> Vec<String> {
+        let mut errors = Vec::new();
+        for (i, round) in self.rounds.iter().enumerate() {
+            for (target, sample) in [("server", &round.server), ("ceiling", &round.ceiling)] {
+                if let Some(error) = &sample.error {
+                    errors.push(format!("round {}: {target}: {error}", i + 1));
+                }
+            }
+        }
+        errors
+    }
+
+    /// Server p99 on this dataset ÷ server p99 on the base dataset (same
+    /// scenario and backend), for the scaling rows.
+    fn p99_vs_base(&self, rows: &[Row]) -> Option<f64> {
+        if self.pets == BASE_PETS {
+            return None;
+        }
+        let base = rows.iter().find(|r| {
+            r.pets == BASE_PETS && r.scenario == self.scenario && r.backend == self.backend
+        })?;
+        let ratio = self.summary().server_p99_ms / base.summary().server_p99_ms;
+        ratio.is_finite().then_some(ratio)
+    }
+}
+
+/// `1000` → `1k`, `1000000` → `1M`.
+pub fn pets_label(pets: u64) -> String {
+    match pets {
+        n if n >= 1_000_000 && n.is_multiple_of(1_000_000) => format!("{}M", n / 1_000_000),
+        n if n >= 1000 && n.is_multiple_of(1000) => format!("{}k", n / 1000),
+        n => n.to_string(),
+    }
+}
+
+const TSV_HEADER: &str = "scenario\tpets\tbackend\trounds\trounds_ok\tserver_rps\tceiling_rps\t\
+    ratio\tserver_p50_ms\tserver_p99_ms\tceiling_p50_ms\tceiling_p99_ms\tp99_vs_1k\t\
+    server_cpu_us_per_req\tceiling_cpu_us_per_req\tserver_peak_rss_mib\tceiling_peak_rss_mib\terrors";
+
+/// One TSV line per row, with a header line.
+pub fn tsv(rows: &[Row]) -> String {
+    let mut out = format!("{TSV_HEADER}\n");
+    for row in rows {
+        let s = row.summary();
+        let vs = row
+            .p99_vs_base(rows)
+            .map_or(String::new(), |v| format!("{v:.3}"));
+        let _ = writeln!(
+            out,
+            "{}\t{}\t{}\t{}\t{}\t{:.0}\t{:.0}\t{:.4}\t{:.3}\t{:.3}\t{:.3}\t{:.3}\t{vs}\t{:.1}\t{:.1}\t{:.1}\t{:.1}\t{}",
+            row.scenario.name(),
+            row.pets,
+            row.backend,
+            row.rounds.len(),
+            s.rounds_ok,
+            s.server_rate,
+            s.ceiling_rate,
+            s.ratio,
+            s.server_p50_ms,
+            s.server_p99_ms,
+            s.ceiling_p50_ms,
+            s.ceiling_p99_ms,
+            s.server_cpu_us,
+            s.ceiling_cpu_us,
+            s.server_rss_mib,
+            s.ceiling_rss_mib,
+            s.errors.join("; "),
+        );
+    }
+    out
+}
+
+/// The results as a markdown table (also what the bench prints).
+pub fn markdown_table(rows: &[Row]) -> String {
+    let mut out = String::from(
+        "| scenario | pets | backend | req/s | ceiling req/s | ratio | p50 ms | p99 ms | \
+         p99 vs 1k | ceiling p50 / p99 ms | CPU µs/req | ceiling CPU µs/req | peak RSS MiB |\n\
+         |---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n",
+    );
+    for row in rows {
+        let s = row.summary();
+        let head = format!(
+            "| {} | {} | {} ",
+            row.scenario.name(),
+            pets_label(row.pets),
+            row.backend
+        );
+        if s.rounds_ok == 0 {
+            // The error fills the first number column; the other nine stay empty.
+            let rest = " |".repeat(9);
+            let _ = writeln!(out, "{head}| **ERROR**: {} |{rest}", s.errors.join("; "));
+            continue;
+        }
+        let vs = row
+            .p99_vs_base(rows)
+            .map_or("—".to_owned(), |v| format!("×{v:.2}"));
+        let _ = writeln!(
+            out,
+            "{head}| {:.0} | {:.0} | **{:.3}** | {:.2} | {:.2} | {vs} | {:.2} / {:.2} | {:.1} | {:.1} | {:.1} |",
+            s.server_rate,
+            s.ceiling_rate,
+            s.ratio,
+            s.server_p50_ms,
+            s.server_p99_ms,
+            s.ceiling_p50_ms,
+            s.ceiling_p99_ms,
+            s.server_cpu_us,
+            s.ceiling_cpu_us,
+            s.server_rss_mib,
+        );
+    }
+    for row in rows {
+        let s = row.summary();
+        if s.rounds_ok > 0 && !s.errors.is_empty() {
+            let _ = writeln!(
+                out,
+                "\n{} {} {}: rounds left out of the medians: {}",
+                row.scenario.name(),
+                pets_label(row.pets),
+                row.backend,
+                s.errors.join("; ")
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(rate: f64, p99_ms: u64, error: Option<&str>) -> Sample {
+        Sample {
+            rate,
+            p50: Duration::from_millis(1),
+            p99: Duration::from_millis(p99_ms),
+            cpu_per_request: Duration::from_micros(50),
+            peak_rss_kib: 2048,
+            error: error.map(str::to_owned),
+        }
+    }
+
+    fn round(server: f64, ceiling: f64) -> Round {
+        Round {
+            server: sample(server, 10, None),
+            ceiling: sample(ceiling, 2, None),
+        }
+    }
+
+    #[test]
+    fn medians_of_odd_even_and_no_values() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(median(vec![]).is_nan());
+    }
+
+    #[test]
+    fn the_ratio_is_the_median_of_per_round_ratios() {
+        let row = Row {
+            scenario: Scenario::List20,
+            pets: 1000,
+            backend: "sqlite",
+            rounds: vec![round(100.0, 400.0), round(300.0, 600.0), round(90.0, 100.0)],
+        };
+        let s = row.summary();
+        assert_eq!(s.rounds_ok, 3);
+        assert_eq!(s.ratio, 0.5);
+        assert_eq!(s.server_rate, 100.0);
+        assert_eq!(s.ceiling_rate, 400.0);
+        assert_eq!(s.server_cpu_us, 50.0);
+        assert_eq!(s.server_rss_mib, 2.0);
+    }
+
+    #[test]
+    fn rounds_with_errors_are_reported_not_counted() {
+        let mut bad = round(1e6, 100.0);
+        bad.server.error = Some("5 non-2xx responses".into());
+        let row = Row {
+            scenario: Scenario::Create,
+            pets: 1000,
+            backend: "sqlite",
+            rounds: vec![bad.clone(), round(50.0, 100.0)],
+        };
+        let s = row.summary();
+        assert_eq!((s.rounds_ok, s.ratio), (1, 0.5));
+        assert_eq!(s.errors, ["round 1: server: 5 non-2xx responses"]);
+        let all_bad = Row {
+            rounds: vec![bad],
+            ..row
+        };
+        let table = markdown_table(&[all_bad]);
+        assert!(
+            table.contains("**ERROR**: round 1: server: 5 non-2xx"),
+            "{table}"
+        );
+        assert_eq!(
+            table.lines().nth(2).unwrap().matches('|').count(),
+            14,
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn scaling_rows_compare_their_p99_with_1k() {
+        let base = Row {
+            scenario: Scenario::GetById,
+            pets: 1000,
+            backend: "sqlite",
+            rounds: vec![round(100.0, 200.0)],
+        };
+        let mut big = base.clone();
+        big.pets = 1_000_000;
+        big.rounds[0].server.p99 = Duration::from_millis(15);
+        let rows = [base, big];
+        assert_eq!(rows[1].p99_vs_base(&rows), Some(1.5));
+        assert_eq!(rows[0].p99_vs_base(&rows), None);
+        let tsv = tsv(&rows);
+        assert_eq!(tsv.lines().count(), 3);
+        assert!(tsv.lines().nth(2).unwrap().contains("\t1.500\t"), "{tsv}");
+        assert!(markdown_table(&rows).contains("| get_by_id | 1M | sqlite |"));
+    }
+
+    #[test]
+    fn pets_are_labelled_short() {
+        assert_eq!(pets_label(1000), "1k");
+        assert_eq!(pets_label(1_000_000), "1M");
+        assert_eq!(pets_label(2500), "2500");
+    }
+}

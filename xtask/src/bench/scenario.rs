@@ -1,0 +1,144 @@
+//! The scenarios: which request wrk sends, as a wrk Lua script.
+
+use anyhow::bail;
+
+/// One kind of request, sent over and over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scenario {
+    /// `GET /v1/pets?limit=20`.
+    List20,
+    /// `GET /v1/pets/{id}`, a random id of the dataset per request.
+    GetById,
+    /// `POST /v1/pets` with a small JSON body.
+    Create,
+    /// `GET /v1/pets?limit=100&status=available`.
+    List100Available,
+}
+
+/// The body every `create` request sends.
+pub const CREATE_BODY: &str = r#"{"name":"bench","categoryId":1,"status":"available"}"#;
+
+impl Scenario {
+    /// Every scenario, in the order they run.
+    pub const ALL: [Scenario; 4] = [
+        Scenario::List20,
+        Scenario::GetById,
+        Scenario::Create,
+        Scenario::List100Available,
+    ];
+
+    /// The name on the command line and in the results.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::List20 => "list20",
+            Scenario::GetById => "get_by_id",
+            Scenario::Create => "create",
+            Scenario::List100Available => "list100_available",
+        }
+    }
+
+    /// The scenario called `name`.
+    pub fn parse(name: &str) -> anyhow::Result<Scenario> {
+        match Scenario::ALL.into_iter().find(|s| s.name() == name) {
+            Some(scenario) => Ok(scenario),
+            None => {
+                let names: Vec<_> = Scenario::ALL.iter().map(|s| s.name()).collect();
+                bail!("unknown scenario {name:?}; one of {}", names.join(", "))
+            }
+        }
+    }
+
+    /// Whether the scenario leaves the catalogue as it is (the scaling
+    /// dataset runs only these).
+    pub fn reads_only(self) -> bool {
+        self != Scenario::Create
+    }
+
+    /// The wrk Lua script sending this scenario's requests with `key`, ids
+    /// drawn from `1..=max_id`, and reporting through [`DONE_HOOK`].
+    pub fn wrk_script(self, key: &str, max_id: i64) -> String {
+        let request = match self {
+            Scenario::List20 => static_request("GET", "/v1/pets?limit=20"),
+            Scenario::List100Available => {
+                static_request("GET", "/v1/pets?limit=100&status=available")
+            }
+            Scenario::Create => format!(
+                "{}wrk.headers[\"Content-Type\"] = \"application/json\"\n\
+                 wrk.body = '{CREATE_BODY}'\n",
+                static_request("POST", "/v1/pets")
+            ),
+            Scenario::GetById => random_id_request(max_id),
+        };
+        format!(
+            "-- Written by `cargo xtask bench` for the {} scenario.\n\
+             wrk.headers[\"Authorization\"] = \"Bearer {key}\"\n{request}{DONE_HOOK}",
+            self.name()
+        )
+    }
+}
+
+/// A fixed request: wrk formats it once and resends the same bytes, so the
+/// client spends as little CPU as possible on it.
+fn static_request(method: &str, path: &str) -> String {
+    format!("wrk.method = \"{method}\"\nwrk.path = \"{path}\"\n")
+}
+
+/// A new random id per request. Each wrk thread has its own Lua state, so
+/// each gets its own seed (set from `setup`, which runs before `init`).
+fn random_id_request(max_id: i64) -> String {
+    format!(
+        r#"local threads_started = 0
+function setup(thread)
+  threads_started = threads_started + 1
+  thread:set("thread_number", threads_started)
+end
+function init(args)
+  math.randomseed(os.time() * 100 + thread_number)
+end
+function request()
+  return wrk.format("GET", "/v1/pets/" .. math.random(1, {max_id}))
+end
+"#
+    )
+}
+
+/// Prints one machine-readable line when wrk is done: the request count,
+/// latency percentiles (µs) and every kind of error. `status` counts the
+/// responses wrk saw with a status of 400 or more (what its own summary calls
+/// "Non-2xx or 3xx responses"); the API never answers 1xx or 3xx, and the
+/// bench checks each scenario's status before it starts.
+pub const DONE_HOOK: &str = r#"function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    "BENCH requests=%d duration_us=%d bytes=%d p50_us=%.0f p90_us=%.0f p99_us=%.0f " ..
+    "max_us=%.0f non2xx=%d connect=%d read=%d write=%d timeout=%d\n",
+    summary.requests, summary.duration, summary.bytes,
+    latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.max,
+    e.status, e.connect, e.read, e.write, e.timeout))
+end
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for scenario in Scenario::ALL {
+            assert_eq!(Scenario::parse(scenario.name()).unwrap(), scenario);
+        }
+    }
+
+    #[test]
+    fn scripts_carry_the_key_the_request_and_the_done_hook() {
+        let script = Scenario::Create.wrk_script("k-1", 1000);
+        assert!(script.contains("\"Bearer k-1\""));
+        assert!(script.contains("wrk.method = \"POST\""));
+        assert!(script.contains(CREATE_BODY));
+        assert!(script.ends_with(DONE_HOOK));
+        let script = Scenario::GetById.wrk_script("k", 1_000_000);
+        assert!(script.contains("math.random(1, 1000000)"));
+        let script = Scenario::List100Available.wrk_script("k", 1);
+        assert!(script.contains("wrk.path = \"/v1/pets?limit=100&status=available\""));
+    }
+}

@@ -1,0 +1,202 @@
+//! `bench-ceiling`: the baseline `cargo xtask bench` compares the pet store
+//! server with.
+//!
+//! A minimal hyper 1.x server that does what every request to the real server
+//! must do at the least — accept the connection, parse HTTP/1.1, check the
+//! bearer key, read the body — and then answers with the bytes the real
+//! server sent for the same request, captured once (see
+//! `xtask/src/bench/canned.rs`). It uses the same connection setup as
+//! dropshot (hyper-util's `auto` builder with a tokio timer) and a
+//! multi-threaded tokio runtime with tokio's default worker count (one per
+//! core), as `petstore-server` does. So its throughput is what the machine,
+//! the loopback and wrk allow; the real server's share of it is the ratio the
+//! bench reports.
+//!
+//! Usage: `BENCH_CEILING_KEY=KEY bench-ceiling --bind ADDR --responses FILE`.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::signal::unix::{SignalKind, signal};
+
+#[path = "../bench/canned.rs"]
+mod canned;
+
+use canned::{Canned, CannedSet};
+
+/// The environment variable holding the key (kept out of process listings).
+const KEY_VARIABLE: &str = "BENCH_CEILING_KEY";
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench-ceiling: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), String> {
+    let (bind, responses) = parse_args(std::env::args().skip(1))?;
+    let key = std::env::var(KEY_VARIABLE).map_err(|_| format!("{KEY_VARIABLE} is not set"))?;
+    let text = std::fs::read_to_string(&responses)
+        .map_err(|e| format!("reading {}: {e}", responses.display()))?;
+    let set: CannedSet =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", responses.display()))?;
+    let routes = Arc::new(Routes::new(&set, &key)?);
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?
+        .block_on(serve(bind, routes))
+}
+
+fn parse_args(mut args: impl Iterator<Item = String>) -> Result<(SocketAddr, PathBuf), String> {
+    let (mut bind, mut responses) = (None, None);
+    while let Some(flag) = args.next() {
+        let value = args.next().ok_or(format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--bind" => bind = Some(value.parse().map_err(|e| format!("--bind: {e}"))?),
+            "--responses" => responses = Some(PathBuf::from(value)),
+            _ => return Err(format!("unknown argument {flag:?}")),
+        }
+    }
+    Ok((
+        bind.ok_or("--bind is required")?,
+        responses.ok_or("--responses is required")?,
+    ))
+}
+
+async fn serve(bind: SocketAddr, routes: Arc<Routes>) -> Result<(), String> {
+    let listener = tokio::net::TcpListener::bind(bind)
+        .await
+        .map_err(|e| format!("cannot listen on {bind}: {e}"))?;
+    let mut terminate =
+        signal(SignalKind::terminate()).map_err(|e| format!("cannot watch for SIGTERM: {e}"))?;
+    loop {
+        // SIGTERM is how the bench stops it: exit 0, as the real server does.
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = terminate.recv() => return Ok(()),
+        };
+        let Ok((stream, _)) = accepted else {
+            continue;
+        };
+        let routes = Arc::clone(&routes);
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request| {
+                let routes = Arc::clone(&routes);
+                async move { Ok::<_, Infallible>(routes.answer(request).await) }
+            });
+            // As dropshot sets it up, so the connection handling costs the same.
+            let mut builder = auto::Builder::new(TokioExecutor::new());
+            builder.http1().timer(TokioTimer::new());
+            builder.http2().timer(TokioTimer::new());
+            // A client closing its connection mid-request is not our error.
+            let _ = builder
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+/// A response ready to be cloned out: headers parsed once, body shared.
+struct Prepared {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Prepared {
+    fn new(canned: &Canned) -> Result<Prepared, String> {
+        let status = StatusCode::from_u16(canned.status).map_err(|e| e.to_string())?;
+        let mut headers = HeaderMap::new();
+        for (name, value) in &canned.headers {
+            let name = HeaderName::try_from(name.as_str()).map_err(|e| e.to_string())?;
+            let value = HeaderValue::try_from(value.as_str()).map_err(|e| e.to_string())?;
+            headers.append(name, value);
+        }
+        Ok(Prepared {
+            status,
+            headers,
+            body: Bytes::from(canned.body.clone()),
+        })
+    }
+
+    fn response(&self) -> Response<Full<Bytes>> {
+        let mut response = Response::new(Full::new(self.body.clone()));
+        *response.status_mut() = self.status;
+        *response.headers_mut() = self.headers.clone();
+        response
+    }
+}
+
+/// The routes of the bench's scenarios, and the key they need.
+struct Routes {
+    authorization: HeaderValue,
+    list20: Prepared,
+    list100_available: Prepared,
+    get: Prepared,
+    max_id: i64,
+    create: Prepared,
+    unauthorized: Prepared,
+}
+
+impl Routes {
+    fn new(set: &CannedSet, key: &str) -> Result<Routes, String> {
+        Ok(Routes {
+            authorization: HeaderValue::try_from(format!("Bearer {key}"))
+                .map_err(|e| format!("{KEY_VARIABLE}: {e}"))?,
+            list20: Prepared::new(&set.list20)?,
+            list100_available: Prepared::new(&set.list100_available)?,
+            get: Prepared::new(&set.get)?,
+            max_id: set.max_id,
+            create: Prepared::new(&set.create)?,
+            unauthorized: Prepared::new(&set.unauthorized)?,
+        })
+    }
+
+    async fn answer(&self, request: Request<Incoming>) -> Response<Full<Bytes>> {
+        if request.headers().get(AUTHORIZATION) != Some(&self.authorization) {
+            return self.unauthorized.response();
+        }
+        let prepared = match (request.method(), request.uri().path()) {
+            (&Method::GET, "/v1/pets") => match request.uri().query() {
+                Some("limit=20") => Some(&self.list20),
+                Some("limit=100&status=available") => Some(&self.list100_available),
+                _ => None,
+            },
+            (&Method::GET, path) => path
+                .strip_prefix("/v1/pets/")
+                .and_then(|id| id.parse::<i64>().ok())
+                .filter(|id| (1..=self.max_id).contains(id))
+                .map(|_| &self.get),
+            (&Method::POST, "/v1/pets") => {
+                // The real server reads the whole body before answering.
+                match request.into_body().collect().await {
+                    Ok(_) => Some(&self.create),
+                    Err(_) => None,
+                }
+            }
+            _ => None,
+        };
+        match prepared {
+            Some(prepared) => prepared.response(),
+            None => {
+                let mut response = Response::new(Full::new(Bytes::new()));
+                *response.status_mut() = StatusCode::NOT_FOUND;
+                response
+            }
+        }
+    }
+}
