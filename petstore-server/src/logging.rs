@@ -6,7 +6,7 @@
 //! the level are dropped where they are made instead of being built, queued
 //! and thrown away on the logging thread.
 
-use std::io::Write;
+use std::io::{LineWriter, Write};
 
 use slog::{Drain, Logger, o};
 
@@ -21,6 +21,10 @@ pub enum LogFormat {
 
 /// A logger writing `format` records at `level` and above to `out`.
 pub fn logger(format: LogFormat, level: slog::Level, out: impl Write + Send + 'static) -> Logger {
+    // The formatters write a record in many small pieces; on an unbuffered
+    // `stderr` each would be a system call. Buffered by line, a record is
+    // one `write`.
+    let out = LineWriter::with_capacity(16 * 1024, out);
     match format {
         LogFormat::Json => root(
             slog_json::Json::new(out)
