@@ -26,8 +26,9 @@ async fn reads_do_not_wait_for_an_open_write_transaction() {
         .execute_batch("BEGIN IMMEDIATE; INSERT INTO pets (name, category_id) VALUES ('x', 1);")
         .unwrap();
 
-    // WAL readers see the last commit without waiting for the lock (the
-    // server's lock wait is 5 s; the timeout only catches a hang).
+    // Reads are served from the committed catalogue in memory and never
+    // wait for the lock (the server's lock wait is 5 s; the timeout only
+    // catches a hang).
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(4))
         .build()

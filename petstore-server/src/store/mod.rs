@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use crate::model::{NewPet, Pet, PetStatus};
 
+mod catalogue;
 mod postgres;
 mod sqlite;
 

@@ -6,34 +6,35 @@
 //!   only writing connection, so writers never meet `SQLITE_BUSY`. It takes
 //!   every create that is waiting and commits them in one transaction — one
 //!   fsync for the group instead of one each.
-//! - **Readers do not wait for writers.** WAL readers see the last commit
-//!   while a write is in progress; a small pool of read connections serves
-//!   them on tokio's blocking threads.
+//! - **Reads come from memory.** The committed catalogue is loaded at
+//!   start-up and kept in memory, in id order and per status; the writer adds
+//!   each group to it after its commit and before anyone is told of it, so
+//!   memory holds exactly what the database holds (the server must be the
+//!   file's only writer). Reads cost O(limit), never touch the disk, and never
+//!   wait for a write: the writer holds the lock only to append, not while it
+//!   commits.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex, RwLock, RwLockWriteGuard, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
+use rusqlite::{Connection, TransactionBehavior, params};
+use tokio::sync::oneshot;
 
+use super::catalogue::Catalogue;
 use super::{PetStore, StoreError};
 use crate::model::{NewPet, Pet, PetStatus};
 
 /// Schema migrations; the database's `user_version` counts those applied.
+/// No secondary index: reads are served from memory (see `Catalogue`).
 const MIGRATIONS: &[&str] = &["CREATE TABLE pets (
         id          INTEGER PRIMARY KEY AUTOINCREMENT,
         name        TEXT    NOT NULL,
         category_id INTEGER NOT NULL,
         status      TEXT    CHECK (status IN ('available', 'pending', 'sold'))
-    );
-    -- Serves the status-filtered list in id order; the unfiltered list walks
-    -- the primary key. Either way a page costs O(limit), not O(catalogue).
-    CREATE INDEX pets_by_status ON pets (status, id);"];
+    );"];
 
-/// Read connections: reads are short, so a few serve two cores well.
-const READERS: usize = 4;
 /// The most creates one transaction commits.
 const MAX_GROUP: usize = 512;
 /// How long a connection waits on a lock (e.g. another process holding the
@@ -53,7 +54,7 @@ enum WriteJob {
 pub struct SqliteStore {
     writer: mpsc::Sender<WriteJob>,
     writer_thread: Mutex<Option<JoinHandle<()>>>,
-    readers: Arc<ReaderPool>,
+    catalogue: Arc<SharedCatalogue>,
 }
 
 impl SqliteStore {
@@ -71,25 +72,21 @@ impl SqliteStore {
         configure(&conn).map_err(|e| describe(&e))?;
         migrate(&mut conn).map_err(|e| describe(&e))?;
 
-        let mut readers = Vec::with_capacity(READERS);
-        for _ in 0..READERS {
-            let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-            let reader = Connection::open_with_flags(&path, flags).map_err(|e| describe(&e))?;
-            reader
-                .busy_timeout(BUSY_TIMEOUT)
-                .map_err(|e| describe(&e))?;
-            readers.push(reader);
-        }
+        let catalogue = load(&conn).map_err(|e| describe(&e))?;
+        let catalogue = Arc::new(RwLock::new(Some(catalogue)));
 
         let (writer, jobs) = mpsc::channel();
         let writer_thread = std::thread::Builder::new()
             .name("sqlite-writer".into())
-            .spawn(move || run_writer(conn, jobs))
+            .spawn({
+                let catalogue = Arc::clone(&catalogue);
+                move || run_writer(conn, jobs, &catalogue)
+            })
             .map_err(|e| StoreError(format!("cannot start the writer thread: {e}")))?;
         Ok(SqliteStore {
             writer,
             writer_thread: Mutex::new(Some(writer_thread)),
-            readers: ReaderPool::new(readers),
+            catalogue,
         })
     }
 }
@@ -136,7 +133,7 @@ fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
 
 /// The writer thread: takes jobs until told to close or until every sender
 /// is gone, committing each group of waiting creates at once.
-fn run_writer(mut conn: Connection, jobs: mpsc::Receiver<WriteJob>) {
+fn run_writer(mut conn: Connection, jobs: mpsc::Receiver<WriteJob>, catalogue: &SharedCatalogue) {
     while let Ok(first) = jobs.recv() {
         let mut group = Vec::new();
         let mut close = None;
@@ -153,7 +150,7 @@ fn run_writer(mut conn: Connection, jobs: mpsc::Receiver<WriteJob>) {
                 next = jobs.try_recv().ok();
             }
         }
-        commit_group(&mut conn, group);
+        commit_group(&mut conn, group, catalogue);
         if let Some(done) = close {
             drop(conn);
             let _ = done.send(());
@@ -162,14 +159,24 @@ fn run_writer(mut conn: Connection, jobs: mpsc::Receiver<WriteJob>) {
     }
 }
 
-fn commit_group(conn: &mut Connection, group: Vec<(NewPet, Reply)>) {
+/// Commits the group, then makes it visible to readers, then answers: a
+/// pet is never acknowledged before it is both durable and readable.
+fn commit_group(conn: &mut Connection, group: Vec<(NewPet, Reply)>, catalogue: &SharedCatalogue) {
     if group.is_empty() {
         return;
     }
     match insert_all(conn, group.iter().map(|(pet, _)| pet)) {
         Ok(ids) => {
-            for ((pet, reply), id) in group.into_iter().zip(ids) {
-                let _ = reply.send(Ok(Pet::from_new(id, pet)));
+            let pets: Vec<(Pet, Reply)> = group
+                .into_iter()
+                .zip(ids)
+                .map(|((pet, reply), id)| (Pet::from_new(id, pet), reply))
+                .collect();
+            if let Some(catalogue) = write(catalogue).as_mut() {
+                pets.iter().for_each(|(pet, _)| catalogue.push(pet));
+            }
+            for (pet, reply) in pets {
+                let _ = reply.send(Ok(pet));
             }
         }
         Err(e) => {
@@ -224,7 +231,6 @@ fn pet_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Pet> {
 #[async_trait::async_trait]
 impl PetStore for SqliteStore {
     async fn create(&self, pet: NewPet) -> Result<Pet, StoreError> {
-        let closed = || StoreError("the database is closed".into());
         let (reply, answer) = oneshot::channel();
         self.writer
             .send(WriteJob::Create(pet, reply))
@@ -233,38 +239,17 @@ impl PetStore for SqliteStore {
     }
 
     async fn list(&self, limit: u32, status: Option<PetStatus>) -> Result<Vec<Pet>, StoreError> {
-        self.readers
-            .read(move |conn| match status {
-                None => {
-                    let mut stmt =
-                        conn.prepare_cached(&format!("{SELECT_PET} ORDER BY id LIMIT ?1"))?;
-                    stmt.query_map(params![limit], pet_from_row)?.collect()
-                }
-                Some(status) => {
-                    let mut stmt = conn.prepare_cached(&format!(
-                        "{SELECT_PET} WHERE status = ?1 ORDER BY id LIMIT ?2"
-                    ))?;
-                    stmt.query_map(params![status.as_str(), limit], pet_from_row)?
-                        .collect()
-                }
-            })
-            .await
+        read(&self.catalogue, |catalogue| catalogue.first(limit, status))
     }
 
     async fn get(&self, id: i64) -> Result<Option<Pet>, StoreError> {
-        self.readers
-            .read(move |conn| {
-                conn.prepare_cached(&format!("{SELECT_PET} WHERE id = ?1"))?
-                    .query_row(params![id], pet_from_row)
-                    .optional()
-            })
-            .await
+        read(&self.catalogue, |catalogue| catalogue.get(id))
     }
 
     async fn close(&self) {
-        let (done, closed) = oneshot::channel();
+        let (done, finished) = oneshot::channel();
         if self.writer.send(WriteJob::Close(done)).is_ok() {
-            let _ = closed.await;
+            let _ = finished.await;
         }
         let thread = self
             .writer_thread
@@ -274,84 +259,37 @@ impl PetStore for SqliteStore {
         if let Some(thread) = thread {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
-        self.readers.close();
+        *write(&self.catalogue) = None;
     }
 }
 
-/// A fixed set of read-only connections lent to blocking tasks.
-struct ReaderPool {
-    idle: Mutex<Vec<Connection>>,
-    available: Arc<Semaphore>,
+fn closed() -> StoreError {
+    StoreError("the database is closed".into())
 }
 
-impl ReaderPool {
-    fn new(connections: Vec<Connection>) -> Arc<ReaderPool> {
-        Arc::new(ReaderPool {
-            available: Arc::new(Semaphore::new(connections.len())),
-            idle: Mutex::new(connections),
-        })
+/// Everything the database holds, read once at start-up.
+fn load(conn: &Connection) -> rusqlite::Result<Catalogue> {
+    let mut catalogue = Catalogue::default();
+    let mut select = conn.prepare(&format!("{SELECT_PET} ORDER BY id"))?;
+    for pet in select.query_map([], pet_from_row)? {
+        catalogue.push(&pet?);
     }
-
-    /// Runs `query` on a pooled connection on a blocking thread.
-    async fn read<T: Send + 'static>(
-        self: &Arc<Self>,
-        query: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
-    ) -> Result<T, StoreError> {
-        let permit = Arc::clone(&self.available)
-            .acquire_owned()
-            .await
-            .map_err(|_| StoreError("the database is closed".into()))?;
-        let pool = Arc::clone(self);
-        tokio::task::spawn_blocking(move || {
-            let lease = Lease::take(pool, permit);
-            query(lease.connection())
-        })
-        .await
-        .map_err(|e| StoreError(format!("a database read panicked: {e}")))?
-        .map_err(|e| StoreError(e.to_string()))
-    }
-
-    fn close(&self) {
-        self.available.close();
-        self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
-    }
+    Ok(catalogue)
 }
 
-/// A connection out of the pool; goes back on drop, even after a panic.
-struct Lease {
-    pool: Arc<ReaderPool>,
-    connection: Option<Connection>,
-    _permit: OwnedSemaphorePermit,
+/// The in-memory catalogue; `None` once the store is closed.
+type SharedCatalogue = RwLock<Option<Catalogue>>;
+
+/// Reads the catalogue with `f`, or fails once the store is closed.
+fn read<T>(catalogue: &SharedCatalogue, f: impl FnOnce(&Catalogue) -> T) -> Result<T, StoreError> {
+    // A poisoned lock means a panic elsewhere while holding it; `push`
+    // checks before it changes anything, so the catalogue is still whole.
+    let guard = catalogue.read().unwrap_or_else(|e| e.into_inner());
+    guard.as_ref().map(f).ok_or_else(closed)
 }
 
-impl Lease {
-    fn take(pool: Arc<ReaderPool>, permit: OwnedSemaphorePermit) -> Lease {
-        // The permit guarantees an idle connection is there.
-        let connection = pool.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        Lease {
-            pool,
-            connection,
-            _permit: permit,
-        }
-    }
-
-    fn connection(&self) -> &Connection {
-        self.connection
-            .as_ref()
-            .expect("a permit always comes with a connection")
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        if let Some(connection) = self.connection.take() {
-            self.pool
-                .idle
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(connection);
-        }
-    }
+fn write(catalogue: &SharedCatalogue) -> RwLockWriteGuard<'_, Option<Catalogue>> {
+    catalogue.write().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

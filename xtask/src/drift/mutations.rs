@@ -601,13 +601,16 @@ async fn list_pets_drops_401() {
     caught(doc, &["paths./pets.get.security: probe a request without credentials: server answered 401, which the yaml does not declare"]).await;
 }
 
+// Only writes can be made to fail from outside: the SQLite store serves
+// reads from memory, so with the database broken getPet still answers 200
+// and a 503 dropped from a read operation is not observable on SQLite.
 #[tokio::test]
-async fn get_pet_drops_503() {
+async fn create_pet_drops_503() {
     let mut doc = contract();
-    map(&mut doc, &["paths", "/pets/{petId}", "get", "responses"])
+    map(&mut doc, &["paths", "/pets", "post", "responses"])
         .remove("503")
         .expect("a 503");
-    caught(doc, &["while the database is broken: server answered 503, which the yaml does not declare for getPet"]).await;
+    caught(doc, &["while the database is broken: server answered 503, which the yaml does not declare for createPet"]).await;
 }
 
 #[tokio::test]
