@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use petstore_server::auth::ApiKeys;
-use petstore_server::logging::{self, LogFormat};
+use petstore_server::logging::{self, LogFormat, LogSettings};
 use petstore_server::store::{DatabaseUrl, PostgresUrl};
 use petstore_server::{ServerConfig, api, store};
 
@@ -31,12 +31,15 @@ enum Command {
         bind: SocketAddr,
         #[command(flatten)]
         database: DatabaseArg,
-        /// Log level; at info there is one record per request.
+        /// Log level.
         #[arg(long, env = "PETSTORE_LOG_LEVEL", default_value = "info")]
         log_level: LogLevel,
         /// Log format, written to stderr.
         #[arg(long, env = "PETSTORE_LOG_FORMAT", default_value = "json")]
         log_format: LogFormat,
+        /// The access log: one record per request and per connection, at info.
+        #[arg(long, env = "PETSTORE_ACCESS_LOG", default_value = "on")]
+        access_log: Switch,
     },
     /// Create or upgrade the database schema, then exit.
     Migrate {
@@ -79,6 +82,12 @@ impl DatabaseArg {
     }
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Switch {
+    On,
+    Off,
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum LogLevel {
     Trace,
@@ -115,8 +124,14 @@ fn main() -> ExitCode {
                 database,
                 log_level,
                 log_format,
+                access_log,
             } => {
-                let log = logging::logger(log_format, log_level.into(), std::io::stderr());
+                let settings = LogSettings {
+                    format: log_format,
+                    level: log_level.into(),
+                    access_log: access_log == Switch::On,
+                };
+                let log = logging::logger(settings, std::io::stderr());
                 serve(bind, database.database(), log).await
             }
             Command::Migrate { database } => migrate(database.database()).await,

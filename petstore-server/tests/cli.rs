@@ -22,6 +22,7 @@ fn help_names_the_commands_and_the_settings() {
         "PETSTORE_DATABASE_URL",
         "PETSTORE_API_KEYS",
         "--log-level",
+        "--access-log",
     ] {
         assert!(stdout.contains(word), "{word} missing from:\n{stdout}");
     }
@@ -93,7 +94,7 @@ fn an_unusable_database_path_fails_fast_with_its_name() {
 }
 
 #[test]
-fn serve_uses_sqlite_in_the_working_directory_and_stops_cleanly_on_sigterm() {
+fn serve_uses_sqlite_in_the_working_directory_logs_and_stops_cleanly_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let mut served = Served::start(dir.path(), &[]);
     let (status, body) =
@@ -115,14 +116,18 @@ fn serve_uses_sqlite_in_the_working_directory_and_stops_cleanly_on_sigterm() {
     );
 
     // The pet is still there for the next process.
-    let served = Served::start(dir.path(), &["--log-format", "text"]);
+    // ... and the access log can be switched off without losing the rest.
+    let served = Served::start(dir.path(), &["--log-format", "text", "--access-log", "off"]);
     let (status, body) = served.request("GET", "/v1/pets", KEY, "");
     assert!(
         status.contains("200") && body.contains("\"Rex\""),
         "{status} {body}"
     );
-    let (exit, _) = served.terminate();
+    let (exit, log) = served.terminate();
     assert!(exit.success());
+    assert!(log.contains("serving") && log.contains("stopped"), "{log}");
+    assert!(!log.contains("request completed"), "{log}");
+    assert!(!log.contains("accepted connection"), "{log}");
 }
 
 #[test]

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use petstore_server::auth::ApiKeys;
-use petstore_server::logging::{self, LogFormat};
+use petstore_server::logging::{self, LogFormat, LogSettings};
 use petstore_server::store::DatabaseUrl;
 use petstore_server::{RunningServer, ServerConfig};
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
@@ -201,7 +201,12 @@ async fn launch(database: &DatabaseUrl, log: &LogBuffer) -> RunningServer {
         database: database.clone(),
         api_keys: ApiKeys::parse(&format!("{KEY},{OTHER_KEY}")).expect("valid keys"),
     };
-    let logger = logging::logger(LogFormat::Json, slog::Level::Info, log.clone());
+    let settings = LogSettings {
+        format: LogFormat::Json,
+        level: slog::Level::Info,
+        access_log: true,
+    };
+    let logger = logging::logger(settings, log.clone());
     petstore_server::start(config, logger)
         .await
         .expect("the server starts")
