@@ -121,17 +121,33 @@ pub struct Cluster {
     port: u16,
     dir: PathBuf,
     bin: PathBuf,
-    control: Mutex<ChildStdin>,
+    control: Mutex<Option<ChildStdin>>,
     supervisor: Mutex<Child>,
 }
 
-// `fsync=off` only spares the throwaway cluster's disk flushes: the tests
-// kill petstore processes, never the machine, so PostgreSQL's own
-// durability is not what they measure.
+/// Closing the supervisor's input stops the server and deletes its data;
+/// wait (a bounded time) for that to finish.
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        drop(
+            self.control
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
+        let supervisor = self.supervisor.get_mut().unwrap_or_else(|e| e.into_inner());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while matches!(supervisor.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+// "$4" is `on` or `off` for PostgreSQL's `fsync`.
 const SUPERVISOR: &str = r#"
-dir="$1"; port="$2"; bin="$3"
+dir="$1"; port="$2"; bin="$3"; fsync="$4"
 start() { "$bin/postgres" -D "$dir" -p "$port" -k "$dir" -c listen_addresses=127.0.0.1 \
-              -c max_connections=300 -c fsync=off >>"$dir/server.log" 2>&1 & pid=$!; }
+              -c max_connections=300 -c fsync="$fsync" >>"$dir/server.log" 2>&1 & pid=$!; }
 start
 while read -r command; do
   case "$command" in
@@ -144,8 +160,21 @@ rm -rf "$dir"
 "#;
 
 impl Cluster {
-    /// Initialises and starts a new cluster; waits until it accepts connections.
+    /// A cluster for tests: `fsync=off` only spares the disk flushes — the
+    /// tests kill petstore processes, never the machine, so PostgreSQL's own
+    /// durability is not what they measure.
     pub fn start() -> Result<Cluster, String> {
+        Cluster::start_with_fsync(false)
+    }
+
+    /// A cluster with PostgreSQL's default durability (`fsync=on`), for
+    /// measurements.
+    pub fn start_durable() -> Result<Cluster, String> {
+        Cluster::start_with_fsync(true)
+    }
+
+    /// Initialises and starts a new cluster; waits until it accepts connections.
+    fn start_with_fsync(fsync: bool) -> Result<Cluster, String> {
         let bin = server_binaries()?;
         let dir = tempfile::Builder::new()
             .prefix("petstore-pg-")
@@ -186,6 +215,7 @@ impl Cluster {
                 &data,
                 &port.to_string(),
                 &bin_dir,
+                if fsync { "on" } else { "off" },
             ],
         )
         .stdin(Stdio::piped())
@@ -198,7 +228,7 @@ impl Cluster {
             port,
             dir: dir.clone(),
             bin: bin.clone(),
-            control: Mutex::new(control),
+            control: Mutex::new(Some(control)),
             supervisor: Mutex::new(supervisor),
         };
         cluster.wait_until_ready(&dir, &bin)?;
@@ -224,6 +254,7 @@ impl Cluster {
 
     fn command(&self, command: &str) {
         let mut control = self.control.lock().expect("control lock");
+        let control = control.as_mut().expect("the cluster is running");
         writeln!(control, "{command}").expect("the supervisor is running");
         control.flush().expect("the supervisor is running");
     }

@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use petstore_server::store::DatabaseUrl;
+use petstore_tests::postgres::Cluster;
 
 use crate::workspace_root;
 
@@ -31,7 +32,6 @@ mod canned;
 mod capture;
 mod machine;
 mod options;
-mod postgres;
 mod process;
 mod report;
 mod scenario;
@@ -256,11 +256,11 @@ impl Bench {
         std::fs::create_dir_all(&dir)?;
         // Declared first, so it is dropped (stopped and deleted) last.
         let cluster = match setup.backend {
-            Backend::Postgres => Some(postgres::Cluster::start()?),
+            Backend::Postgres => Some(Cluster::start_durable().map_err(anyhow::Error::msg)?),
             Backend::Sqlite => None,
         };
         let url = match &cluster {
-            Some(cluster) => cluster.url(),
+            Some(cluster) => cluster.url("postgres"),
             None => format!("sqlite://{}", dir.join("petstore.db").display()),
         };
         let database: DatabaseUrl = url.parse().map_err(|e: String| anyhow::anyhow!(e))?;

@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{PipeReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -39,11 +39,6 @@ impl Guard {
         self.child
             .as_mut()
             .expect("a guard holds its child until dropped")
-    }
-
-    /// The child's piped standard input, to be closed on its own.
-    pub fn take_stdin(&mut self) -> Option<ChildStdin> {
-        self.child().stdin.take()
     }
 
     /// The process id.
