@@ -47,15 +47,15 @@
 //! worth. So nothing is excluded for it and nothing is declared for it.
 
 use std::fs::File;
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::io::Read;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use crate::{openapi, python, workspace_root};
+use crate::{openapi, python, readiness, workspace_root};
 
 /// The schemathesis release the run is pinned to.
 const SCHEMATHESIS: &str = "schemathesis==4.32.5";
@@ -260,7 +260,7 @@ impl Server {
                     self.log.display()
                 );
             }
-            if answers(self.addr, key) {
+            if readiness::status(self.addr, key) == Some(200) {
                 return Ok(());
             }
             if Instant::now() >= deadline {
@@ -319,22 +319,4 @@ fn wait_for_exit(child: &mut Child, timeout: Duration) -> anyhow::Result<Option<
         std::thread::sleep(Duration::from_millis(50));
     }
     Ok(None)
-}
-
-/// Whether the server at `addr` answers an authenticated list request with
-/// 200. Plain HTTP/1.1 over a socket: xtask needs no HTTP client for this.
-fn answers(addr: SocketAddr, key: &str) -> bool {
-    let probe = || -> std::io::Result<String> {
-        let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
-        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-        write!(
-            stream,
-            "GET /v1/pets?limit=1 HTTP/1.1\r\nHost: {addr}\r\n\
-             Authorization: Bearer {key}\r\nConnection: close\r\n\r\n"
-        )?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response)?;
-        Ok(response)
-    };
-    probe().is_ok_and(|response| response.starts_with("HTTP/1.1 200 "))
 }

@@ -17,6 +17,7 @@ mod conformance;
 mod drift;
 mod openapi;
 mod python;
+mod readiness;
 
 const USAGE: &str = "usage: cargo xtask <command>
 

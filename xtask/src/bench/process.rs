@@ -2,13 +2,15 @@
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::io::{PipeReader, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::io::{PipeReader, Read};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+
+use crate::readiness;
 
 /// How long a server may take to answer after it is spawned (a 1M-pet
 /// SQLite file or a PostgreSQL pool takes a moment).
@@ -152,7 +154,7 @@ impl Service {
                     self.log_tail()
                 );
             }
-            if probe(self.addr, key) == Some(200) {
+            if readiness::status(self.addr, key) == Some(200) {
                 return Ok(());
             }
             if Instant::now() >= deadline {
@@ -268,25 +270,6 @@ fn clock_ticks_per_second() -> f64 {
             .and_then(|out| String::from_utf8_lossy(&out.stdout).trim().parse().ok())
             .unwrap_or(100.0)
     })
-}
-
-/// The status code an authenticated `GET /v1/pets?limit=20` gets, if any.
-/// Plain HTTP/1.1 over a socket, so readiness needs no HTTP client.
-fn probe(addr: SocketAddr, key: &str) -> Option<u16> {
-    let response = || -> std::io::Result<String> {
-        let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
-        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-        write!(
-            stream,
-            "GET /v1/pets?limit=20 HTTP/1.1\r\nHost: {addr}\r\n\
-             Authorization: Bearer {key}\r\nConnection: close\r\n\r\n"
-        )?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response)?;
-        Ok(response)
-    };
-    let response = response().ok()?;
-    response.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()
 }
 
 /// A free port on 127.0.0.1. The OS picks it; the listener is closed before
