@@ -176,6 +176,17 @@ impl TestServer {
         response.json().await.expect("a JSON array")
     }
 
+    /// `GET /pets/{id}`, insisting on 200, returning the pet.
+    pub async fn read(&self, id: &Value) -> Value {
+        let response = self
+            .get(&format!("/pets/{id}"))
+            .send()
+            .await
+            .expect("request sent");
+        assert_eq!(response.status(), StatusCode::OK, "reading pet {id}");
+        response.json().await.expect("a JSON pet")
+    }
+
     /// Everything logged so far (the async drain may lag; see
     /// [`TestServer::log_eventually_contains`]).
     pub fn log_text(&self) -> String {

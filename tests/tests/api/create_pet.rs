@@ -35,14 +35,7 @@ on_every_backend! {
         assert_eq!(pet.as_object().unwrap().get("status"), None, "{pet}");
         let listed = server.list("").await;
         assert_eq!(listed, vec![pet.clone()]);
-        let read: Value = server
-            .get(&format!("/pets/{}", pet["id"]))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let read = server.read(&pet["id"]).await;
         assert_eq!(read, pet);
     }
 
@@ -69,14 +62,7 @@ on_every_backend! {
             let pet = server.create(body.clone()).await;
             assert_eq!(pet["name"], body["name"]);
             assert_eq!(pet["categoryId"], body["categoryId"]);
-            let read: Value = server
-                .get(&format!("/pets/{}", pet["id"]))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let read = server.read(&pet["id"]).await;
             assert_eq!(read, pet);
         }
     }

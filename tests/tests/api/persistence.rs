@@ -21,14 +21,7 @@ on_every_backend! {
 
         assert_eq!(server.list("").await, pets);
         for pet in &pets {
-            let read: Value = server
-                .get(&format!("/pets/{}", pet["id"]))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let read = server.read(&pet["id"]).await;
             assert_eq!(&read, pet);
         }
         let newer = server
