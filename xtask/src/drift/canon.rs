@@ -385,16 +385,7 @@ pub fn normalise_schema(raw: Value, mode: Mode) -> Value {
             && !key.starts_with("x-")
             && !DEFAULTS.iter().any(|(k, v)| k == key && v == value)
     });
-    let required: Vec<String> = map
-        .get("required")
-        .and_then(Value::as_array)
-        .map(|r| {
-            r.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default();
+    let required = required_names(&map);
     let mut out = Map::new();
     for (key, value) in map {
         let value = match key.as_str() {
@@ -569,6 +560,20 @@ fn server_path(server: &openapiv3::Server) -> String {
     };
     let path = path.split(['?', '#']).next().unwrap_or_default();
     path.trim_end_matches('/').to_owned()
+}
+
+/// The property names a schema object lists as required.
+pub fn required_names(schema: &Map<String, Value>) -> Vec<String> {
+    schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| {
+            r.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

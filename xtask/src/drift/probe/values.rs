@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::drift::canon::Side;
+use crate::drift::canon::{Side, required_names};
 
 /// The longest string the probes make for a length rule; longer bounds are
 /// not probed at the edge.
@@ -283,16 +283,7 @@ pub fn type_of(schema: &Value) -> Option<&str> {
 
 /// The names the schema requires.
 pub fn required(schema: &Value) -> Vec<String> {
-    schema
-        .get("required")
-        .and_then(Value::as_array)
-        .map(|r| {
-            r.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default()
+    schema.as_object().map(required_names).unwrap_or_default()
 }
 
 fn number(schema: &Value, key: &str) -> Option<f64> {
