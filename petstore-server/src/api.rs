@@ -7,12 +7,12 @@
 
 use dropshot::{
     HttpResponseCreated, HttpResponseHeaders, HttpResponseOk, Path, Query, RequestContext,
-    TypedBody,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::auth::Authenticated;
+use crate::body::StrictJson;
 use crate::error::ApiError;
 use crate::model::{NewPet, Pet, PetStatus};
 
@@ -60,7 +60,7 @@ pub trait PetstoreApi {
     async fn create_pet(
         rqctx: RequestContext<Self::Context>,
         auth: Authenticated,
-        body: TypedBody<NewPet>,
+        body: StrictJson<NewPet>,
     ) -> Result<HttpResponseCreated<Pet>, ApiError>;
 
     /// Get an animal (deprecated)

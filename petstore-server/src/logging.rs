@@ -11,7 +11,7 @@ use std::io::{LineWriter, Write};
 use slog::{Drain, Logger, o};
 
 /// How log records are written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogFormat {
     /// One JSON object per line, for log collectors.
     Json,

@@ -2,11 +2,12 @@
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use petstore_server::auth::ApiKeys;
+use petstore_server::keys::ApiKeys;
 use petstore_server::logging::{self, LogFormat, LogSettings};
-use petstore_server::store::{DatabaseUrl, PostgresUrl};
+use petstore_server::store::{DatabaseUrl, FatalSender, PostgresUrl};
 use petstore_server::{ServerConfig, api, store};
 
 /// The pet store catalogue service (OpenAPI contract: openapi/petstore.yaml).
@@ -36,10 +37,19 @@ enum Command {
         log_level: LogLevel,
         /// Log format, written to stderr.
         #[arg(long, env = "PETSTORE_LOG_FORMAT", default_value = "json")]
-        log_format: LogFormat,
+        log_format: LogFormatArg,
         /// The access log: one record per request and per connection, at info.
         #[arg(long, env = "PETSTORE_ACCESS_LOG", default_value = "on")]
         access_log: Switch,
+        /// On SIGTERM or SIGINT, how long in-flight requests may take to
+        /// finish (seconds) before their connections are dropped.
+        #[arg(
+            long,
+            env = "PETSTORE_SHUTDOWN_TIMEOUT",
+            default_value_t = 30,
+            value_parser = clap::value_parser!(u64).range(0..=3600)
+        )]
+        shutdown_timeout: u64,
     },
     /// Create or upgrade the database schema, then exit.
     Migrate {
@@ -78,6 +88,23 @@ impl DatabaseArg {
                 DatabaseUrl::Postgres(url.with_pool_size(self.database_pool_size.into()))
             }
             sqlite => sqlite,
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormatArg {
+    /// One JSON object per line, for log collectors.
+    Json,
+    /// Human-readable lines, for a terminal.
+    Text,
+}
+
+impl From<LogFormatArg> for LogFormat {
+    fn from(format: LogFormatArg) -> LogFormat {
+        match format {
+            LogFormatArg::Json => LogFormat::Json,
+            LogFormatArg::Text => LogFormat::Text,
         }
     }
 }
@@ -125,19 +152,24 @@ fn main() -> ExitCode {
                 log_level,
                 log_format,
                 access_log,
+                shutdown_timeout,
             } => {
                 let settings = LogSettings {
-                    format: log_format,
+                    format: log_format.into(),
                     level: log_level.into(),
                     access_log: access_log == Switch::On,
                 };
                 let log = logging::logger(settings, std::io::stderr());
-                serve(bind, database.database(), log).await
+                let deadline = Duration::from_secs(shutdown_timeout);
+                serve(bind, database.database(), deadline, log).await
             }
             Command::Migrate { database } => migrate(database.database()).await,
             Command::Openapi => print_openapi(),
         }
     });
+    // Connections cut at the shutdown deadline still have tasks on the
+    // runtime; they are dropped here rather than waited for.
+    runtime.shutdown_timeout(Duration::from_secs(1));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(format!("{e:#}")),
@@ -149,7 +181,12 @@ fn fail(message: String) -> ExitCode {
     ExitCode::FAILURE
 }
 
-async fn serve(bind: SocketAddr, database: DatabaseUrl, log: slog::Logger) -> anyhow::Result<()> {
+async fn serve(
+    bind: SocketAddr,
+    database: DatabaseUrl,
+    deadline: Duration,
+    log: slog::Logger,
+) -> anyhow::Result<()> {
     let api_keys = ApiKeys::parse(&std::env::var("PETSTORE_API_KEYS").unwrap_or_default())?;
     let server = petstore_server::start(
         ServerConfig {
@@ -160,14 +197,26 @@ async fn serve(bind: SocketAddr, database: DatabaseUrl, log: slog::Logger) -> an
         log.clone(),
     )
     .await?;
-    let signal = shutdown_signal().await?;
-    slog::info!(log, "shutting down"; "signal" => signal);
-    server
-        .shutdown()
-        .await
-        .map_err(|e| anyhow::anyhow!("shutdown: {e}"))?;
-    slog::info!(log, "stopped");
-    Ok(())
+    let fatal = tokio::select! {
+        signal = shutdown_signal() => {
+            slog::info!(log, "shutting down"; "signal" => signal?);
+            None
+        }
+        reason = server.fatal_failure() => {
+            slog::crit!(log, "shutting down after a fatal failure"; "reason" => &reason);
+            Some(reason)
+        }
+    };
+    let report = server.shutdown(deadline).await?;
+    if report.deadline_passed {
+        slog::warn!(log, "shutdown deadline passed; open connections were dropped";
+            "deadline_s" => deadline.as_secs(), "requests_cut" => report.requests_cut);
+    }
+    slog::info!(log, "stopped"; "requests_cut" => report.requests_cut);
+    match fatal {
+        None => Ok(()),
+        Some(reason) => Err(anyhow::anyhow!("{reason}")),
+    }
 }
 
 /// Waits for SIGINT or SIGTERM and names the one that came.
@@ -182,7 +231,8 @@ async fn shutdown_signal() -> anyhow::Result<&'static str> {
 }
 
 async fn migrate(database: DatabaseUrl) -> anyhow::Result<()> {
-    let store = store::open(&database).await?;
+    let log = slog::Logger::root(slog::Discard, slog::o!());
+    let store = store::open(&database, &log, FatalSender::new(None)).await?;
     store.close().await;
     println!("the database is at the current schema version");
     Ok(())

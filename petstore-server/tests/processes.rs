@@ -5,11 +5,11 @@
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use common::{KEY, Served};
-use petstore_server::store::DatabaseUrl;
-use petstore_tests::{Backend, fresh_database};
 use serde_json::{Value, json};
 
 /// Concurrent writers while the server is killed.
@@ -24,9 +24,49 @@ fn client() -> reqwest::Client {
         .unwrap()
 }
 
+/// A database for one test: a SQLite file in `dir`, or a fresh PostgreSQL
+/// database; `None` only when PostgreSQL is unavailable and the developer
+/// opted out.
+struct Database {
+    /// The `--database` argument.
+    url: String,
+    dir: tempfile::TempDir,
+    _postgres: Option<petstore_support::postgres::TestDatabase>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+async fn fresh_database(backend: Backend) -> Option<Database> {
+    let dir = tempfile::tempdir().unwrap();
+    Some(match backend {
+        Backend::Sqlite => Database {
+            url: format!("sqlite://{}", dir.path().join("petstore.db").display()),
+            dir,
+            _postgres: None,
+        },
+        Backend::Postgres => {
+            let pg = petstore_support::postgres::fresh_database().await?;
+            Database {
+                url: pg.url().to_owned(),
+                dir,
+                _postgres: Some(pg),
+            }
+        }
+    })
+}
+
 /// Creates pets through `base_url` until a request fails; returns every pet
-/// acknowledged with 201. Names are unique per writer and attempt.
-async fn create_until_failure(base_url: String, writer: usize) -> Vec<Value> {
+/// acknowledged with 201, counting them in `count` as they come. Names are
+/// unique per writer and attempt.
+async fn create_until_failure(
+    base_url: String,
+    writer: usize,
+    count: Arc<AtomicUsize>,
+) -> Vec<Value> {
     let client = client();
     let statuses = [Some("available"), Some("pending"), Some("sold"), None];
     let mut acknowledged = Vec::new();
@@ -42,7 +82,10 @@ async fn create_until_failure(base_url: String, writer: usize) -> Vec<Value> {
             .send();
         match sent.await {
             Ok(response) if response.status() == 201 => match response.json::<Value>().await {
-                Ok(pet) => acknowledged.push(pet),
+                Ok(pet) => {
+                    acknowledged.push(pet);
+                    count.fetch_add(1, Ordering::SeqCst);
+                }
                 Err(_) => break,
             },
             _ => break,
@@ -63,9 +106,9 @@ async fn get_pet(base_url: &str, id: &Value) -> Value {
 }
 
 /// How many rows carry each name, read straight from the database.
-async fn names_in_database(url: &DatabaseUrl) -> HashMap<String, usize> {
-    let names: Vec<String> = match url {
-        DatabaseUrl::Sqlite(path) => {
+async fn names_in_database(url: &str) -> HashMap<String, usize> {
+    let names: Vec<String> = match url.strip_prefix("sqlite://") {
+        Some(path) => {
             let conn = rusqlite::Connection::open(path).unwrap();
             let mut stmt = conn.prepare("SELECT name FROM pets").unwrap();
             stmt.query_map([], |row| row.get(0))
@@ -73,8 +116,8 @@ async fn names_in_database(url: &DatabaseUrl) -> HashMap<String, usize> {
                 .map(Result::unwrap)
                 .collect()
         }
-        DatabaseUrl::Postgres(pg) => {
-            let (client, connection) = tokio_postgres::connect(pg.url(), tokio_postgres::NoTls)
+        None => {
+            let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
                 .await
                 .unwrap();
             tokio::spawn(connection);
@@ -90,34 +133,36 @@ async fn names_in_database(url: &DatabaseUrl) -> HashMap<String, usize> {
 }
 
 async fn acknowledged_pets_survive_sigkill(backend: Backend) {
-    let Some((database, dir)) = fresh_database(backend).await else {
+    let Some(database) = fresh_database(backend).await else {
         return;
     };
-    let args = ["--database".to_owned(), database_arg(&database)];
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let served = Served::start(dir.path(), &args);
+    let args = ["--database", &database.url];
+    let served = Served::start(database.dir.path(), &args);
     let base_url = served.base_url();
+    let count = Arc::new(AtomicUsize::new(0));
     let writers: Vec<_> = (0..WRITERS)
-        .map(|writer| tokio::spawn(create_until_failure(base_url.clone(), writer)))
+        .map(|writer| {
+            tokio::spawn(create_until_failure(
+                base_url.clone(),
+                writer,
+                Arc::clone(&count),
+            ))
+        })
         .collect();
 
-    // Let the writers get going, then pull the plug.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while names_in_database(&database).await.len() < 300 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // Pull the plug in the middle of the writing: once 300 creates have
+    // been acknowledged, with 16 more in flight.
+    petstore_support::eventually("300 creates acknowledged", || {
+        count.load(Ordering::SeqCst) >= 300
+    })
+    .await;
     served.kill();
     let mut acknowledged = Vec::new();
     for writer in writers {
         acknowledged.extend(writer.await.unwrap());
     }
-    assert!(
-        acknowledged.len() >= 100,
-        "only {} creates were acknowledged",
-        acknowledged.len()
-    );
 
-    let served = Served::start(dir.path(), &args);
+    let served = Served::start(database.dir.path(), &args);
     for pet in &acknowledged {
         assert_eq!(
             &get_pet(&served.base_url(), &pet["id"]).await,
@@ -131,7 +176,7 @@ async fn acknowledged_pets_survive_sigkill(backend: Backend) {
         acknowledged.len(),
         "an id was acknowledged twice"
     );
-    let names = names_in_database(&database).await;
+    let names = names_in_database(&database.url).await;
     assert!(
         names.values().all(|&count| count == 1),
         "a pet was stored twice"
@@ -141,13 +186,6 @@ async fn acknowledged_pets_survive_sigkill(backend: Backend) {
     }
     let (status, _) = served.terminate();
     assert!(status.success());
-}
-
-fn database_arg(url: &DatabaseUrl) -> String {
-    match url {
-        DatabaseUrl::Sqlite(path) => format!("sqlite://{}", path.display()),
-        DatabaseUrl::Postgres(pg) => pg.url().to_owned(),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -162,13 +200,12 @@ async fn postgres_loses_no_acknowledged_pet_when_killed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_instances_on_one_postgres_serve_one_catalogue() {
-    let Some((database, dir)) = fresh_database(Backend::Postgres).await else {
+    let Some(database) = fresh_database(Backend::Postgres).await else {
         return;
     };
-    let args = ["--database".to_owned(), database_arg(&database)];
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let first = Served::start(dir.path(), &args);
-    let second = Served::start(dir.path(), &args);
+    let args = ["--database", &database.url];
+    let first = Served::start(database.dir.path(), &args);
+    let second = Served::start(database.dir.path(), &args);
     let urls = [first.base_url(), second.base_url()];
 
     // 16 concurrent writers, each alternating between the two instances.

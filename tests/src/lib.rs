@@ -3,16 +3,17 @@
 //! directory, or a fresh database on a real PostgreSQL server — spoken to
 //! over real HTTP.
 
-pub mod postgres;
-
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use petstore_server::auth::ApiKeys;
+use std::time::Duration;
+
+use petstore_server::keys::ApiKeys;
 use petstore_server::logging::{self, LogFormat, LogSettings};
 use petstore_server::store::DatabaseUrl;
 use petstore_server::{RunningServer, ServerConfig};
+pub use petstore_support::{eventually, postgres};
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde_json::Value;
 
@@ -30,18 +31,52 @@ pub enum Backend {
     Postgres,
 }
 
-/// A new, empty database of `backend`, kept alive by the returned guard;
-/// `None` only when PostgreSQL is unavailable and the developer opted out.
-pub async fn fresh_database(backend: Backend) -> Option<(DatabaseUrl, tempfile::TempDir)> {
+/// A new, empty database for one test, and a scratch directory (which
+/// holds the SQLite file, if any). Dropping it removes both (a database on
+/// an external PostgreSQL server is dropped).
+pub struct TestDatabase {
+    /// Where the database is.
+    pub url: DatabaseUrl,
+    /// A directory for the test's files.
+    pub dir: tempfile::TempDir,
+    _postgres: Option<postgres::TestDatabase>,
+}
+
+impl TestDatabase {
+    /// `database`, on PostgreSQL.
+    pub fn postgres(database: postgres::TestDatabase) -> TestDatabase {
+        TestDatabase {
+            url: database.url().parse().expect("a valid PostgreSQL URL"),
+            dir: tempfile::tempdir().expect("temporary directory"),
+            _postgres: Some(database),
+        }
+    }
+
+    /// The URL as the command line takes it, password included.
+    pub fn arg(&self) -> String {
+        match &self.url {
+            DatabaseUrl::Sqlite(path) => format!("sqlite://{}", path.display()),
+            DatabaseUrl::Postgres(pg) => pg.url().to_owned(),
+        }
+    }
+}
+
+/// A new, empty database of `backend`; `None` only when PostgreSQL is
+/// unavailable and the developer opted out.
+pub async fn fresh_database(backend: Backend) -> Option<TestDatabase> {
     let dir = tempfile::tempdir().expect("temporary directory");
-    let url = match backend {
-        Backend::Sqlite => DatabaseUrl::Sqlite(dir.path().join("petstore.db")),
+    let (url, pg) = match backend {
+        Backend::Sqlite => (DatabaseUrl::Sqlite(dir.path().join("petstore.db")), None),
         Backend::Postgres => {
-            let url = postgres::shared()?.fresh_database().await;
-            url.parse().expect("a valid PostgreSQL URL")
+            let pg = postgres::fresh_database().await?;
+            (pg.url().parse().expect("a valid PostgreSQL URL"), Some(pg))
         }
     };
-    Some((url, dir))
+    Some(TestDatabase {
+        url,
+        dir,
+        _postgres: pg,
+    })
 }
 
 /// Runs each test body once per backend: `on_every_backend! { async fn
@@ -79,12 +114,12 @@ macro_rules! on_every_backend {
 /// A running server and the database it owns.
 pub struct TestServer {
     server: Option<RunningServer>,
-    database: DatabaseUrl,
     /// Everything the server logged, as JSON lines.
     log: LogBuffer,
     addr: SocketAddr,
     client: reqwest::Client,
-    _dir: tempfile::TempDir,
+    // Dropped after the server (fields drop in order).
+    database: TestDatabase,
 }
 
 impl TestServer {
@@ -98,30 +133,32 @@ impl TestServer {
     /// Starts a server on a fresh database of `backend`; `None` only when
     /// PostgreSQL is unavailable and the developer opted out of it.
     pub async fn start_with(backend: Backend) -> Option<TestServer> {
-        let (database, dir) = fresh_database(backend).await?;
-        Some(TestServer::start_on(database, dir).await)
+        Some(TestServer::start_on(fresh_database(backend).await?).await)
     }
 
-    /// Starts a server on `database`; `dir` is kept alive as long as the
-    /// server (it holds the SQLite file, if any).
-    pub async fn start_on(database: DatabaseUrl, dir: tempfile::TempDir) -> TestServer {
+    /// Starts a server on `database`, which it keeps as long as it lives.
+    pub async fn start_on(database: TestDatabase) -> TestServer {
         let log = LogBuffer::default();
-        let server = launch(&database, &log).await;
+        let server = launch(&database.url, &log).await;
         TestServer {
             addr: server.local_addr(),
             server: Some(server),
             database,
             log,
             client: reqwest::Client::new(),
-            _dir: dir,
         }
+    }
+
+    /// The database the server serves.
+    pub fn database(&self) -> &TestDatabase {
+        &self.database
     }
 
     /// Shuts the server down gracefully and starts a new one on the same
     /// database (and a new port).
     pub async fn restart(&mut self) {
         self.stop().await;
-        let server = launch(&self.database, &self.log).await;
+        let server = launch(&self.database.url, &self.log).await;
         self.addr = server.local_addr();
         self.server = Some(server);
     }
@@ -129,7 +166,11 @@ impl TestServer {
     /// Shuts the server down gracefully.
     pub async fn stop(&mut self) {
         if let Some(server) = self.server.take() {
-            server.shutdown().await.expect("clean shutdown");
+            let report = server
+                .shutdown(Duration::from_secs(60))
+                .await
+                .expect("clean shutdown");
+            assert!(!report.deadline_passed, "a request hung the shutdown");
         }
     }
 
@@ -193,16 +234,15 @@ impl TestServer {
         self.log.text()
     }
 
-    /// Waits (up to 5 s) until the log contains `needle`; returns the log.
+    /// Waits until the log contains `needle` (the asynchronous drain writes
+    /// records a moment after they are made); returns the log. Fails only
+    /// if it never does, after a wait long enough to mean a hang.
     pub async fn log_eventually_contains(&self, needle: &str) -> String {
-        for _ in 0..100 {
-            let text = self.log_text();
-            if text.contains(needle) {
-                return text;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-        panic!("the log never contained {needle:?}:\n{}", self.log_text());
+        eventually(&format!("the log contains {needle:?}"), || {
+            self.log_text().contains(needle)
+        })
+        .await;
+        self.log_text()
     }
 }
 

@@ -47,13 +47,13 @@
 //! worth. So nothing is excluded for it and nothing is declared for it.
 
 use std::fs::File;
-use std::io::Read;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use petstore_support::ChildGuard;
 
 use crate::{openapi, python, readiness, workspace_root};
 
@@ -117,7 +117,7 @@ pub fn run() -> anyhow::Result<()> {
         .prefix("petstore-conformance-")
         .tempdir()
         .context("creating a temporary directory for the database")?;
-    let key = generate_key()?;
+    let key = petstore_support::generate_key("conformance")?;
     let server = Server::start(&binary, scratch.path(), &key, &out.join("server.log"))?;
     let tested = schemathesis(&venv, &config, &out, server.addr, &key);
     // Stopped before the result is looked at, so a failed run stops it too.
@@ -157,25 +157,6 @@ fn build_server() -> anyhow::Result<PathBuf> {
         .context("cargo build reported no petstore-server executable")
 }
 
-/// A single-use API key: 192 random bits, hex-encoded (a valid bearer token).
-fn generate_key() -> anyhow::Result<String> {
-    let mut bytes = [0u8; 24];
-    File::open("/dev/urandom")
-        .and_then(|mut random| random.read_exact(&mut bytes))
-        .context("reading /dev/urandom")?;
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    Ok(format!("conformance-{hex}"))
-}
-
-/// A free port on the loopback interface. The OS picks it; the listener is
-/// closed before the server binds it, and should another process take it in
-/// between, the server fails to start and the run fails saying so.
-fn free_loopback_addr() -> anyhow::Result<SocketAddr> {
-    let listener =
-        TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("finding a free port on 127.0.0.1")?;
-    Ok(listener.local_addr()?)
-}
-
 /// Runs schemathesis against the server at `addr`, in `out` (where it may
 /// keep files of its own), with its JSON report in `out/report.json`.
 fn schemathesis(
@@ -208,10 +189,10 @@ fn schemathesis(
     Ok(())
 }
 
-/// The server under test, as a child process. Dropping it kills the process,
-/// so an early return or a panic never leaves it running.
+/// The server under test, as a child process; the guard kills it if it is
+/// dropped running, so an early return or a panic never leaves it behind.
 struct Server {
-    child: Option<Child>,
+    child: ChildGuard,
     addr: SocketAddr,
     log: PathBuf,
 }
@@ -220,21 +201,21 @@ impl Server {
     /// Starts the server on a free loopback port with a new database in
     /// `scratch`, logging to `log`, and waits until it answers.
     fn start(binary: &Path, scratch: &Path, key: &str, log: &Path) -> anyhow::Result<Server> {
-        let addr = free_loopback_addr()?;
+        let addr = petstore_support::free_loopback_addr()?;
         let log_file = File::create(log).with_context(|| format!("creating {}", log.display()))?;
         let database = format!("sqlite://{}", scratch.join("petstore.db").display());
-        let child = Command::new(binary)
+        let mut command = Command::new(binary);
+        command
             .arg("serve")
             .args(["--bind", &addr.to_string(), "--database", &database])
             .args(["--log-format", "json", "--log-level", "info"])
             .env("PETSTORE_API_KEYS", key)
             .stdin(Stdio::null())
             .stdout(log_file.try_clone()?)
-            .stderr(log_file)
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
+            .stderr(log_file);
+        let child = ChildGuard::spawn("petstore-server", &mut command)?;
         let mut server = Server {
-            child: Some(child),
+            child,
             addr,
             log: log.to_owned(),
         };
@@ -243,18 +224,12 @@ impl Server {
         Ok(server)
     }
 
-    fn child(&mut self) -> &mut Child {
-        self.child
-            .as_mut()
-            .expect("the server is stopped only once")
-    }
-
     /// Waits until an authenticated `GET /v1/pets` gets 200, which also
     /// proves the generated key is accepted.
     fn wait_until_ready(&mut self, key: &str) -> anyhow::Result<()> {
         let deadline = Instant::now() + STARTUP_TIMEOUT;
         loop {
-            if let Some(status) = self.child().try_wait()? {
+            if let Some(status) = self.child.try_wait()? {
                 bail!(
                     "the server exited during start-up ({status}); see {}",
                     self.log.display()
@@ -277,46 +252,13 @@ impl Server {
     /// checks that it shuts down cleanly; kills it if it does not stop in
     /// time.
     fn stop(mut self) -> anyhow::Result<()> {
-        let mut child = self.child.take().expect("the server is stopped only once");
-        let signalled = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
-        let exited = match signalled {
-            Ok(status) if status.success() => wait_for_exit(&mut child, SHUTDOWN_TIMEOUT)?,
-            _ => None,
-        };
-        match exited {
+        match self.child.terminate(SHUTDOWN_TIMEOUT)? {
             Some(status) if status.success() => Ok(()),
             Some(status) => bail!(
                 "the server exited with {status} after SIGTERM; see {}",
                 self.log.display()
             ),
-            None => {
-                child.kill().ok();
-                child.wait().ok();
-                bail!("the server did not stop on SIGTERM (could `kill` be run?); it was killed")
-            }
+            None => bail!("the server did not stop on SIGTERM; it was killed"),
         }
     }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            child.kill().ok();
-            child.wait().ok();
-        }
-    }
-}
-
-/// The child's exit status, or `None` if it is still running after `timeout`.
-fn wait_for_exit(child: &mut Child, timeout: Duration) -> anyhow::Result<Option<ExitStatus>> {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if let Some(status) = child.try_wait()? {
-            return Ok(Some(status));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(None)
 }

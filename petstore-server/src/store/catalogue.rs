@@ -3,16 +3,16 @@
 //! Pets are only ever appended (the API neither changes nor deletes them),
 //! in ascending id order, so the copy is a set of append-only columns — about
 //! 17 bytes plus the name per pet, a fraction of what one allocation per pet
-//! would take. And since no list returns more than `LIMIT_MAX` pets and
+//! would take. And since no list returns more than `LIST_MAX` pets and
 //! there is no pagination, every list is a prefix: of all pets, or of the
 //! pets with one status. Those prefixes never change once full, so per
-//! status only the positions of the first `LIMIT_MAX` pets are kept.
+//! status only the positions of the first `LIST_MAX` pets are kept.
 
-use crate::api::LIMIT_MAX;
+use super::LIST_MAX;
 use crate::model::{Pet, PetStatus};
 
 /// The longest prefix a list can ask for.
-const PREFIX: usize = LIMIT_MAX as usize;
+const PREFIX: usize = LIST_MAX as usize;
 
 /// The committed pets, in id order.
 #[derive(Default)]
@@ -48,7 +48,7 @@ impl Catalogue {
         self.name_ends.push(self.names.len());
     }
 
-    /// The first `limit` pets (at most `LIMIT_MAX`), only those with
+    /// The first `limit` pets (at most `LIST_MAX`), only those with
     /// `status` when it is given.
     pub fn first(&self, limit: u32, status: Option<PetStatus>) -> Vec<Pet> {
         let limit = (limit as usize).min(PREFIX);

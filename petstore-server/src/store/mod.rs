@@ -9,17 +9,175 @@ use std::sync::Arc;
 use crate::model::{NewPet, Pet, PetStatus};
 
 mod catalogue;
+mod lock;
 mod postgres;
 mod sqlite;
 
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
-/// A failure of the database, never of the request: the HTTP layer answers
-/// it with 503 and the client may retry.
+/// The longest list a store serves in one call.
+pub const LIST_MAX: u32 = 100;
+
+/// A boxed cause, for errors whose source comes from more than one library.
+pub type Cause = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why a storage operation failed. Each failure is either *unavailable* —
+/// the database cannot serve right now (down, disk full, locked, file
+/// replaced), so retrying later is right — or *internal* — data that does not
+/// decode, a broken invariant, a bug in us — which retrying will not fix.
+/// [`StoreError::is_unavailable`] tells which.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct StoreError(pub String);
+pub enum StoreError {
+    /// SQLite failed.
+    #[error("SQLite, {doing}")]
+    Sqlite {
+        /// What the store was doing.
+        doing: &'static str,
+        /// SQLite's error (shared: one failed commit fails a whole group).
+        #[source]
+        source: Arc<rusqlite::Error>,
+    },
+    /// PostgreSQL failed, or could not be reached.
+    #[error("PostgreSQL, {doing}")]
+    Postgres {
+        /// What the store was doing.
+        doing: &'static str,
+        /// The driver's or the pool's error.
+        #[source]
+        source: PostgresFailure,
+    },
+    /// A stored row does not decode into a pet.
+    #[error("pet {id}: column {column} holds {value}, which is not a valid {expected}")]
+    Undecodable {
+        /// The row's id.
+        id: i64,
+        /// The column that does not decode.
+        column: &'static str,
+        /// What it holds, as text.
+        value: String,
+        /// What it should hold.
+        expected: &'static str,
+    },
+    /// The database file was deleted or replaced under the running server;
+    /// writes would go to a file nobody will ever open again.
+    #[error(
+        "the database file {path} was deleted or replaced while the server was running; \
+         creates are refused until the server is restarted on the file now at that path"
+    )]
+    FileReplaced {
+        /// The database file.
+        path: PathBuf,
+    },
+    /// The SQLite writer thread is gone (it panicked): nothing can be written.
+    #[error("the SQLite writer thread stopped: {0}")]
+    WriterStopped(String),
+    /// The store was closed (the server is shutting down).
+    #[error("the database is closed")]
+    Closed,
+}
+
+/// A PostgreSQL failure: from the driver or from the connection pool.
+#[derive(Debug, thiserror::Error)]
+pub enum PostgresFailure {
+    /// The driver's error (the database's own, or a broken connection).
+    #[error(transparent)]
+    Driver(#[from] tokio_postgres::Error),
+    /// The pool's (no connection within the timeout, pool closed).
+    #[error(transparent)]
+    Pool(#[from] deadpool_postgres::PoolError),
+}
+
+impl StoreError {
+    /// Whether the failure is the database's being unavailable (retry
+    /// later) rather than a bug or corrupt data (retrying will not help).
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            StoreError::Sqlite { source, .. } => sqlite::is_unavailable(source),
+            StoreError::Postgres { source, .. } => postgres::is_unavailable(source),
+            StoreError::FileReplaced { .. } | StoreError::Closed => true,
+            StoreError::Undecodable { .. } | StoreError::WriterStopped(_) => false,
+        }
+    }
+}
+
+/// Why a database could not be opened. Each says what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// Another process serves (or migrates) the same SQLite file.
+    #[error(
+        "the database {path} is in use by another petstore-server ({holder}); \
+         one server per SQLite file: stop that one first, or use PostgreSQL for \
+         several instances"
+    )]
+    InUse {
+        /// The database file.
+        path: PathBuf,
+        /// What the lock file says of the process holding it.
+        holder: String,
+    },
+    /// The SQLite file or its directory cannot be written.
+    #[error(
+        "the database {path} cannot be written ({reason}); the server needs to write the \
+         file, its -wal and -shm files and its .lock file in that directory"
+    )]
+    ReadOnly {
+        /// The database file.
+        path: PathBuf,
+        /// What failed.
+        reason: String,
+    },
+    /// The file system does not support SQLite's write-ahead log.
+    #[error(
+        "cannot switch the database {path} to WAL mode (it stays in {mode} mode); \
+         put it on a local file system"
+    )]
+    NoWal {
+        /// The database file.
+        path: PathBuf,
+        /// The journal mode SQLite kept.
+        mode: String,
+    },
+    /// The database was written by a newer server.
+    #[error(
+        "the database has schema version {found}, newer than the {known} this server knows; \
+         upgrade petstore-server (the database was not modified)"
+    )]
+    NewerSchema {
+        /// The version in the database.
+        found: i64,
+        /// The newest version this server knows.
+        known: usize,
+    },
+    /// The schema version stored in the database is not a version at all.
+    #[error(
+        "the database's schema version is {0}, which no server writes; the database is damaged"
+    )]
+    InvalidSchemaVersion(i64),
+    /// The database failed while being opened, migrated or loaded.
+    #[error("{database}: {source}")]
+    Store {
+        /// The database, password masked.
+        database: String,
+        /// What failed.
+        #[source]
+        source: StoreError,
+    },
+    /// A file operation failed (the lock file, the writer thread).
+    #[error("{doing}: {source}")]
+    Io {
+        /// What the store was doing.
+        doing: String,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Where a store can report that it can no longer work at all (e.g. its
+/// writer thread panicked): the process should exit so that a supervisor
+/// restarts it.
+pub type FatalSender = tokio::sync::watch::Sender<Option<String>>;
 
 /// A catalogue of pets.
 #[async_trait::async_trait]
@@ -28,8 +186,8 @@ pub trait PetStore: Send + Sync + 'static {
     /// durable: an `Ok` is a promise that it survives a crash.
     async fn create(&self, pet: NewPet) -> Result<Pet, StoreError>;
 
-    /// At most `limit` pets in ascending `id` order, only those with `status`
-    /// when it is given.
+    /// At most `limit` (at most [`LIST_MAX`]) pets in ascending `id` order,
+    /// only those with `status` when it is given.
     async fn list(&self, limit: u32, status: Option<PetStatus>) -> Result<Vec<Pet>, StoreError>;
 
     /// The pet with identifier `id`, if there is one.
@@ -69,10 +227,13 @@ impl PostgresUrl {
     pub const DEFAULT_POOL_SIZE: usize = 16;
 
     /// Parses a `postgres://` or `postgresql://` URL.
-    pub fn parse(url: &str) -> Result<PostgresUrl, String> {
-        let redacted = redact_password(url);
-        url.parse::<tokio_postgres::Config>()
-            .map_err(|e| format!("invalid PostgreSQL URL {redacted:?}: {e}"))?;
+    pub fn parse(url: &str) -> Result<PostgresUrl, DatabaseUrlError> {
+        url.parse::<tokio_postgres::Config>().map_err(|source| {
+            DatabaseUrlError::InvalidPostgres {
+                url: redact_password(url),
+                source,
+            }
+        })?;
         Ok(PostgresUrl {
             url: url.to_owned(),
             pool_size: PostgresUrl::DEFAULT_POOL_SIZE,
@@ -125,34 +286,69 @@ fn redact_password(url: &str) -> String {
     }
 }
 
-impl std::str::FromStr for DatabaseUrl {
-    type Err = String;
+/// Why a database URL is not usable. Passwords are masked.
+#[derive(Debug, thiserror::Error)]
+pub enum DatabaseUrlError {
+    /// `sqlite:` with no file after it.
+    #[error("{url:?} names no file; expected sqlite://path/to/file.db")]
+    NoSqliteFile {
+        /// The URL given.
+        url: String,
+    },
+    /// A PostgreSQL URL the driver cannot parse.
+    #[error("invalid PostgreSQL URL {url:?}: {source}")]
+    InvalidPostgres {
+        /// The URL given, password masked.
+        url: String,
+        /// The driver's reason.
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// Neither SQLite nor PostgreSQL.
+    #[error(
+        "unsupported database URL {url:?}; expected sqlite://path/to/file.db or \
+         postgres://user:password@host:port/database"
+    )]
+    Unsupported {
+        /// The URL given, password masked.
+        url: String,
+    },
+}
 
-    fn from_str(url: &str) -> Result<DatabaseUrl, String> {
+impl std::str::FromStr for DatabaseUrl {
+    type Err = DatabaseUrlError;
+
+    fn from_str(url: &str) -> Result<DatabaseUrl, DatabaseUrlError> {
         if let Some(rest) = url.strip_prefix("sqlite:") {
             let path = rest.strip_prefix("//").unwrap_or(rest);
             if path.is_empty() {
-                return Err(format!(
-                    "{url:?} names no file; expected sqlite://path/to/file.db"
-                ));
+                return Err(DatabaseUrlError::NoSqliteFile {
+                    url: url.to_owned(),
+                });
             }
             return Ok(DatabaseUrl::Sqlite(PathBuf::from(path)));
         }
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             return PostgresUrl::parse(url).map(DatabaseUrl::Postgres);
         }
-        Err(format!(
-            "unsupported database URL {:?}; expected sqlite://path/to/file.db or \
-             postgres://user:password@host:port/database",
-            redact_password(url)
-        ))
+        Err(DatabaseUrlError::Unsupported {
+            url: redact_password(url),
+        })
     }
 }
 
-/// Opens the database at `url`, creating or migrating its schema.
-pub async fn open(url: &DatabaseUrl) -> Result<Arc<dyn PetStore>, StoreError> {
+/// Opens the database at `url`, creating or migrating its schema. Errors
+/// are logged to `log`; a failure that stops the store for good is sent to
+/// `fatal`.
+pub async fn open(
+    url: &DatabaseUrl,
+    log: &slog::Logger,
+    fatal: FatalSender,
+) -> Result<Arc<dyn PetStore>, OpenError> {
     match url {
-        DatabaseUrl::Sqlite(path) => Ok(Arc::new(SqliteStore::open(path.clone()).await?)),
+        DatabaseUrl::Sqlite(path) => Ok(Arc::new(
+            SqliteStore::open(path.clone(), log.clone(), fatal).await?,
+        )),
         DatabaseUrl::Postgres(url) => Ok(Arc::new(PostgresStore::open(url).await?)),
     }
 }
@@ -163,32 +359,34 @@ mod tests {
 
     #[test]
     fn sqlite_urls_name_relative_and_absolute_files() {
+        let parse = |url: &str| url.parse::<DatabaseUrl>().unwrap();
         assert_eq!(
-            "sqlite://petstore.db".parse(),
-            Ok(DatabaseUrl::Sqlite("petstore.db".into()))
+            parse("sqlite://petstore.db"),
+            DatabaseUrl::Sqlite("petstore.db".into())
         );
         assert_eq!(
-            "sqlite:///var/x.db".parse(),
-            Ok(DatabaseUrl::Sqlite("/var/x.db".into()))
+            parse("sqlite:///var/x.db"),
+            DatabaseUrl::Sqlite("/var/x.db".into())
         );
-        assert_eq!(
-            "sqlite:a.db".parse(),
-            Ok(DatabaseUrl::Sqlite("a.db".into()))
-        );
+        assert_eq!(parse("sqlite:a.db"), DatabaseUrl::Sqlite("a.db".into()));
     }
 
     #[test]
     fn other_urls_are_refused_with_a_reason() {
-        let error = "sqlite://".parse::<DatabaseUrl>().unwrap_err();
+        let error = "sqlite://".parse::<DatabaseUrl>().unwrap_err().to_string();
         assert!(error.contains("names no file"), "{error}");
-        let error = "mysql://u:hunter2@x/db".parse::<DatabaseUrl>().unwrap_err();
+        let error = "mysql://u:hunter2@x/db"
+            .parse::<DatabaseUrl>()
+            .unwrap_err()
+            .to_string();
         assert!(
             error.contains("unsupported") && !error.contains("hunter2"),
             "{error}"
         );
         let error = "postgres://u:hunter2@h:notaport/db"
             .parse::<DatabaseUrl>()
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("invalid PostgreSQL URL"), "{error}");
         assert!(!error.contains("hunter2"), "{error}");
     }

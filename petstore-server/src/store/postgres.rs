@@ -13,7 +13,7 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::{NoTls, Row};
 
-use super::{PetStore, PostgresUrl, StoreError};
+use super::{OpenError, PetStore, PostgresFailure, PostgresUrl, StoreError};
 use crate::model::{NewPet, Pet, PetStatus};
 
 /// Schema migrations; `petstore_schema.version` counts those applied.
@@ -41,12 +41,50 @@ pub struct PostgresStore {
     pool: Pool,
 }
 
+/// Whether a PostgreSQL failure is the database's being unavailable — no
+/// connection, a connection lost, the server shutting down, out of disk or
+/// connections, a lock or serialisation conflict — rather than a bug in us
+/// (a statement the server rejects, data that does not decode).
+pub(super) fn is_unavailable(failure: &PostgresFailure) -> bool {
+    let error = match failure {
+        PostgresFailure::Pool(deadpool_postgres::PoolError::Backend(error))
+        | PostgresFailure::Driver(error) => error,
+        PostgresFailure::Pool(_) => return true,
+    };
+    let Some(db) = error.as_db_error() else {
+        // Not the server's answer: the connection broke or could not be made.
+        return true;
+    };
+    let code = db.code().code();
+    // 08 connection exception, 53 insufficient resources, 57 operator
+    // intervention (shutdown), 58 system error, 40 transaction rollback
+    // (serialisation, deadlock), 55P03 lock not available.
+    ["08", "53", "57", "58", "40"]
+        .iter()
+        .any(|class| code.starts_with(class))
+        || code == "55P03"
+}
+
+fn postgres<E: Into<PostgresFailure>>(doing: &'static str) -> impl Fn(E) -> StoreError {
+    move |e| StoreError::Postgres {
+        doing,
+        source: e.into(),
+    }
+}
+
 impl PostgresStore {
     /// Connects (failing fast when the database is unreachable) and brings
     /// the schema up to date.
-    pub async fn open(url: &PostgresUrl) -> Result<PostgresStore, StoreError> {
-        let describe = |e: &dyn std::fmt::Display| StoreError(format!("{url}: {e}"));
-        let mut config: tokio_postgres::Config = url.url().parse().map_err(|e| describe(&e))?;
+    pub async fn open(url: &PostgresUrl) -> Result<PostgresStore, OpenError> {
+        let in_database = |source: StoreError| OpenError::Store {
+            database: url.to_string(),
+            source,
+        };
+        let mut config: tokio_postgres::Config = url
+            .url()
+            .parse()
+            .map_err(postgres("parsing the URL"))
+            .map_err(in_database)?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECTION_TIMEOUT);
         }
@@ -64,84 +102,97 @@ impl PostgresStore {
             .create_timeout(Some(CONNECTION_TIMEOUT))
             .recycle_timeout(Some(CONNECTION_TIMEOUT))
             .build()
-            .map_err(|e| describe(&e))?;
-        let mut client = pool.get().await.map_err(|e| describe(&cause(&e)))?;
-        migrate(&mut client).await.map_err(|e| describe(&e))?;
+            .map_err(|e| OpenError::Io {
+                doing: format!("creating the connection pool for {url}"),
+                source: std::io::Error::other(e.to_string()),
+            })?;
+        let mut client = pool
+            .get()
+            .await
+            .map_err(postgres("connecting"))
+            .map_err(in_database)?;
+        migrate(&mut client).await.map_err(|e| match e {
+            Migration::Store(e) => in_database(e),
+            Migration::Refused(e) => e,
+        })?;
         Ok(PostgresStore { pool })
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Client, StoreError> {
-        self.pool.get().await.map_err(|e| StoreError(cause(&e)))
+        self.pool
+            .get()
+            .await
+            .map_err(postgres("getting a connection"))
     }
 }
 
-/// The most useful description of a pool error: the database's own error
-/// when there is one, not only "backend error".
-fn cause(error: &deadpool_postgres::PoolError) -> String {
-    match error {
-        deadpool_postgres::PoolError::Backend(e) => sql_error(e),
-        other => other.to_string(),
-    }
-}
-
-fn sql_error(error: &tokio_postgres::Error) -> String {
-    match std::error::Error::source(error) {
-        Some(source) => format!("{error}: {source}"),
-        None => error.to_string(),
-    }
+/// Why migrating failed: the database, or a refusal.
+enum Migration {
+    Store(StoreError),
+    Refused(OpenError),
 }
 
 /// Applies the migrations the database lacks under an advisory lock, so
 /// that instances starting together migrate once. A database from a newer
 /// server is left untouched.
-async fn migrate(client: &mut deadpool_postgres::Client) -> Result<(), String> {
-    let tx = client.transaction().await.map_err(|e| sql_error(&e))?;
-    let run = async {
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
-            .await?;
-        tx.batch_execute(
-            "CREATE TABLE IF NOT EXISTS petstore_schema (version INTEGER NOT NULL);
-             INSERT INTO petstore_schema (version)
-                 SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM petstore_schema);",
-        )
-        .await?;
-        let row = tx
-            .query_one("SELECT version FROM petstore_schema", &[])
-            .await?;
-        Ok::<i32, tokio_postgres::Error>(row.get(0))
-    };
-    let current = usize::try_from(run.await.map_err(|e| sql_error(&e))?).unwrap_or(0);
+async fn migrate(client: &mut deadpool_postgres::Client) -> Result<(), Migration> {
+    let sql = |e: tokio_postgres::Error| Migration::Store(postgres("migrating the schema")(e));
+    let tx = client.transaction().await.map_err(sql)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(sql)?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS petstore_schema (version INTEGER NOT NULL);
+         INSERT INTO petstore_schema (version)
+             SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM petstore_schema);",
+    )
+    .await
+    .map_err(sql)?;
+    let row = tx
+        .query_one("SELECT version FROM petstore_schema", &[])
+        .await
+        .map_err(sql)?;
+    let current: i32 = row.try_get(0).map_err(sql)?;
+    let current = usize::try_from(current)
+        .map_err(|_| Migration::Refused(OpenError::InvalidSchemaVersion(current.into())))?;
     if current > MIGRATIONS.len() {
-        return Err(format!(
-            "the database has schema version {current}, newer than the {} this server knows; \
-             upgrade petstore-server (the database was not modified)",
-            MIGRATIONS.len()
-        ));
+        return Err(Migration::Refused(OpenError::NewerSchema {
+            found: current as i64,
+            known: MIGRATIONS.len(),
+        }));
     }
     for migration in &MIGRATIONS[current..] {
-        tx.batch_execute(migration)
-            .await
-            .map_err(|e| sql_error(&e))?;
+        tx.batch_execute(migration).await.map_err(sql)?;
     }
     let version = i32::try_from(MIGRATIONS.len()).expect("few migrations");
     tx.execute("UPDATE petstore_schema SET version = $1", &[&version])
         .await
-        .map_err(|e| sql_error(&e))?;
-    tx.commit().await.map_err(|e| sql_error(&e))
+        .map_err(sql)?;
+    tx.commit().await.map_err(sql)
 }
 
+/// Decodes a row into a pet, never panicking: a column of an unexpected
+/// type or value is reported with the row's id and the column's name.
 fn pet_from_row(row: &Row) -> Result<Pet, StoreError> {
-    let status = match row.get::<_, Option<&str>>(3) {
+    let decode = postgres("decoding a row");
+    let id: i64 = row.try_get(0).map_err(&decode)?;
+    let name: String = row.try_get(1).map_err(&decode)?;
+    let category_id: i64 = row.try_get(2).map_err(&decode)?;
+    let status = match row.try_get::<_, Option<&str>>(3).map_err(&decode)? {
         None => None,
         Some(text) => Some(
-            PetStatus::parse(text)
-                .ok_or_else(|| StoreError(format!("unknown status {text:?} in the database")))?,
+            PetStatus::parse(text).ok_or_else(|| StoreError::Undecodable {
+                id,
+                column: "status",
+                value: format!("the text {text:?}"),
+                expected: "status (available, pending, sold)",
+            })?,
         ),
     };
     Ok(Pet {
-        id: row.get(0),
-        name: row.get(1),
-        category_id: row.get(2),
+        id,
+        name,
+        category_id,
         status,
     })
 }
@@ -149,22 +200,25 @@ fn pet_from_row(row: &Row) -> Result<Pet, StoreError> {
 #[async_trait::async_trait]
 impl PetStore for PostgresStore {
     async fn create(&self, pet: NewPet) -> Result<Pet, StoreError> {
+        let sql = postgres("creating a pet");
         let client = self.client().await?;
         let insert = client
             .prepare_cached(
                 "INSERT INTO pets (name, category_id, status) VALUES ($1, $2, $3) RETURNING id",
             )
             .await
-            .map_err(|e| StoreError(sql_error(&e)))?;
+            .map_err(&sql)?;
         let status = pet.status.map(PetStatus::as_str);
         let row = client
             .query_one(&insert, &[&pet.name, &pet.category_id, &status])
             .await
-            .map_err(|e| StoreError(sql_error(&e)))?;
-        Ok(Pet::from_new(row.get(0), pet))
+            .map_err(&sql)?;
+        let id = row.try_get(0).map_err(&sql)?;
+        Ok(Pet::from_new(id, pet))
     }
 
     async fn list(&self, limit: u32, status: Option<PetStatus>) -> Result<Vec<Pet>, StoreError> {
+        let sql = postgres("listing pets");
         let client = self.client().await?;
         let limit = i64::from(limit);
         let rows = match status {
@@ -172,7 +226,7 @@ impl PetStore for PostgresStore {
                 let query = client
                     .prepare_cached(&format!("{SELECT_PET} ORDER BY id LIMIT $1"))
                     .await
-                    .map_err(|e| StoreError(sql_error(&e)))?;
+                    .map_err(&sql)?;
                 client.query(&query, &[&limit]).await
             }
             Some(status) => {
@@ -181,26 +235,21 @@ impl PetStore for PostgresStore {
                         "{SELECT_PET} WHERE status = $1 ORDER BY id LIMIT $2"
                     ))
                     .await
-                    .map_err(|e| StoreError(sql_error(&e)))?;
+                    .map_err(&sql)?;
                 client.query(&query, &[&status.as_str(), &limit]).await
             }
         };
-        rows.map_err(|e| StoreError(sql_error(&e)))?
-            .iter()
-            .map(pet_from_row)
-            .collect()
+        rows.map_err(&sql)?.iter().map(pet_from_row).collect()
     }
 
     async fn get(&self, id: i64) -> Result<Option<Pet>, StoreError> {
+        let sql = postgres("reading a pet");
         let client = self.client().await?;
         let query = client
             .prepare_cached(&format!("{SELECT_PET} WHERE id = $1"))
             .await
-            .map_err(|e| StoreError(sql_error(&e)))?;
-        let row = client
-            .query_opt(&query, &[&id])
-            .await
-            .map_err(|e| StoreError(sql_error(&e)))?;
+            .map_err(&sql)?;
+        let row = client.query_opt(&query, &[&id]).await.map_err(&sql)?;
         row.as_ref().map(pet_from_row).transpose()
     }
 

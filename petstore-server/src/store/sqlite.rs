@@ -14,16 +14,19 @@
 //!   wait for a write: the writer holds the lock only to append, not while it
 //!   commits.
 
-use std::path::PathBuf;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockWriteGuard, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rusqlite::{Connection, TransactionBehavior, params};
+use rusqlite::{Connection, ErrorCode, TransactionBehavior, params};
 use tokio::sync::oneshot;
 
 use super::catalogue::Catalogue;
-use super::{PetStore, StoreError};
+use super::lock::DatabaseLock;
+use super::{FatalSender, OpenError, PetStore, StoreError};
 use crate::model::{NewPet, Pet, PetStatus};
 
 /// Schema migrations; the database's `user_version` counts those applied.
@@ -37,9 +40,12 @@ const MIGRATIONS: &[&str] = &["CREATE TABLE pets (
 
 /// The most creates one transaction commits.
 const MAX_GROUP: usize = 512;
-/// How long a connection waits on a lock (e.g. another process holding the
+/// How long a connection waits on a lock (e.g. another program holding the
 /// file) before the request fails with 503.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often an idle writer checks that the database file is still the one
+/// it has open (it also checks after every commit, before answering).
+const FILE_CHECK_INTERVAL: Duration = Duration::from_secs(2);
 
 const SELECT_PET: &str = "SELECT id, name, category_id, status FROM pets";
 
@@ -55,24 +61,86 @@ pub struct SqliteStore {
     writer: mpsc::Sender<WriteJob>,
     writer_thread: Mutex<Option<JoinHandle<()>>>,
     catalogue: Arc<SharedCatalogue>,
+    /// Set when the store is being closed. A writer that is gone without
+    /// that has died: creates then fail as internal errors, not as 503s.
+    closing: AtomicBool,
+}
+
+/// Whether a SQLite error is the database's being unavailable (busy, full,
+/// I/O failing, file gone) rather than corrupt data or a bug in us.
+pub(super) fn is_unavailable(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error_code(),
+        Some(
+            ErrorCode::DatabaseBusy
+                | ErrorCode::DatabaseLocked
+                | ErrorCode::DiskFull
+                | ErrorCode::SystemIoFailure
+                | ErrorCode::CannotOpen
+                | ErrorCode::ReadOnly
+                | ErrorCode::OutOfMemory
+                | ErrorCode::FileLockingProtocolFailed
+        )
+    )
+}
+
+fn sqlite(doing: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
+    move |source| StoreError::Sqlite {
+        doing,
+        source: Arc::new(source),
+    }
 }
 
 impl SqliteStore {
     /// Opens (creating if needed) the database file at `path` and brings its
-    /// schema up to date.
-    pub async fn open(path: PathBuf) -> Result<SqliteStore, StoreError> {
-        tokio::task::spawn_blocking(move || SqliteStore::open_blocking(path))
+    /// schema up to date. Refuses when another process holds the file (see
+    /// `lock.rs`) or when the file cannot be written. Errors are logged to
+    /// `log`; a writer thread that dies is reported to `fatal`.
+    pub async fn open(
+        path: PathBuf,
+        log: slog::Logger,
+        fatal: FatalSender,
+    ) -> Result<SqliteStore, OpenError> {
+        tokio::task::spawn_blocking(move || SqliteStore::open_blocking(path, log, fatal))
             .await
-            .map_err(|e| StoreError(format!("opening the database panicked: {e}")))?
+            .map_err(|e| OpenError::Io {
+                doing: "opening the database".into(),
+                source: std::io::Error::other(e.to_string()),
+            })?
     }
 
-    fn open_blocking(path: PathBuf) -> Result<SqliteStore, StoreError> {
-        let describe = |e: &dyn std::fmt::Display| StoreError(format!("{}: {e}", path.display()));
-        let mut conn = Connection::open(&path).map_err(|e| describe(&e))?;
-        configure(&conn).map_err(|e| describe(&e))?;
-        migrate(&mut conn).map_err(|e| describe(&e))?;
-
-        let catalogue = load(&conn).map_err(|e| describe(&e))?;
+    fn open_blocking(
+        path: PathBuf,
+        log: slog::Logger,
+        fatal: FatalSender,
+    ) -> Result<SqliteStore, OpenError> {
+        let lock = DatabaseLock::acquire(&path)?;
+        let in_file = |source: StoreError| OpenError::Store {
+            database: path.display().to_string(),
+            source,
+        };
+        let mut conn = Connection::open(&path)
+            .map_err(sqlite("opening the file"))
+            .map_err(in_file)?;
+        if conn.is_readonly(rusqlite::MAIN_DB).unwrap_or(false) {
+            return Err(OpenError::ReadOnly {
+                path,
+                reason: "SQLite could open it for reading only".into(),
+            });
+        }
+        configure(&conn, &path).map_err(|e| match e {
+            Migration::Store(e) => read_only_or(&path, e, in_file),
+            Migration::Refused(e) => e,
+        })?;
+        migrate(&mut conn).map_err(|e| match e {
+            Migration::Store(e) => read_only_or(&path, e, in_file),
+            Migration::Refused(e) => e,
+        })?;
+        let catalogue = load(&conn).map_err(in_file)?;
+        let identity = FileIdentity::of(&path).map_err(|source| OpenError::Io {
+            doing: format!("reading the metadata of {}", path.display()),
+            source,
+        })?;
         let catalogue = Arc::new(RwLock::new(Some(catalogue)));
 
         let (writer, jobs) = mpsc::channel();
@@ -80,44 +148,117 @@ impl SqliteStore {
             .name("sqlite-writer".into())
             .spawn({
                 let catalogue = Arc::clone(&catalogue);
-                move || run_writer(conn, jobs, &catalogue)
+                let writer = Writer {
+                    conn,
+                    path,
+                    identity,
+                    replaced: false,
+                    log: log.clone(),
+                    _lock: lock,
+                };
+                move || {
+                    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        writer.run(jobs, &catalogue)
+                    }));
+                    if let Err(panic) = outcome {
+                        let message = panic_message(&*panic);
+                        slog::crit!(log, "the SQLite writer thread panicked"; "panic" => &message);
+                        let _ = fatal.send(Some(format!(
+                            "the SQLite writer thread panicked: {message}"
+                        )));
+                    }
+                }
             })
-            .map_err(|e| StoreError(format!("cannot start the writer thread: {e}")))?;
+            .map_err(|source| OpenError::Io {
+                doing: "starting the writer thread".into(),
+                source,
+            })?;
         Ok(SqliteStore {
             writer,
             writer_thread: Mutex::new(Some(writer_thread)),
             catalogue,
+            closing: AtomicBool::new(false),
         })
+    }
+
+    /// Why a create could not reach the writer: it died, or the store closed.
+    fn writer_gone(&self) -> StoreError {
+        if self.closing.load(Ordering::SeqCst) {
+            StoreError::Closed
+        } else {
+            StoreError::WriterStopped("it panicked; the process is shutting down".into())
+        }
     }
 }
 
-fn configure(conn: &Connection) -> Result<(), String> {
-    let sql = |e: rusqlite::Error| e.to_string();
+/// A write that failed at start-up because the file or its directory is
+/// read-only is reported as such; anything else as it is.
+fn read_only_or(
+    path: &Path,
+    error: StoreError,
+    otherwise: impl FnOnce(StoreError) -> OpenError,
+) -> OpenError {
+    match &error {
+        StoreError::Sqlite { source, .. }
+            if matches!(
+                source.sqlite_error_code(),
+                Some(ErrorCode::ReadOnly | ErrorCode::CannotOpen)
+            ) =>
+        {
+            OpenError::ReadOnly {
+                path: path.to_owned(),
+                reason: source.to_string(),
+            }
+        }
+        _ => otherwise(error),
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(message) = panic.downcast_ref::<&str>() {
+        (*message).to_owned()
+    } else if let Some(message) = panic.downcast_ref::<String>() {
+        message.clone()
+    } else {
+        "(no message)".to_owned()
+    }
+}
+
+fn configure(conn: &Connection, path: &Path) -> Result<(), Migration> {
+    let sql = |e| Migration::Store(sqlite("configuring the connection")(e));
     conn.busy_timeout(BUSY_TIMEOUT).map_err(sql)?;
     let mode: String = conn
         .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
         .map_err(sql)?;
     if !mode.eq_ignore_ascii_case("wal") {
-        return Err(format!(
-            "cannot switch the database to WAL mode (it stays in {mode} mode)"
-        ));
+        return Err(Migration::Refused(OpenError::NoWal {
+            path: path.to_owned(),
+            mode,
+        }));
     }
     conn.pragma_update(None, "synchronous", "FULL").map_err(sql)
 }
 
+/// Why configuring or migrating failed: the database, or a refusal.
+enum Migration {
+    Store(StoreError),
+    Refused(OpenError),
+}
+
 /// Applies the migrations the database lacks, each in its own transaction
 /// with the version bump. A database from a newer server is left untouched.
-fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
-    let sql = |e: rusqlite::Error| StoreError(e.to_string());
-    let current: usize = conn
+fn migrate(conn: &mut Connection) -> Result<(), Migration> {
+    let sql = |e| Migration::Store(sqlite("migrating the schema")(e));
+    let current: i64 = conn
         .query_row("PRAGMA user_version", [], |row| row.get(0))
         .map_err(sql)?;
+    let current = usize::try_from(current)
+        .map_err(|_| Migration::Refused(OpenError::InvalidSchemaVersion(current)))?;
     if current > MIGRATIONS.len() {
-        return Err(StoreError(format!(
-            "the database has schema version {current}, newer than the {} this server knows; \
-             upgrade petstore-server (the database was not modified)",
-            MIGRATIONS.len()
-        )));
+        return Err(Migration::Refused(OpenError::NewerSchema {
+            found: current as i64,
+            known: MIGRATIONS.len(),
+        }));
     }
     for (version, migration) in MIGRATIONS.iter().enumerate().skip(current) {
         let tx = conn
@@ -131,59 +272,144 @@ fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// The writer thread: takes jobs until told to close or until every sender
-/// is gone, committing each group of waiting creates at once.
-fn run_writer(mut conn: Connection, jobs: mpsc::Receiver<WriteJob>, catalogue: &SharedCatalogue) {
-    while let Ok(first) = jobs.recv() {
-        let mut group = Vec::new();
-        let mut close = None;
-        let mut next = Some(first);
-        while let Some(job) = next.take() {
-            match job {
-                WriteJob::Create(pet, reply) => group.push((pet, reply)),
-                WriteJob::Close(done) => {
-                    close = Some(done);
-                    break;
+/// Which file a path names: its device and inode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FileIdentity {
+    device: u64,
+    inode: u64,
+}
+
+impl FileIdentity {
+    fn of(path: &Path) -> std::io::Result<FileIdentity> {
+        let metadata = std::fs::metadata(path)?;
+        Ok(FileIdentity {
+            device: metadata.dev(),
+            inode: metadata.ino(),
+        })
+    }
+}
+
+/// The writer thread's state: the only writing connection, and what it
+/// needs to notice that its file was deleted or replaced.
+struct Writer {
+    conn: Connection,
+    path: PathBuf,
+    /// The file opened at start-up.
+    identity: FileIdentity,
+    /// Set once the path no longer names that file; creates are refused.
+    replaced: bool,
+    log: slog::Logger,
+    /// Held for as long as the writer owns the database.
+    _lock: DatabaseLock,
+}
+
+impl Writer {
+    /// Takes jobs until told to close or until every sender is gone,
+    /// committing each group of waiting creates at once, and checking the
+    /// file between groups when idle.
+    fn run(mut self, jobs: mpsc::Receiver<WriteJob>, catalogue: &SharedCatalogue) {
+        loop {
+            let first = match jobs.recv_timeout(FILE_CHECK_INTERVAL) {
+                Ok(job) => job,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    self.check_file();
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            };
+            let mut group = Vec::new();
+            let mut close = None;
+            let mut next = Some(first);
+            while let Some(job) = next.take() {
+                match job {
+                    WriteJob::Create(pet, reply) => group.push((pet, reply)),
+                    WriteJob::Close(done) => {
+                        close = Some(done);
+                        break;
+                    }
+                }
+                if group.len() < MAX_GROUP {
+                    next = jobs.try_recv().ok();
                 }
             }
-            if group.len() < MAX_GROUP {
-                next = jobs.try_recv().ok();
+            self.commit_group(group, catalogue);
+            if let Some(done) = close {
+                drop(self);
+                let _ = done.send(());
+                return;
             }
         }
-        commit_group(&mut conn, group, catalogue);
-        if let Some(done) = close {
-            drop(conn);
-            let _ = done.send(());
+    }
+
+    /// Whether the path still names the file the server has open; logs the
+    /// moment it stops doing so.
+    fn check_file(&mut self) -> bool {
+        if self.replaced {
+            return false;
+        }
+        let now = FileIdentity::of(&self.path);
+        if now.as_ref().is_ok_and(|now| *now == self.identity) {
+            return true;
+        }
+        self.replaced = true;
+        slog::error!(self.log, "the database file was deleted or replaced; refusing creates until restarted";
+        "path" => %self.path.display(),
+        "now" => match now {
+            Ok(_) => "another file".to_owned(),
+            Err(e) => e.to_string(),
+        });
+        false
+    }
+
+    fn file_replaced(&self) -> StoreError {
+        StoreError::FileReplaced {
+            path: self.path.clone(),
+        }
+    }
+
+    /// Commits the group, checks that the committed file is still the
+    /// database's, then makes the group visible to readers, then answers:
+    /// a pet is never acknowledged before it is durable and readable.
+    fn commit_group(&mut self, group: Vec<(NewPet, Reply)>, catalogue: &SharedCatalogue) {
+        if group.is_empty() {
             return;
+        }
+        if !self.check_file() {
+            return fail_all(group, || self.file_replaced());
+        }
+        let ids = match insert_all(&mut self.conn, group.iter().map(|(pet, _)| pet)) {
+            Ok(ids) => ids,
+            Err(e) => {
+                let source = Arc::new(e);
+                return fail_all(group, || StoreError::Sqlite {
+                    doing: "committing creates",
+                    source: Arc::clone(&source),
+                });
+            }
+        };
+        // Written into a file that the path no longer names: lost at the
+        // next start, so never acknowledged.
+        if !self.check_file() {
+            return fail_all(group, || self.file_replaced());
+        }
+        let pets: Vec<(Pet, Reply)> = group
+            .into_iter()
+            .zip(ids)
+            .map(|((pet, reply), id)| (Pet::from_new(id, pet), reply))
+            .collect();
+        if let Some(catalogue) = write(catalogue).as_mut() {
+            pets.iter().for_each(|(pet, _)| catalogue.push(pet));
+        }
+        for (pet, reply) in pets {
+            let _ = reply.send(Ok(pet));
         }
     }
 }
 
-/// Commits the group, then makes it visible to readers, then answers: a
-/// pet is never acknowledged before it is both durable and readable.
-fn commit_group(conn: &mut Connection, group: Vec<(NewPet, Reply)>, catalogue: &SharedCatalogue) {
-    if group.is_empty() {
-        return;
-    }
-    match insert_all(conn, group.iter().map(|(pet, _)| pet)) {
-        Ok(ids) => {
-            let pets: Vec<(Pet, Reply)> = group
-                .into_iter()
-                .zip(ids)
-                .map(|((pet, reply), id)| (Pet::from_new(id, pet), reply))
-                .collect();
-            if let Some(catalogue) = write(catalogue).as_mut() {
-                pets.iter().for_each(|(pet, _)| catalogue.push(pet));
-            }
-            for (pet, reply) in pets {
-                let _ = reply.send(Ok(pet));
-            }
-        }
-        Err(e) => {
-            for (_, reply) in group {
-                let _ = reply.send(Err(StoreError(e.to_string())));
-            }
-        }
+/// Answers every create of the group with the error `error` makes.
+fn fail_all(group: Vec<(NewPet, Reply)>, error: impl Fn() -> StoreError) {
+    for (_, reply) in group {
+        let _ = reply.send(Err(error()));
     }
 }
 
@@ -209,23 +435,58 @@ fn insert_all<'a>(
     Ok(ids)
 }
 
-fn pet_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Pet> {
-    let status = match row.get_ref(3)?.as_str_or_null()? {
-        None => None,
-        Some(text) => Some(PetStatus::parse(text).ok_or_else(|| {
-            rusqlite::Error::InvalidColumnType(
-                3,
-                format!("status {text:?}"),
-                rusqlite::types::Type::Text,
-            )
-        })?),
+/// A row as stored, before it is checked.
+type RawRow = (
+    i64,
+    rusqlite::types::Value,
+    rusqlite::types::Value,
+    rusqlite::types::Value,
+);
+
+/// Decodes a stored row into a pet, naming the id and the column of any
+/// value that is not what the schema promises (another program may have
+/// written it).
+fn pet_from_row((id, name, category_id, status): RawRow) -> Result<Pet, StoreError> {
+    use rusqlite::types::Value;
+    let wrong = |column, value: &Value, expected| StoreError::Undecodable {
+        id,
+        column,
+        value: describe(value),
+        expected,
+    };
+    let name = match name {
+        Value::Text(name) => name,
+        other => return Err(wrong("name", &other, "name (text)")),
+    };
+    let category_id = match category_id {
+        Value::Integer(category_id) => category_id,
+        other => return Err(wrong("category_id", &other, "categoryId (int64)")),
+    };
+    let status = match &status {
+        Value::Null => None,
+        Value::Text(text) => Some(
+            PetStatus::parse(text)
+                .ok_or_else(|| wrong("status", &status, "status (available, pending, sold)"))?,
+        ),
+        other => return Err(wrong("status", other, "status (available, pending, sold)")),
     };
     Ok(Pet {
-        id: row.get(0)?,
-        name: row.get(1)?,
-        category_id: row.get(2)?,
+        id,
+        name,
+        category_id,
         status,
     })
+}
+
+fn describe(value: &rusqlite::types::Value) -> String {
+    use rusqlite::types::Value;
+    match value {
+        Value::Null => "NULL".into(),
+        Value::Integer(i) => format!("the integer {i}"),
+        Value::Real(r) => format!("the real {r}"),
+        Value::Text(t) => format!("the text {t:?}"),
+        Value::Blob(b) => format!("a blob of {} bytes", b.len()),
+    }
 }
 
 #[async_trait::async_trait]
@@ -234,8 +495,8 @@ impl PetStore for SqliteStore {
         let (reply, answer) = oneshot::channel();
         self.writer
             .send(WriteJob::Create(pet, reply))
-            .map_err(|_| closed())?;
-        answer.await.map_err(|_| closed())?
+            .map_err(|_| self.writer_gone())?;
+        answer.await.map_err(|_| self.writer_gone())?
     }
 
     async fn list(&self, limit: u32, status: Option<PetStatus>) -> Result<Vec<Pet>, StoreError> {
@@ -247,6 +508,7 @@ impl PetStore for SqliteStore {
     }
 
     async fn close(&self) {
+        self.closing.store(true, Ordering::SeqCst);
         let (done, finished) = oneshot::channel();
         if self.writer.send(WriteJob::Close(done)).is_ok() {
             let _ = finished.await;
@@ -263,16 +525,20 @@ impl PetStore for SqliteStore {
     }
 }
 
-fn closed() -> StoreError {
-    StoreError("the database is closed".into())
-}
-
 /// Everything the database holds, read once at start-up.
-fn load(conn: &Connection) -> rusqlite::Result<Catalogue> {
+fn load(conn: &Connection) -> Result<Catalogue, StoreError> {
+    let sql = sqlite("loading the catalogue");
     let mut catalogue = Catalogue::default();
-    let mut select = conn.prepare(&format!("{SELECT_PET} ORDER BY id"))?;
-    for pet in select.query_map([], pet_from_row)? {
-        catalogue.push(&pet?);
+    let mut select = conn
+        .prepare(&format!("{SELECT_PET} ORDER BY id"))
+        .map_err(&sql)?;
+    let rows = select
+        .query_map([], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+        })
+        .map_err(&sql)?;
+    for row in rows {
+        catalogue.push(&pet_from_row(row.map_err(&sql)?)?);
     }
     Ok(catalogue)
 }
@@ -285,7 +551,7 @@ fn read<T>(catalogue: &SharedCatalogue, f: impl FnOnce(&Catalogue) -> T) -> Resu
     // A poisoned lock means a panic elsewhere while holding it; `push`
     // checks before it changes anything, so the catalogue is still whole.
     let guard = catalogue.read().unwrap_or_else(|e| e.into_inner());
-    guard.as_ref().map(f).ok_or_else(closed)
+    guard.as_ref().map(f).ok_or(StoreError::Closed)
 }
 
 fn write(catalogue: &SharedCatalogue) -> RwLockWriteGuard<'_, Option<Catalogue>> {
@@ -304,11 +570,19 @@ mod tests {
         }
     }
 
+    fn discard() -> slog::Logger {
+        slog::Logger::root(slog::Discard, slog::o!())
+    }
+
+    async fn open(path: &Path) -> Result<SqliteStore, OpenError> {
+        SqliteStore::open(path.to_owned(), discard(), FatalSender::new(None)).await
+    }
+
     #[tokio::test]
     async fn created_pets_survive_reopening() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("pets.db");
-        let store = SqliteStore::open(path.clone()).await.unwrap();
+        let store = open(&path).await.unwrap();
         let rex = store
             .create(new_pet("Rex", Some(PetStatus::Sold)))
             .await
@@ -317,7 +591,7 @@ mod tests {
         assert!(tom.id > rex.id);
         store.close().await;
 
-        let store = SqliteStore::open(path).await.unwrap();
+        let store = open(&path).await.unwrap();
         assert_eq!(store.get(rex.id).await.unwrap(), Some(rex.clone()));
         assert_eq!(store.list(10, None).await.unwrap(), vec![rex.clone(), tom]);
         assert_eq!(
@@ -328,30 +602,111 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_newer_schema_is_refused_untouched() {
+    async fn a_newer_or_negative_schema_is_refused_untouched() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("future.db");
-        let conn = Connection::open(&path).unwrap();
-        conn.pragma_update(None, "user_version", 99).unwrap();
-        drop(conn);
-        let error = SqliteStore::open(path.clone())
-            .await
-            .err()
-            .expect("must refuse");
-        assert!(error.0.contains("schema version 99"), "{error}");
-        let conn = Connection::open(&path).unwrap();
-        let tables: i64 = conn
-            .query_row("SELECT count(*) FROM sqlite_master", [], |row| row.get(0))
-            .unwrap();
-        assert_eq!(tables, 0);
+        for (version, expected) in [(99, "schema version 99"), (-3, "schema version is -3")] {
+            let path = dir.path().join(format!("v{version}.db"));
+            let conn = Connection::open(&path).unwrap();
+            conn.pragma_update(None, "user_version", version).unwrap();
+            drop(conn);
+            let error = open(&path).await.err().expect("must refuse").to_string();
+            assert!(error.contains(expected), "{error}");
+            let conn = Connection::open(&path).unwrap();
+            let tables: i64 = conn
+                .query_row("SELECT count(*) FROM sqlite_master", [], |row| row.get(0))
+                .unwrap();
+            assert_eq!(tables, 0);
+        }
     }
 
     #[tokio::test]
-    async fn writes_after_close_fail_cleanly() {
+    async fn a_second_store_on_the_same_file_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(dir.path().join("c.db")).await.unwrap();
+        let path = dir.path().join("pets.db");
+        let first = open(&path).await.unwrap();
+        let error = open(&path).await.err().expect("must refuse");
+        assert!(matches!(error, OpenError::InUse { .. }), "{error}");
+        let rex = first.create(new_pet("Rex", None)).await.unwrap();
+        first.close().await;
+        let second = open(&path).await.expect("free once the first closed");
+        assert_eq!(second.get(rex.id).await.unwrap(), Some(rex));
+        second.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_row_that_does_not_decode_is_named_by_id_and_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pets.db");
+        let store = open(&path).await.unwrap();
+        let rex = store.create(new_pet("Rex", None)).await.unwrap();
         store.close().await;
-        assert!(store.create(new_pet("Late", None)).await.is_err());
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch("PRAGMA ignore_check_constraints = ON")
+            .unwrap();
+        conn.execute("UPDATE pets SET status = 'weird' WHERE id = ?1", [rex.id])
+            .unwrap();
+        drop(conn);
+        let error = open(&path).await.err().expect("must refuse").to_string();
+        assert!(
+            error.contains(&format!(
+                "pet {}: column status holds the text \"weird\"",
+                rex.id
+            )),
+            "{error}"
+        );
+    }
+
+    #[tokio::test]
+    async fn writes_after_close_fail_as_unavailable() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir.path().join("c.db")).await.unwrap();
+        store.close().await;
+        let error = store.create(new_pet("Late", None)).await.unwrap_err();
+        assert!(error.is_unavailable(), "{error}");
         assert!(store.list(1, None).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_deleted_database_file_refuses_creates() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gone.db");
+        let store = open(&path).await.unwrap();
+        let rex = store.create(new_pet("Rex", None)).await.unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let error = store.create(new_pet("Lost", None)).await.unwrap_err();
+        assert!(
+            matches!(error, StoreError::FileReplaced { .. }) && error.is_unavailable(),
+            "{error}"
+        );
+        assert_eq!(store.list(10, None).await.unwrap(), vec![rex]);
+        store.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_panicking_writer_is_reported_as_fatal_and_creates_fail_as_internal() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pets.db");
+        let (fatal, mut failure) = tokio::sync::watch::channel(None);
+        let store = SqliteStore::open(path.clone(), discard(), fatal)
+            .await
+            .unwrap();
+        store.create(new_pet("Rex", None)).await.unwrap();
+        // Another program rewinds the id sequence behind the server's back:
+        // the next id is not above the last one the catalogue holds, which
+        // breaks its invariant.
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch("DELETE FROM pets; UPDATE sqlite_sequence SET seq = 0;")
+            .unwrap();
+        let error = store.create(new_pet("Tom", None)).await.unwrap_err();
+        assert!(!error.is_unavailable(), "{error}");
+        let message = failure
+            .wait_for(Option::is_some)
+            .await
+            .unwrap()
+            .clone()
+            .unwrap();
+        assert!(message.contains("ids must ascend"), "{message}");
+        let again = store.create(new_pet("Max", None)).await.unwrap_err();
+        assert!(matches!(again, StoreError::WriterStopped(_)), "{again}");
     }
 }

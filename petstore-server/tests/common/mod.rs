@@ -5,23 +5,29 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
+
+use petstore_support::ChildGuard;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_petstore-server");
 pub const KEY: &str = "cli-test-key-3b9e";
 
-/// The binary with a clean environment: none of the operator's settings leak in.
+/// How long a process may take to log an expected line. Only a hang guard:
+/// the wait ends as soon as the line comes.
+const LOG_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The binary with a clean environment: none of the operator's `PETSTORE_*`
+/// settings leak in.
 pub fn petstore(dir: &Path) -> Command {
     let mut command = Command::new(BIN);
-    command
-        .current_dir(dir)
-        .env_remove("PETSTORE_API_KEYS")
-        .env_remove("PETSTORE_BIND")
-        .env_remove("PETSTORE_DATABASE_URL")
-        .env_remove("PETSTORE_LOG_LEVEL")
-        .env_remove("PETSTORE_LOG_FORMAT");
+    command.current_dir(dir);
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("PETSTORE_") {
+            command.env_remove(name);
+        }
+    }
     command
 }
 
@@ -37,8 +43,9 @@ pub fn run(command: &mut Command) -> (Output, String, String) {
 }
 
 /// A `serve` process on a free port, with its stderr lines streamed back.
+/// Killed if dropped while running, so a failed test leaves nothing behind.
 pub struct Served {
-    pub child: Child,
+    pub child: ChildGuard,
     pub address: String,
     lines: mpsc::Receiver<String>,
     seen: Vec<String>,
@@ -46,15 +53,17 @@ pub struct Served {
 
 impl Served {
     pub fn start(dir: &Path, extra: &[&str]) -> Served {
-        let mut child = petstore(dir)
-            .args(["serve", "--bind", "127.0.0.1:0"])
-            .args(extra)
-            .env("PETSTORE_API_KEYS", KEY)
-            .stderr(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("serve starts");
-        let stderr = child.stderr.take().unwrap();
+        let mut child = ChildGuard::spawn(
+            "petstore-server",
+            petstore(dir)
+                .args(["serve", "--bind", "127.0.0.1:0"])
+                .args(extra)
+                .env("PETSTORE_API_KEYS", KEY)
+                .stderr(Stdio::piped())
+                .stdout(Stdio::null()),
+        )
+        .expect("serve starts");
+        let stderr = child.child_mut().stderr.take().unwrap();
         let (sender, lines) = mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
@@ -74,10 +83,11 @@ impl Served {
         served
     }
 
-    /// The first stderr line containing `needle` (within 10 s).
+    /// The first stderr line containing `needle`; fails if the process
+    /// closes stderr (exits) first.
     pub fn wait_for(&mut self, needle: &str) -> String {
         loop {
-            match self.lines.recv_timeout(Duration::from_secs(10)) {
+            match self.lines.recv_timeout(LOG_TIMEOUT) {
                 Ok(line) => {
                     self.seen.push(line.clone());
                     if line.contains(needle) {
@@ -87,6 +97,14 @@ impl Served {
                 Err(_) => panic!("no {needle:?} in the log:\n{}", self.seen.join("\n")),
             }
         }
+    }
+
+    /// Waits for the process to exit on its own; returns its status and
+    /// everything it logged.
+    pub fn wait_for_exit(mut self) -> (std::process::ExitStatus, String) {
+        let status = self.child.wait().expect("waiting for the server");
+        self.seen.extend(self.lines.iter());
+        (status, self.seen.join("\n"))
     }
 
     /// A raw HTTP/1.1 request; returns the status line and the body.
@@ -112,14 +130,9 @@ impl Served {
     }
 
     /// Sends SIGTERM and returns the exit status and the rest of the log.
-    pub fn terminate(mut self) -> (std::process::ExitStatus, String) {
-        let killed = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        assert!(killed.unwrap().success());
-        let status = self.child.wait().unwrap();
-        self.seen.extend(self.lines.try_iter());
-        (status, self.seen.join("\n"))
+    pub fn terminate(self) -> (std::process::ExitStatus, String) {
+        self.child.signal("TERM").expect("SIGTERM sent");
+        self.wait_for_exit()
     }
 }
 
@@ -136,16 +149,6 @@ pub fn logged_address(record: &str) -> String {
         .collect()
 }
 
-/// A test that fails half-way must not leave its server running.
-impl Drop for Served {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
 impl Served {
     /// `http://ADDRESS/v1`.
     pub fn base_url(&self) -> String {
@@ -155,6 +158,5 @@ impl Served {
     /// Kills the process with SIGKILL: no shutdown, no flush, no goodbye.
     pub fn kill(mut self) {
         self.child.kill().expect("SIGKILL");
-        self.child.wait().expect("reaped");
     }
 }

@@ -24,7 +24,8 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use petstore_server::store::DatabaseUrl;
-use petstore_tests::postgres::Cluster;
+use petstore_support::postgres::Cluster;
+use petstore_support::{free_loopback_addr, generate_key};
 
 use crate::workspace_root;
 
@@ -39,7 +40,7 @@ mod seed;
 mod wrk;
 
 use options::{Options, Parsed};
-use process::{Service, free_loopback_addr, generate_key};
+use process::Service;
 use report::{Round, Row, Sample, pets_label};
 use scenario::Scenario;
 
@@ -263,12 +264,12 @@ impl Bench {
             Some(cluster) => cluster.url("postgres"),
             None => format!("sqlite://{}", dir.join("petstore.db").display()),
         };
-        let database: DatabaseUrl = url.parse().map_err(|e: String| anyhow::anyhow!(e))?;
+        let database: DatabaseUrl = url.parse()?;
         println!("bench: [{label}] seeding {} pets", setup.pets);
         let seeded = self.runtime.block_on(seed::seed(&database, setup.pets))?;
         println!("bench: [{label}] seeded in {seeded:.1?}");
         self.go_on()?;
-        let key = generate_key()?;
+        let key = generate_key("bench")?;
         let server = self.start_server(&url, &key)?;
         let canned =
             self.runtime

@@ -1,14 +1,14 @@
 //! Child processes the bench starts, and what `/proc` says about them.
 
 use std::collections::VecDeque;
-use std::fs::File;
 use std::io::{PipeReader, Read};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use petstore_support::ChildGuard;
 
 use crate::readiness;
 
@@ -18,92 +18,10 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a server may take to stop after SIGTERM.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// A child process that is killed and reaped when dropped, so that no early
-/// return or panic leaves it running.
-pub struct Guard {
-    child: Option<Child>,
-    name: String,
-}
-
-impl Guard {
-    /// Spawns `command`, calling it `name` in messages.
-    pub fn spawn(name: &str, command: &mut Command) -> anyhow::Result<Guard> {
-        let child = command
-            .spawn()
-            .with_context(|| format!("starting {name} ({command:?})"))?;
-        Ok(Guard {
-            child: Some(child),
-            name: name.to_owned(),
-        })
-    }
-
-    fn child(&mut self) -> &mut Child {
-        self.child
-            .as_mut()
-            .expect("a guard holds its child until dropped")
-    }
-
-    /// The process id.
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().expect("running").id()
-    }
-
-    /// The exit status, if the process has exited.
-    pub fn try_wait(&mut self) -> anyhow::Result<Option<ExitStatus>> {
-        let name = self.name.clone();
-        self.child()
-            .try_wait()
-            .with_context(|| format!("waiting for {name}"))
-    }
-
-    /// Waits up to `timeout` for the process to exit.
-    pub fn wait_timeout(&mut self, timeout: Duration) -> anyhow::Result<Option<ExitStatus>> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.try_wait()? {
-                return Ok(Some(status));
-            }
-            if Instant::now() >= deadline {
-                return Ok(None);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Stops the process the way an operator would, with SIGTERM, and kills
-    /// it if it has not exited within `timeout`. Returns its exit status, or
-    /// `None` when it had to be killed.
-    pub fn terminate(&mut self, timeout: Duration) -> anyhow::Result<Option<ExitStatus>> {
-        // std has no portable way to send SIGTERM; the kill command does it.
-        let signalled = Command::new("kill")
-            .args(["-TERM", &self.pid().to_string()])
-            .status()
-            .is_ok_and(|status| status.success());
-        if signalled && let Some(status) = self.wait_timeout(timeout)? {
-            return Ok(Some(status));
-        }
-        let child = self.child();
-        child.kill().ok();
-        child.wait().ok();
-        Ok(None)
-    }
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take()
-            && child.try_wait().ok().flatten().is_none()
-        {
-            child.kill().ok();
-            child.wait().ok();
-        }
-    }
-}
-
 /// A server under load (the pet store or the ceiling), started as a child
 /// process on the loopback interface.
 pub struct Service {
-    guard: Guard,
+    guard: ChildGuard,
     /// Where it listens.
     pub addr: SocketAddr,
     /// The end of its output.
@@ -129,7 +47,7 @@ impl Service {
             .stdin(Stdio::null())
             .stdout(writer.try_clone()?)
             .stderr(writer);
-        let guard = Guard::spawn(name, command);
+        let guard = ChildGuard::spawn(name, command);
         // The command holds the pipe's write end until told otherwise; without
         // this the drain would never see end-of-file.
         command.stdout(Stdio::null()).stderr(Stdio::null());
@@ -150,7 +68,7 @@ impl Service {
             if let Some(status) = self.guard.try_wait()? {
                 bail!(
                     "{} exited during start-up ({status}){}",
-                    self.guard.name,
+                    self.guard.name(),
                     self.log_tail()
                 );
             }
@@ -160,7 +78,7 @@ impl Service {
             if Instant::now() >= deadline {
                 bail!(
                     "{} did not answer within {STARTUP_TIMEOUT:?}{}",
-                    self.guard.name,
+                    self.guard.name(),
                     self.log_tail()
                 );
             }
@@ -193,10 +111,13 @@ impl Service {
             Some(status) if status.success() => Ok(()),
             Some(status) => bail!(
                 "{} exited with {status} on SIGTERM{}",
-                self.guard.name,
+                self.guard.name(),
                 self.log_tail()
             ),
-            None => bail!("{} did not stop on SIGTERM; it was killed", self.guard.name),
+            None => bail!(
+                "{} did not stop on SIGTERM; it was killed",
+                self.guard.name()
+            ),
         }
     }
 
@@ -272,33 +193,6 @@ fn clock_ticks_per_second() -> f64 {
     })
 }
 
-/// A free port on 127.0.0.1. The OS picks it; the listener is closed before
-/// the server binds it, and should another process take it in between, the
-/// server fails to start and the bench says so.
-pub fn free_loopback_addr() -> anyhow::Result<SocketAddr> {
-    let listener =
-        TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("finding a free port on 127.0.0.1")?;
-    Ok(listener.local_addr()?)
-}
-
-/// A single-use API key: 192 random bits, hex-encoded (a valid bearer token).
-pub fn generate_key() -> anyhow::Result<String> {
-    let mut bytes = [0u8; 24];
-    File::open("/dev/urandom")
-        .and_then(|mut random| random.read_exact(&mut bytes))
-        .context("reading /dev/urandom")?;
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    Ok(format!("bench-{hex}"))
-}
-
-/// Whether this process runs as root.
-pub fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -334,12 +228,5 @@ mod tests {
         tail.push(b"end");
         assert_eq!(tail.bytes.len(), Tail::KEEP);
         assert!(tail.bytes.iter().rev().take(3).eq(b"dne".iter()));
-    }
-
-    #[test]
-    fn keys_are_fresh_bearer_tokens() {
-        let (a, b) = (generate_key().unwrap(), generate_key().unwrap());
-        assert_ne!(a, b);
-        assert!(a.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
     }
 }

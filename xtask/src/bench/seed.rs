@@ -37,7 +37,8 @@ pub fn new_pet(i: u64) -> NewPet {
 /// Stores `count` pets in the (fresh) database at `url`, in ids `1..=count`,
 /// and returns how long it took. Progress is printed for big datasets.
 pub async fn seed(url: &DatabaseUrl, count: u64) -> anyhow::Result<Duration> {
-    let store = store::open(url)
+    let log = slog::Logger::root(slog::Discard, slog::o!());
+    let store = store::open(url, &log, store::FatalSender::new(None))
         .await
         .with_context(|| format!("opening {url} to seed it"))?;
     let started = Instant::now();

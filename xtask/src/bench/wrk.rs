@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 
-use super::process::{Guard, is_root};
+use petstore_support::{ChildGuard, is_root};
 
 /// Connections wrk keeps open.
 pub const CONNECTIONS: u32 = 64;
@@ -129,7 +129,7 @@ pub fn run(
         .stdin(Stdio::null())
         .stdout(stdout.try_clone()?)
         .stderr(stdout);
-    let mut wrk = Guard::spawn("wrk", &mut command)?;
+    let mut wrk = ChildGuard::spawn("wrk", &mut command)?;
     let status = wrk
         .wait_timeout(duration + Duration::from_secs(30))?
         .context("wrk did not finish in time; it was killed")?;

@@ -2,14 +2,12 @@
 //! over a fresh SQLite file in a temporary directory, with a key generated
 //! for the run.
 
-use std::collections::hash_map::RandomState;
-use std::hash::BuildHasher;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
-use petstore_server::auth::ApiKeys;
+use petstore_server::keys::ApiKeys;
 use petstore_server::store::DatabaseUrl;
 use petstore_server::{RunningServer, ServerConfig};
 use reqwest::Method;
@@ -87,7 +85,7 @@ impl Harness {
     pub async fn start(prefix: &str) -> anyhow::Result<Harness> {
         let dir = tempfile::tempdir().context("creating a temporary directory")?;
         let database = dir.path().join("drift.db");
-        let key = generated_key();
+        let key = petstore_support::generate_key("drift").context("generating a key")?;
         let config = ServerConfig {
             bind: "127.0.0.1:0".parse().expect("a literal address"),
             database: DatabaseUrl::Sqlite(database.clone()),
@@ -196,15 +194,7 @@ impl Harness {
         if let Some(server) = self.server.take() {
             // A failed shutdown leaves nothing behind that matters: the
             // process or test ends and the directory is removed.
-            let _ = server.shutdown().await;
+            let _ = server.shutdown(Duration::from_secs(30)).await;
         }
     }
-}
-
-/// A key for this run only, so that no configured key can be guessed from
-/// the source.
-fn generated_key() -> String {
-    let a = RandomState::new().hash_one(std::process::id());
-    let b = RandomState::new().hash_one(std::time::SystemTime::now());
-    format!("drift-{a:016x}{b:016x}")
 }

@@ -1,0 +1,177 @@
+//! `StrictJson<T>`: a JSON request body, read and checked more strictly than
+//! dropshot's `TypedBody`.
+//!
+//! - A body whose declared `Content-Length` exceeds the limit is refused
+//!   with 413 *before* any of it is read: no `100 Continue` is sent for it,
+//!   and a client that declared more than it sends is not waited for.
+//! - A body that grows past the limit while being read is 413 as well.
+//! - After the JSON value, only whitespace may follow: `{…}{…}` or
+//!   `{…} trailing` is 400, where `TypedBody` silently drops the rest.
+//!
+//! Its metadata is `TypedBody<T>`'s, so the emitted OpenAPI document (and
+//! the drift check) cannot tell the two apart.
+
+use dropshot::{
+    ApiEndpointBodyContentType, ClientErrorStatusCode, ExclusiveExtractor, ExtractorMetadata,
+    HttpError, RequestContext, ServerContext, TypedBody,
+};
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderMap};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+
+/// A request body parsed as JSON into `T`, with nothing after it.
+#[derive(Debug)]
+pub struct StrictJson<T>(T);
+
+impl<T> StrictJson<T> {
+    /// The parsed body.
+    pub fn into_inner(self) -> T {
+        self.0
+    }
+}
+
+#[async_trait::async_trait]
+impl<T> ExclusiveExtractor for StrictJson<T>
+where
+    T: JsonSchema + DeserializeOwned + Send + Sync + 'static,
+{
+    async fn from_request<Context: ServerContext>(
+        rqctx: &RequestContext<Context>,
+        request: hyper::Request<dropshot::Body>,
+    ) -> Result<StrictJson<T>, HttpError> {
+        let max = rqctx.request_body_max_bytes();
+        let (parts, body) = request.into_parts();
+        check_declared_length(&parts.headers, max)?;
+        check_content_type(&parts.headers)?;
+        let bytes = Limited::new(body, max)
+            .collect()
+            .await
+            .map_err(|e| {
+                if e.downcast_ref::<LengthLimitError>().is_some() {
+                    too_large(max)
+                } else {
+                    HttpError::for_bad_request(None, format!("reading the request body: {e}"))
+                }
+            })?
+            .to_bytes();
+        parse(&bytes).map(StrictJson)
+    }
+
+    fn metadata(content_type: ApiEndpointBodyContentType) -> ExtractorMetadata {
+        <TypedBody<T> as ExclusiveExtractor>::metadata(content_type)
+    }
+}
+
+fn too_large(max: usize) -> HttpError {
+    HttpError::for_client_error(
+        None,
+        ClientErrorStatusCode::PAYLOAD_TOO_LARGE,
+        format!("the request body is larger than the limit of {max} bytes"),
+    )
+}
+
+/// 413 for a declared length over `max`, before anything is read.
+fn check_declared_length(headers: &HeaderMap, max: usize) -> Result<(), HttpError> {
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().parse::<u64>().ok());
+    match declared {
+        Some(length) if length > max as u64 => Err(too_large(max)),
+        _ => Ok(()),
+    }
+}
+
+/// The body must be JSON: `Content-Type` absent (taken as JSON, as dropshot
+/// does) or `application/json`, with any parameters.
+fn check_content_type(headers: &HeaderMap) -> Result<(), HttpError> {
+    let Some(value) = headers.get(CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let value = value
+        .to_str()
+        .map_err(|e| HttpError::for_bad_request(None, format!("invalid content type: {e}")))?;
+    let mime_type = value.split(';').next().unwrap_or_default().trim();
+    if mime_type.eq_ignore_ascii_case("application/json") {
+        Ok(())
+    } else {
+        Err(HttpError::for_bad_request(
+            None,
+            format!("expected content type \"application/json\", got \"{mime_type}\""),
+        ))
+    }
+}
+
+/// One JSON value of type `T`, with only whitespace after it.
+fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, HttpError> {
+    let bad = |e: &dyn std::fmt::Display| {
+        HttpError::for_bad_request(None, format!("unable to parse JSON body: {e}"))
+    };
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| bad(&e))?;
+    deserializer.end().map_err(|e| bad(&e))?;
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    #[derive(Debug, serde::Deserialize, PartialEq)]
+    struct Thing {
+        a: i32,
+    }
+
+    #[test]
+    fn one_value_with_trailing_whitespace_parses() {
+        assert_eq!(parse::<Thing>(b" {\"a\":1} \n").unwrap(), Thing { a: 1 });
+    }
+
+    #[test]
+    fn anything_after_the_value_is_refused() {
+        for body in [
+            &b"{\"a\":1}{\"a\":2}"[..],
+            b"{\"a\":1} trailing",
+            b"{\"a\":1},",
+        ] {
+            let error = parse::<Thing>(body).unwrap_err();
+            assert_eq!(error.status_code.as_u16(), 400);
+            assert!(
+                error.external_message.contains("trailing"),
+                "{}",
+                error.external_message
+            );
+        }
+    }
+
+    #[test]
+    fn a_declared_length_over_the_limit_is_413_before_reading() {
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_LENGTH, HeaderValue::from_static("16385"));
+        let error = check_declared_length(&headers, 16384).unwrap_err();
+        assert_eq!(error.status_code.as_u16(), 413);
+        headers.insert(CONTENT_LENGTH, HeaderValue::from_static("16384"));
+        assert!(check_declared_length(&headers, 16384).is_ok());
+    }
+
+    #[test]
+    fn only_json_is_accepted() {
+        let mut headers = HeaderMap::new();
+        assert!(check_content_type(&headers).is_ok());
+        headers.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("Application/JSON; charset=utf-8"),
+        );
+        assert!(check_content_type(&headers).is_ok());
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        assert_eq!(
+            check_content_type(&headers)
+                .unwrap_err()
+                .status_code
+                .as_u16(),
+            400
+        );
+    }
+}

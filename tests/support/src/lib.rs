@@ -1,0 +1,80 @@
+//! Development support, one helper in one place: used by the end-to-end
+//! tests, the server's process tests, `cargo xtask` and the bench.
+//!
+//! - [`free_loopback_addr`]: a port to listen on.
+//! - [`generate_key`]: a fresh API key for one run.
+//! - [`ChildGuard`]: a child process that never outlives its owner.
+//! - [`eventually`]: waiting for a condition instead of for time.
+//! - [`postgres`]: throwaway PostgreSQL clusters and test databases.
+//!
+//! It depends on nothing of the project, so every crate can use it.
+
+pub mod postgres;
+mod process;
+
+pub use process::ChildGuard;
+
+use std::io::Read;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::time::{Duration, Instant};
+
+/// How long [`eventually`] waits before it calls the wait a hang.
+const HANG: Duration = Duration::from_secs(300);
+
+/// Waits until `condition` holds, checking it every few milliseconds. Fails
+/// only if it never does, after a wait long enough to mean a hang (not a
+/// slow machine): tests order their steps by conditions, never by time.
+pub async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + HANG;
+    while !condition() {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: still not so after {HANG:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A free port on 127.0.0.1. The OS picks it; the listener is closed before
+/// the caller binds it, and should another process take it in between, the
+/// caller's server fails to start saying so.
+pub fn free_loopback_addr() -> std::io::Result<SocketAddr> {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()
+}
+
+/// A single-use API key: `prefix-` and 192 random bits, hex-encoded (a valid
+/// bearer token).
+pub fn generate_key(prefix: &str) -> std::io::Result<String> {
+    let mut bytes = [0u8; 24];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!("{prefix}-{hex}"))
+}
+
+/// Whether this process runs as root.
+pub fn is_root() -> bool {
+    std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_fresh_bearer_tokens() {
+        let (a, b) = (generate_key("t").unwrap(), generate_key("t").unwrap());
+        assert_ne!(a, b);
+        assert!(a.starts_with("t-") && a.len() == 2 + 48, "{a}");
+        assert!(a.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
+    }
+
+    #[test]
+    fn free_ports_can_be_bound() {
+        let addr = free_loopback_addr().unwrap();
+        assert_ne!(addr.port(), 0);
+        TcpListener::bind(addr).unwrap();
+    }
+}
