@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{KEY, Served};
+use petstore_support::Tmpfs;
 use serde_json::{Value, json};
 
 /// Concurrent writers while the server is killed.
@@ -255,4 +256,123 @@ async fn two_instances_on_one_postgres_serve_one_catalogue() {
         let (status, _) = served.terminate();
         assert!(status.success());
     }
+}
+
+/// `POST /pets` with `body` through `base_url`: the status and the JSON body.
+async fn post(base_url: &str, body: &Value) -> (u16, Value) {
+    let response = client()
+        .post(format!("{base_url}/pets"))
+        .bearer_auth(KEY)
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_sqlite_writer_stops_the_process_with_a_non_zero_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = Served::start(dir.path(), &[]);
+    let base_url = served.base_url();
+    let (status, _) = post(&base_url, &json!({"name": "Rex", "categoryId": 1})).await;
+    assert_eq!(status, 201);
+    // Another program rewinds the id sequence behind the server's back; the
+    // next id breaks the in-memory catalogue's invariant and the writer
+    // thread panics.
+    let conn = rusqlite::Connection::open(dir.path().join("petstore.db")).unwrap();
+    conn.execute_batch("DELETE FROM pets; UPDATE sqlite_sequence SET seq = 0;")
+        .unwrap();
+    drop(conn);
+
+    let (status, body) = post(&base_url, &json!({"name": "Tom", "categoryId": 2})).await;
+    assert_eq!(
+        (status, &body["code"]),
+        (500, &json!("internal_error")),
+        "{body}"
+    );
+    // The process does not live on answering 503 forever: it exits, non-zero,
+    // for its supervisor to restart it.
+    let (exit, log) = served.wait_for_exit();
+    assert!(!exit.success(), "exit status {exit:?}\n{log}");
+    assert!(
+        log.contains("the SQLite writer thread panicked") && log.contains("ids must ascend"),
+        "{log}"
+    );
+}
+
+/// Fills `disk` to the last byte with a file of its own, then frees
+/// `room` bytes of it; returns the file.
+fn fill(disk: &Tmpfs, room: u64) -> std::path::PathBuf {
+    use std::io::Write;
+    let path = disk.join("filler");
+    let mut file = std::fs::File::create(&path).unwrap();
+    let chunk = vec![0xa5u8; 64 * 1024];
+    loop {
+        match file.write(&chunk) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(28) => break, // ENOSPC
+            Err(e) => panic!("filling the disk: {e}"),
+        }
+    }
+    let written = file.metadata().unwrap().len();
+    file.set_len(written.saturating_sub(room)).unwrap();
+    file.sync_all().unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_refuses_creates_with_503_and_they_recover_once_space_is_freed() {
+    let disk = Tmpfs::mount(8 * 1024);
+    let args = ["--database", "sqlite://petstore.db"];
+    let served = Served::start(disk.path(), &args);
+    let base_url = served.base_url();
+    let mut acknowledged = Vec::new();
+    let filler = fill(&disk, 64 * 1024);
+
+    // Creates until the disk is full: 201s, then a 503.
+    let mut refused = None;
+    for i in 0..10_000 {
+        let (status, body) = post(
+            &base_url,
+            &json!({"name": format!("pet-{i}"), "categoryId": i}),
+        )
+        .await;
+        match status {
+            201 => acknowledged.push(body),
+            503 => {
+                refused = Some(body);
+                break;
+            }
+            other => panic!("a create on a full disk answered {other}: {body}"),
+        }
+    }
+    let refused = refused.expect("the disk never filled");
+    assert_eq!(refused["code"], "service_unavailable", "{refused}");
+
+    // Reads still work.
+    let response = client()
+        .get(format!("{base_url}/pets?limit=100"))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+
+    // Space is freed: creates work again, with nothing lost.
+    std::fs::remove_file(filler).unwrap();
+    let (status, body) = post(&base_url, &json!({"name": "after", "categoryId": 1})).await;
+    assert_eq!(status, 201, "{body}");
+    acknowledged.push(body);
+    let (exit, log) = served.terminate();
+    assert!(exit.success(), "{log}");
+
+    let served = Served::start(disk.path(), &args);
+    for pet in &acknowledged {
+        assert_eq!(&get_pet(&served.base_url(), &pet["id"]).await, pet, "lost");
+    }
+    let (exit, log) = served.terminate();
+    assert!(exit.success(), "{log}");
 }

@@ -174,6 +174,11 @@ impl TestServer {
         }
     }
 
+    /// The address the server listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
     /// `http://127.0.0.1:PORT/v1` + `path`.
     pub fn url(&self, path: &str) -> String {
         format!("http://{}/v1{path}", self.addr)

@@ -5,13 +5,16 @@
 //! - [`generate_key`]: a fresh API key for one run.
 //! - [`ChildGuard`]: a child process that never outlives its owner.
 //! - [`eventually`]: waiting for a condition instead of for time.
+//! - [`Tmpfs`]: a small file system to fill up or make read-only.
 //! - [`postgres`]: throwaway PostgreSQL clusters and test databases.
 //!
 //! It depends on nothing of the project, so every crate can use it.
 
+mod mount;
 pub mod postgres;
 mod process;
 
+pub use mount::Tmpfs;
 pub use process::ChildGuard;
 
 use std::io::Read;

@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use petstore_tests::{assert_error, on_every_backend};
+use petstore_tests::{KEY, assert_error, on_every_backend};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
@@ -158,6 +158,51 @@ on_every_backend! {
         assert_error(response, StatusCode::BAD_REQUEST, "bad_request").await;
     }
 
+    async fn anything_after_the_json_body_is_rejected_and_nothing_is_stored(server) {
+        for body in [
+            r#"{"name":"a","categoryId":1}{"name":"b","categoryId":2}"#,
+            r#"{"name":"a","categoryId":1} trailing"#,
+            r#"{"name":"a","categoryId":1},"#,
+        ] {
+            let response = server
+                .request(Method::POST, "/pets")
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            let error = assert_error(response, StatusCode::BAD_REQUEST, "bad_request").await;
+            assert!(
+                error["message"].as_str().unwrap().contains("trailing"),
+                "{body}: {error}"
+            );
+        }
+        let whitespace = server
+            .request(Method::POST, "/pets")
+            .header("content-type", "application/json")
+            .body("{\"name\":\"Rex\",\"categoryId\":1} \r\n")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(whitespace.status(), StatusCode::CREATED);
+        assert_eq!(server.list("").await.len(), 1, "only the valid body stored");
+    }
+
+    async fn a_declared_length_over_16_kib_gets_413_before_any_body_is_sent(server) {
+        // The client sends the headers only and waits: the answer must come
+        // without the body, and no `100 Continue` is promised for it.
+        for expect in ["", "Expect: 100-continue\r\n"] {
+            let head = format!(
+                "POST /v1/pets HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {KEY}\r\n\
+                 Content-Type: application/json\r\nContent-Length: 209715200\r\n{expect}\r\n"
+            );
+            let (status, body) = raw_exchange(server.addr(), head.as_bytes()).await;
+            assert_eq!(status, 413, "{expect:?}: {body}");
+            let body: Value = serde_json::from_str(&body).unwrap();
+            assert_eq!(body["code"], "payload_too_large");
+        }
+    }
+
     async fn fifty_concurrent_creates_get_fifty_distinct_ids(server) {
         let creates =
             (0..50).map(|i| server.create(json!({"name": format!("pet-{i}"), "categoryId": i})));
@@ -173,4 +218,37 @@ on_every_backend! {
             );
         }
     }
+}
+
+/// Sends `request` as raw bytes and returns the status of the first
+/// response and its body (as long as its `Content-Length` says), without
+/// waiting for the connection to close.
+async fn raw_exchange(addr: std::net::SocketAddr, request: &[u8]) -> (u16, String) {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut status_line = String::new();
+    reader.read_line(&mut status_line).await.unwrap();
+    let status = status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {status_line:?}"));
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).await.unwrap();
+        if line.trim().is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse().unwrap();
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).await.unwrap();
+    (status, String::from_utf8(body).unwrap())
 }

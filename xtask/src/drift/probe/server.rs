@@ -170,23 +170,14 @@ impl Harness {
         })
     }
 
-    /// Makes the database unusable under the running server: every table
-    /// is dropped through a connection of our own, so the server's next
-    /// statement fails as a failing database would.
+    /// Makes the database unavailable under the running server, as an
+    /// operator's mistake would: its file is deleted, and the server, which
+    /// checks after every commit that the path still names the file it has
+    /// open, must refuse creates with 503 rather than acknowledge writes
+    /// into a file nobody will open again.
     pub fn break_database(&self) -> anyhow::Result<()> {
-        let connection =
-            rusqlite::Connection::open(&self.database).context("opening the probed database")?;
-        connection.busy_timeout(Duration::from_secs(5))?;
-        let tables: Vec<String> = connection
-            .prepare(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
-            )?
-            .query_map([], |row| row.get(0))?
-            .collect::<Result<_, _>>()?;
-        for table in tables {
-            connection.execute_batch(&format!("DROP TABLE \"{}\"", table.replace('"', "\"\"")))?;
-        }
-        Ok(())
+        std::fs::remove_file(&self.database)
+            .with_context(|| format!("deleting {}", self.database.display()))
     }
 
     /// Shuts the server down.
