@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use common::{KEY, Served};
 use petstore_support::Tmpfs;
+use petstore_support::blocking;
 use serde_json::{Value, json};
 
 /// Concurrent writers while the server is killed.
@@ -138,7 +139,7 @@ async fn acknowledged_pets_survive_sigkill(backend: Backend) {
         return;
     };
     let args = ["--database", &database.url];
-    let served = Served::start(database.dir.path(), &args);
+    let served = serve(database.dir.path(), &args).await;
     let base_url = served.base_url();
     let count = Arc::new(AtomicUsize::new(0));
     let writers: Vec<_> = (0..WRITERS)
@@ -157,13 +158,13 @@ async fn acknowledged_pets_survive_sigkill(backend: Backend) {
         count.load(Ordering::SeqCst) >= 300
     })
     .await;
-    served.kill();
+    blocking(move || served.kill()).await;
     let mut acknowledged = Vec::new();
     for writer in writers {
         acknowledged.extend(writer.await.unwrap());
     }
 
-    let served = Served::start(database.dir.path(), &args);
+    let served = serve(database.dir.path(), &args).await;
     for pet in &acknowledged {
         assert_eq!(
             &get_pet(&served.base_url(), &pet["id"]).await,
@@ -185,7 +186,7 @@ async fn acknowledged_pets_survive_sigkill(backend: Backend) {
     for pet in &acknowledged {
         assert_eq!(names.get(pet["name"].as_str().unwrap()), Some(&1));
     }
-    let (status, _) = served.terminate();
+    let (status, _) = stop(served).await;
     assert!(status.success());
 }
 
@@ -205,8 +206,8 @@ async fn two_instances_on_one_postgres_serve_one_catalogue() {
         return;
     };
     let args = ["--database", &database.url];
-    let first = Served::start(database.dir.path(), &args);
-    let second = Served::start(database.dir.path(), &args);
+    let first = serve(database.dir.path(), &args).await;
+    let second = serve(database.dir.path(), &args).await;
     let urls = [first.base_url(), second.base_url()];
 
     // 16 concurrent writers, each alternating between the two instances.
@@ -253,9 +254,25 @@ async fn two_instances_on_one_postgres_serve_one_catalogue() {
     assert_eq!(lists[0].as_array().unwrap().len(), 100);
 
     for served in [first, second] {
-        let (status, _) = served.terminate();
+        let (status, _) = stop(served).await;
         assert!(status.success());
     }
+}
+
+/// `Served::start`, off the async workers: it waits for the process.
+async fn serve(dir: &std::path::Path, args: &[&str]) -> Served {
+    let dir = dir.to_owned();
+    let args: Vec<String> = args.iter().map(ToString::to_string).collect();
+    blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Served::start(&dir, &args)
+    })
+    .await
+}
+
+/// `Served::terminate`, off the async workers.
+async fn stop(served: Served) -> (std::process::ExitStatus, String) {
+    blocking(move || served.terminate()).await
 }
 
 /// `POST /pets` with `body` through `base_url`: the status and the JSON body.
@@ -274,7 +291,7 @@ async fn post(base_url: &str, body: &Value) -> (u16, Value) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_sqlite_writer_stops_the_process_with_a_non_zero_exit() {
     let dir = tempfile::tempdir().unwrap();
-    let served = Served::start(dir.path(), &[]);
+    let served = serve(dir.path(), &[]).await;
     let base_url = served.base_url();
     let (status, _) = post(&base_url, &json!({"name": "Rex", "categoryId": 1})).await;
     assert_eq!(status, 201);
@@ -294,7 +311,7 @@ async fn a_panicking_sqlite_writer_stops_the_process_with_a_non_zero_exit() {
     );
     // The process does not live on answering 503 forever: it exits, non-zero,
     // for its supervisor to restart it.
-    let (exit, log) = served.wait_for_exit();
+    let (exit, log) = blocking(move || served.wait_for_exit()).await;
     assert!(!exit.success(), "exit status {exit:?}\n{log}");
     assert!(
         log.contains("the SQLite writer thread panicked") && log.contains("ids must ascend"),
@@ -327,7 +344,7 @@ fn fill(disk: &Tmpfs, room: u64) -> std::path::PathBuf {
 async fn a_full_disk_refuses_creates_with_503_and_they_recover_once_space_is_freed() {
     let disk = Tmpfs::mount(8 * 1024);
     let args = ["--database", "sqlite://petstore.db"];
-    let served = Served::start(disk.path(), &args);
+    let served = serve(disk.path(), &args).await;
     let base_url = served.base_url();
     let mut acknowledged = Vec::new();
     let filler = fill(&disk, 64 * 1024);
@@ -366,13 +383,13 @@ async fn a_full_disk_refuses_creates_with_503_and_they_recover_once_space_is_fre
     let (status, body) = post(&base_url, &json!({"name": "after", "categoryId": 1})).await;
     assert_eq!(status, 201, "{body}");
     acknowledged.push(body);
-    let (exit, log) = served.terminate();
+    let (exit, log) = stop(served).await;
     assert!(exit.success(), "{log}");
 
-    let served = Served::start(disk.path(), &args);
+    let served = serve(disk.path(), &args).await;
     for pet in &acknowledged {
         assert_eq!(&get_pet(&served.base_url(), &pet["id"]).await, pet, "lost");
     }
-    let (exit, log) = served.terminate();
+    let (exit, log) = stop(served).await;
     assert!(exit.success(), "{log}");
 }

@@ -13,7 +13,7 @@ use petstore_server::keys::ApiKeys;
 use petstore_server::logging::{self, LogFormat, LogSettings};
 use petstore_server::store::DatabaseUrl;
 use petstore_server::{RunningServer, ServerConfig};
-pub use petstore_support::{eventually, postgres};
+pub use petstore_support::{blocking, eventually, postgres};
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde_json::Value;
 
@@ -202,6 +202,16 @@ impl TestServer {
     /// An authenticated `POST /pets` with a JSON body.
     pub fn post_pet(&self, body: &Value) -> RequestBuilder {
         self.request(Method::POST, "/pets").json(body)
+    }
+
+    /// An authenticated `POST /pets` with `body` sent as it is, declared JSON.
+    pub async fn post_raw(&self, body: impl Into<reqwest::Body>) -> Response {
+        self.request(Method::POST, "/pets")
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("request sent")
     }
 
     /// Creates a pet, insisting on 201, and returns the stored pet.

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use petstore_tests::postgres::{blocking, own_cluster};
+use petstore_tests::blocking;
+use petstore_tests::postgres::own_cluster;
 use petstore_tests::{KEY, TestDatabase, TestServer, assert_error, eventually};
 use reqwest::StatusCode;
 use serde_json::{Value, json};

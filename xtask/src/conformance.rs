@@ -205,7 +205,8 @@ impl Server {
         let log_file = File::create(log).with_context(|| format!("creating {}", log.display()))?;
         let database = format!("sqlite://{}", scratch.join("petstore.db").display());
         let mut command = Command::new(binary);
-        command
+        // Only what is given here counts, not the caller's PETSTORE_* settings.
+        petstore_support::without_petstore_settings(&mut command)
             .arg("serve")
             .args(["--bind", &addr.to_string(), "--database", &database])
             .args(["--log-format", "json", "--log-level", "info"])

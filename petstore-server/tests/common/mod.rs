@@ -22,12 +22,7 @@ const LOG_TIMEOUT: Duration = Duration::from_secs(120);
 /// settings leak in.
 pub fn petstore(dir: &Path) -> Command {
     let mut command = Command::new(BIN);
-    command.current_dir(dir);
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("PETSTORE_") {
-            command.env_remove(name);
-        }
-    }
+    petstore_support::without_petstore_settings(command.current_dir(dir));
     command
 }
 

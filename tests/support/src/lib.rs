@@ -54,6 +54,29 @@ pub fn generate_key(prefix: &str) -> std::io::Result<String> {
     Ok(format!("{prefix}-{hex}"))
 }
 
+/// Runs blocking `f` (waiting for a process, starting a cluster) on tokio's
+/// blocking pool, off the async runtime's workers; a panic in `f` goes on
+/// in the caller.
+pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(value) => value,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}
+
+/// `command` without any of the caller's `PETSTORE_*` settings: only what
+/// the caller sets on it counts.
+pub fn without_petstore_settings(
+    command: &mut std::process::Command,
+) -> &mut std::process::Command {
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("PETSTORE_") {
+            command.env_remove(name);
+        }
+    }
+    command
+}
+
 /// Whether this process runs as root.
 pub fn is_root() -> bool {
     std::process::Command::new("id")

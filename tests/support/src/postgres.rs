@@ -7,8 +7,8 @@
 //! `PETSTORE_TEST_SKIP_POSTGRES=1`; under `CI=true` that opt-out is refused.
 //!
 //! Everything here that blocks (starting a cluster, stopping it) is a plain
-//! blocking function; async callers run it with [`blocking`], off the async
-//! runtime's worker threads.
+//! blocking function; async callers run it with [`crate::blocking`], off
+//! the async runtime's worker threads.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use tokio_postgres::NoTls;
 
-use crate::{ChildGuard, free_loopback_addr, is_root};
+use crate::{ChildGuard, blocking, free_loopback_addr, is_root};
 
 /// How long a cluster may take to accept sessions after it is started. Only
 /// a hang guard: the wait ends as soon as the server is ready.
@@ -58,14 +58,6 @@ pub fn shared() -> Option<&'static Postgres> {
 pub async fn fresh_database() -> Option<TestDatabase> {
     let postgres = blocking(shared).await?;
     Some(postgres.fresh_database().await)
-}
-
-/// Runs blocking `f` on tokio's blocking pool, off the async workers.
-pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(value) => value,
-        Err(e) => std::panic::resume_unwind(e.into_panic()),
-    }
 }
 
 /// Fails loudly, unless the developer opted out (never under CI).

@@ -128,13 +128,7 @@ on_every_backend! {
     }
 
     async fn a_duplicate_field_is_rejected(server) {
-        let response = server
-            .request(Method::POST, "/pets")
-            .header("content-type", "application/json")
-            .body(r#"{"name": "Rex", "name": "Max", "categoryId": 1}"#)
-            .send()
-            .await
-            .unwrap();
+        let response = server.post_raw(r#"{"name": "Rex", "name": "Max", "categoryId": 1}"#).await;
         assert_error(response, StatusCode::BAD_REQUEST, "bad_request").await;
     }
 
@@ -148,13 +142,7 @@ on_every_backend! {
         let padding = 16 * 1024 - json!({"name": "", "categoryId": 1}).to_string().len();
         let body = json!({"name": "a".repeat(padding), "categoryId": 1}).to_string();
         assert_eq!(body.len(), 16 * 1024);
-        let response = server
-            .request(Method::POST, "/pets")
-            .header("content-type", "application/json")
-            .body(body)
-            .send()
-            .await
-            .unwrap();
+        let response = server.post_raw(body).await;
         assert_error(response, StatusCode::BAD_REQUEST, "bad_request").await;
     }
 
@@ -164,26 +152,14 @@ on_every_backend! {
             r#"{"name":"a","categoryId":1} trailing"#,
             r#"{"name":"a","categoryId":1},"#,
         ] {
-            let response = server
-                .request(Method::POST, "/pets")
-                .header("content-type", "application/json")
-                .body(body)
-                .send()
-                .await
-                .unwrap();
+            let response = server.post_raw(body).await;
             let error = assert_error(response, StatusCode::BAD_REQUEST, "bad_request").await;
             assert!(
                 error["message"].as_str().unwrap().contains("trailing"),
                 "{body}: {error}"
             );
         }
-        let whitespace = server
-            .request(Method::POST, "/pets")
-            .header("content-type", "application/json")
-            .body("{\"name\":\"Rex\",\"categoryId\":1} \r\n")
-            .send()
-            .await
-            .unwrap();
+        let whitespace = server.post_raw("{\"name\":\"Rex\",\"categoryId\":1} \r\n").await;
         assert_eq!(whitespace.status(), StatusCode::CREATED);
         assert_eq!(server.list("").await.len(), 1, "only the valid body stored");
     }

@@ -298,12 +298,7 @@ impl Bench {
             command.args(["--log-level", level]);
         }
         // Only what is given here counts, not the caller's PETSTORE_* settings.
-        for (name, _) in std::env::vars_os() {
-            if name.to_string_lossy().starts_with("PETSTORE_") {
-                command.env_remove(name);
-            }
-        }
-        command.env("PETSTORE_API_KEYS", key);
+        petstore_support::without_petstore_settings(&mut command).env("PETSTORE_API_KEYS", key);
         Service::start("petstore-server", &mut command, addr, key)
     }
 
