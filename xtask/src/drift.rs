@@ -22,7 +22,7 @@ use openapiv3::OpenAPI;
 
 use crate::openapi;
 
-mod canon;
+pub(crate) mod canon;
 mod compare;
 mod diff;
 #[cfg(test)]

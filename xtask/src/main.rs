@@ -5,6 +5,7 @@
 //! - `openapi validate`: validate `openapi/petstore.yaml` with a real
 //!   OpenAPI 3.0 validator (`openapi-spec-validator`, in a venv under `target/`).
 //! - `openapi check`: the drift check between the contract and the server.
+//! - `openapi compat`: the compatibility gate against the released contracts.
 //! - `client generate` / `client check`: the progenitor-generated client.
 //! - `conformance`: schemathesis against a server built from the tree.
 
@@ -13,11 +14,14 @@ use std::process::ExitCode;
 
 mod bench;
 mod client;
+mod compat;
 mod conformance;
 mod drift;
 mod openapi;
 mod python;
 mod readiness;
+#[cfg(test)]
+mod yaml_edit;
 
 const USAGE: &str = "usage: cargo xtask <command>
 
@@ -25,6 +29,7 @@ commands:
   openapi emit       write the server's emitted OpenAPI document to target/openapi/emitted.json
   openapi validate   validate openapi/petstore.yaml with openapi-spec-validator (venv in target/)
   openapi check      fail when openapi/petstore.yaml and the server disagree (the drift check)
+  openapi compat     fail when openapi/petstore.yaml breaks a released contract (openapi/released/)
   client generate    regenerate petstore-client/src/generated.rs from openapi/petstore.yaml
   client check       fail when the committed client is not what the YAML generates
   conformance        run schemathesis against a server built from the tree
@@ -37,6 +42,7 @@ fn main() -> ExitCode {
         ["openapi", "emit"] => openapi::emit(),
         ["openapi", "validate"] => openapi::validate(),
         ["openapi", "check"] => drift::check(),
+        ["openapi", "compat"] => compat::check(),
         ["client", "generate"] => client::generate(),
         ["client", "check"] => client::check(),
         ["conformance"] => conformance::run(),

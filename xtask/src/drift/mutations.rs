@@ -7,45 +7,10 @@
 //! loudly when a key it edits is missing, so no mutation can silently turn
 //! into no change; the re-quoting test edits the text itself.
 
-use serde_yaml::{Mapping, Value};
+use serde_yaml::Value;
 
 use super::check_contract;
-use crate::openapi;
-
-fn contract_text() -> String {
-    std::fs::read_to_string(openapi::contract_path()).expect("the committed contract")
-}
-
-fn contract() -> Value {
-    serde_yaml::from_str(&contract_text()).expect("the contract parses")
-}
-
-fn yaml(text: &str) -> Value {
-    serde_yaml::from_str(text).expect("a YAML fragment")
-}
-
-/// The value at `path` (mapping keys), which must exist.
-fn at<'a>(doc: &'a mut Value, path: &[&str]) -> &'a mut Value {
-    path.iter().fold(doc, |value, key| {
-        value
-            .get_mut(*key)
-            .unwrap_or_else(|| panic!("the contract has no {key:?} in {path:?}"))
-    })
-}
-
-fn map<'a>(doc: &'a mut Value, path: &[&str]) -> &'a mut Mapping {
-    at(doc, path).as_mapping_mut().expect("a mapping")
-}
-
-/// The parameter `name` of an operation.
-fn param<'a>(doc: &'a mut Value, path: &str, method: &str, name: &str) -> &'a mut Value {
-    at(doc, &["paths", path, method, "parameters"])
-        .as_sequence_mut()
-        .expect("a parameter list")
-        .iter_mut()
-        .find(|p| p["name"].as_str() == Some(name))
-        .unwrap_or_else(|| panic!("{method} {path} has no parameter {name}"))
-}
+use crate::yaml_edit::{at, contract, contract_text, map, param, yaml};
 
 async fn differences_text(text: &str) -> Vec<String> {
     let report = check_contract(text).await.expect("the check runs");

@@ -1,0 +1,302 @@
+//! The compatibility gate: `cargo xtask openapi compat`.
+//!
+//! Released contracts are frozen in `openapi/released/petstore-X.Y.Z.yaml`.
+//! The gate compares `openapi/petstore.yaml` with every released document of
+//! the same major version and reports each change that can break a client
+//! or a server built from the older document, one line per finding:
+//!
+//! ```text
+//! paths./pets.get.parameters.limit.schema.maximum: 100 -> 50 (narrows what requests may send): breaking
+//! ```
+//!
+//! Every finding is `breaking` or `compatible`; an edit with no finding at
+//! all (descriptions, key order, YAML style) is *semantic-free*. On top, the
+//! semver rule: `info.version` must be greater than every released version;
+//! a compatible change needs at least a minor bump, a breaking one a new
+//! major version — within the same major it fails the gate.
+//!
+//! It builds on the drift check's normalisation ([`canon`]): both documents
+//! are parsed with `openapiv3`, references are resolved, annotations are
+//! dropped and lists sorted, so only meaning is compared. The rules are in
+//! [`rules`]; [`catalogue`] proves them on a catalogue of edits.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use openapiv3::OpenAPI;
+use semver::Version;
+
+use crate::drift::canon;
+use crate::{openapi, workspace_root};
+
+#[cfg(test)]
+mod catalogue;
+mod rules;
+
+/// How a change affects clients and servers built from the older document.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Verdict {
+    /// Nothing that a client or server could notice changed.
+    SemanticFree,
+    /// Something changed, and everything built from the older document
+    /// keeps working.
+    Compatible,
+    /// Something built from the older document can break.
+    Breaking,
+}
+
+impl Verdict {
+    /// The smallest version bump the verdict needs.
+    fn bump(self) -> &'static str {
+        match self {
+            Verdict::SemanticFree => "patch",
+            Verdict::Compatible => "minor",
+            Verdict::Breaking => "major",
+        }
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Verdict::SemanticFree => "semantic-free",
+            Verdict::Compatible => "compatible",
+            Verdict::Breaking => "breaking",
+        })
+    }
+}
+
+/// One change between two documents.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Finding {
+    /// Where, as a dotted path into the newer document.
+    pub location: String,
+    /// What changed, and why it matters.
+    pub message: String,
+    /// Breaking or compatible.
+    pub verdict: Verdict,
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}: {}", self.location, self.message, self.verdict)
+    }
+}
+
+/// Every change from `old` to `new`, and the verdict over all of them.
+pub fn compare(old: &OpenAPI, new: &OpenAPI) -> (Vec<Finding>, Verdict) {
+    let old_side = canon::Side::new(old, "", canon::Mode::Probe);
+    let new_side = canon::Side::new(new, "", canon::Mode::Probe);
+    let findings = rules::compare(&old_side, &new_side);
+    let verdict = findings
+        .iter()
+        .map(|f| f.verdict)
+        .max()
+        .unwrap_or(Verdict::SemanticFree);
+    (findings, verdict)
+}
+
+/// A released document.
+struct Released {
+    path: PathBuf,
+    version: Version,
+    api: OpenAPI,
+}
+
+/// The directory of released documents.
+pub fn released_dir() -> PathBuf {
+    workspace_root().join("openapi/released")
+}
+
+fn parse(path: &Path) -> anyhow::Result<(OpenAPI, Version)> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let api: OpenAPI =
+        serde_yaml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    let version = Version::parse(&api.info.version)
+        .with_context(|| format!("{}: info.version is not a semantic version", path.display()))?;
+    Ok((api, version))
+}
+
+fn released(dir: &Path) -> anyhow::Result<Vec<Released>> {
+    let mut released = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            let (api, version) = parse(&path)?;
+            let expected = format!("petstore-{version}.yaml");
+            if path
+                .file_name()
+                .is_none_or(|name| name != expected.as_str())
+            {
+                bail!(
+                    "{} holds version {version}; it must be named {expected}",
+                    path.display()
+                );
+            }
+            released.push(Released { path, version, api });
+        }
+    }
+    released.sort_by(|a, b| a.version.cmp(&b.version));
+    Ok(released)
+}
+
+/// What the gate concluded.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Every line to print, findings first.
+    pub lines: Vec<String>,
+    /// Why the gate fails; empty when it passes.
+    pub failures: Vec<String>,
+}
+
+/// Runs the gate on the contract `new` (at `new_path`) against the released
+/// documents in `dir`.
+pub fn gate(new_path: &Path, dir: &Path) -> anyhow::Result<Outcome> {
+    let (new, version) = parse(new_path)?;
+    let released = released(dir)?;
+    let mut outcome = Outcome::default();
+    if released.is_empty() {
+        outcome
+            .failures
+            .push(format!("no released document in {}", dir.display()));
+    }
+    for old in &released {
+        let name = old.path.file_name().unwrap_or_default().to_string_lossy();
+        let (findings, verdict) = compare(&old.api, &new);
+        if version == old.version {
+            if verdict != Verdict::SemanticFree {
+                outcome.failures.push(format!(
+                    "info.version {version} is released already ({name}) and the contract \
+                     differs from it ({verdict}): bump info.version"
+                ));
+            } else {
+                outcome
+                    .lines
+                    .push(format!("{name}: the contract is this release"));
+            }
+            continue;
+        }
+        if version < old.version {
+            outcome.failures.push(format!(
+                "info.version {version} is not greater than the released {}",
+                old.version
+            ));
+            continue;
+        }
+        if version.major != old.version.major {
+            outcome.lines.push(format!(
+                "{name}: not compared (major version {} replaces {})",
+                version.major, old.version.major
+            ));
+            continue;
+        }
+        outcome
+            .lines
+            .extend(findings.iter().map(|f| format!("{name}: {f}")));
+        let needed = needed_version(&old.version, verdict);
+        outcome.lines.push(format!(
+            "{name}: {verdict} change; needs a {} bump (at least {needed}); info.version is {version}",
+            verdict.bump()
+        ));
+        if verdict == Verdict::Breaking {
+            outcome.failures.push(format!(
+                "breaking changes against released {}: they need a new major version \
+                 ({needed}), or must be undone",
+                old.version
+            ));
+        } else if version < needed {
+            outcome.failures.push(format!(
+                "{verdict} changes against released {} need info.version {needed} or later, \
+                 not {version}",
+                old.version
+            ));
+        }
+    }
+    Ok(outcome)
+}
+
+/// The least version after `released` that a change of `verdict` allows.
+fn needed_version(released: &Version, verdict: Verdict) -> Version {
+    match verdict {
+        Verdict::SemanticFree => Version::new(released.major, released.minor, released.patch + 1),
+        Verdict::Compatible => Version::new(released.major, released.minor + 1, 0),
+        Verdict::Breaking => Version::new(released.major + 1, 0, 0),
+    }
+}
+
+/// `cargo xtask openapi compat`.
+pub fn check() -> anyhow::Result<()> {
+    let contract = openapi::contract_path();
+    let outcome = gate(&contract, &released_dir())?;
+    for line in &outcome.lines {
+        println!("{line}");
+    }
+    if !outcome.failures.is_empty() {
+        for failure in &outcome.failures {
+            eprintln!("openapi compat: {failure}");
+        }
+        bail!("{} breaks the compatibility gate", contract.display());
+    }
+    println!(
+        "openapi compat: {} passes against every released version",
+        contract.display()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Released documents are frozen: each is pinned to the SHA-256 of its
+    /// bytes as released. A changed digest means a released file was
+    /// edited; undo the edit (releases are never changed).
+    const RELEASED: &[(&str, &str)] = &[(
+        "petstore-1.0.0.yaml",
+        "47289000aff3a8661f7752e2a0b616e013f0f9fde5227e38c56f051de257d007",
+    )];
+
+    fn sha256(path: &Path) -> String {
+        use sha2::Digest;
+        let bytes = std::fs::read(path).unwrap();
+        sha2::Sha256::digest(bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    #[test]
+    fn released_documents_are_never_edited() {
+        let dir = released_dir();
+        let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        on_disk.sort();
+        let pinned: Vec<&str> = RELEASED.iter().map(|(name, _)| *name).collect();
+        assert_eq!(on_disk, pinned, "every released file is pinned here");
+        for (name, digest) in RELEASED {
+            assert_eq!(&sha256(&dir.join(name)), digest, "{name} was edited");
+        }
+    }
+
+    #[test]
+    fn the_committed_contract_passes_the_gate() {
+        let outcome = gate(&openapi::contract_path(), &released_dir()).unwrap();
+        assert!(outcome.failures.is_empty(), "{outcome:#?}");
+    }
+
+    fn v(text: &str) -> Version {
+        Version::parse(text).unwrap()
+    }
+
+    #[test]
+    fn each_verdict_needs_its_bump() {
+        let released = v("1.2.3");
+        assert_eq!(needed_version(&released, Verdict::SemanticFree), v("1.2.4"));
+        assert_eq!(needed_version(&released, Verdict::Compatible), v("1.3.0"));
+        assert_eq!(needed_version(&released, Verdict::Breaking), v("2.0.0"));
+    }
+}

@@ -1,0 +1,782 @@
+//! The compatibility rules: what each kind of change does to a client or a
+//! server built from the older document.
+//!
+//! A change is judged by where it is. What a *request* may carry (a query
+//! parameter, a request body) may widen but not narrow: an older client's
+//! request must still be accepted. What a *response* may hold may narrow
+//! but not widen: an older client must still understand every answer. A
+//! schema used both ways (`PetStatus` is a request filter and a response
+//! field) is judged both ways, and the stricter verdict stands.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::time::SystemTime;
+
+use openapiv3::{Parameter, ParameterSchemaOrContent, Response};
+use serde_json::{Map, Value};
+
+use super::{Finding, Verdict};
+use crate::drift::canon::{self, Op, Side};
+
+/// Which way a schema's values travel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Direction {
+    Request,
+    Response,
+}
+
+/// How a constraint changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Change {
+    /// Fewer values are allowed than before.
+    Narrower,
+    /// More values are allowed than before.
+    Wider,
+    /// Neither contains the other.
+    Unrelated,
+}
+
+/// Every change from `old` to `new`, sorted, each once.
+pub fn compare(old: &Side<'_>, new: &Side<'_>) -> Vec<Finding> {
+    let mut rules = Rules {
+        old,
+        new,
+        findings: Vec::new(),
+        compared: HashSet::new(),
+    };
+    rules.operations();
+    rules.security_schemes();
+    let mut findings = rules.findings;
+    findings.sort();
+    findings.dedup();
+    findings
+}
+
+struct Rules<'s, 'a> {
+    old: &'s Side<'a>,
+    new: &'s Side<'a>,
+    findings: Vec<Finding>,
+    /// Component schemas already compared, per direction.
+    compared: HashSet<(String, Direction)>,
+}
+
+impl Rules<'_, '_> {
+    fn found(&mut self, location: &str, message: String, verdict: Verdict) {
+        self.findings.push(Finding {
+            location: location.to_owned(),
+            message,
+            verdict,
+        });
+    }
+
+    fn breaking(&mut self, location: &str, message: impl Into<String>) {
+        self.found(location, message.into(), Verdict::Breaking);
+    }
+
+    fn compatible(&mut self, location: &str, message: impl Into<String>) {
+        self.found(location, message.into(), Verdict::Compatible);
+    }
+
+    /// A constraint that narrowed or widened, judged by direction.
+    fn bounded(&mut self, location: &str, what: String, change: Change, direction: Direction) {
+        use {Change::*, Direction::*};
+        match (change, direction) {
+            (Narrower, Request) => {
+                self.breaking(location, format!("{what} (narrows what requests may send)"))
+            }
+            (Wider, Request) => {
+                self.compatible(location, format!("{what} (widens what requests may send)"))
+            }
+            (Narrower, Response) => self.compatible(
+                location,
+                format!("{what} (narrows what responses may hold)"),
+            ),
+            (Wider, Response) => {
+                self.breaking(location, format!("{what} (widens what responses may hold)"))
+            }
+            (Unrelated, _) => self.breaking(location, format!("{what} (changes what is allowed)")),
+        }
+    }
+
+    fn operations(&mut self) {
+        let old_ops = self.old.operations();
+        let new_ops = self.new.operations();
+        for (key, old_op) in &old_ops {
+            let location = old_op.location();
+            match new_ops.get(key) {
+                Some(new_op) => self.operation(&location, old_op, new_op),
+                None => self.removed_operation(&location, old_op),
+            }
+        }
+        for (key, new_op) in &new_ops {
+            if !old_ops.contains_key(key) {
+                self.compatible(&new_op.location(), "new operation");
+            }
+        }
+    }
+
+    fn removed_operation(&mut self, location: &str, op: &Op<'_>) {
+        if !op.operation.deprecated {
+            return self.breaking(location, "operation removed");
+        }
+        match sunset(self.old, op) {
+            Some(sunset) if sunset <= SystemTime::now() => self.compatible(
+                location,
+                format!(
+                    "deprecated operation removed after its sunset ({})",
+                    httpdate::fmt_http_date(sunset)
+                ),
+            ),
+            Some(sunset) => self.breaking(
+                location,
+                format!(
+                    "deprecated operation removed before its sunset ({})",
+                    httpdate::fmt_http_date(sunset)
+                ),
+            ),
+            None => self.breaking(
+                location,
+                "deprecated operation removed, and the older document announces no sunset",
+            ),
+        }
+    }
+
+    fn operation(&mut self, location: &str, old: &Op<'_>, new: &Op<'_>) {
+        let (old_id, new_id) = (&old.operation.operation_id, &new.operation.operation_id);
+        if old_id != new_id {
+            self.breaking(
+                &format!("{location}.operationId"),
+                format!(
+                    "{} -> {} (renames the generated client's method)",
+                    show(old_id),
+                    show(new_id)
+                ),
+            );
+        }
+        match (old.operation.deprecated, new.operation.deprecated) {
+            (false, true) => self.compatible(&format!("{location}.deprecated"), "now deprecated"),
+            (true, false) => {
+                self.compatible(&format!("{location}.deprecated"), "no longer deprecated")
+            }
+            _ => {}
+        }
+        let (old_security, new_security) = (security(self.old, old), security(self.new, new));
+        if old_security != new_security {
+            self.breaking(
+                &format!("{location}.security"),
+                format!(
+                    "{old_security:?} -> {new_security:?} (a semantic change: who may call it, \
+                     and how, is no longer what clients were built for)"
+                ),
+            );
+        }
+        self.parameters(location, old, new);
+        self.request_body(location, old, new);
+        self.responses(location, old, new);
+    }
+
+    fn parameters(&mut self, location: &str, old: &Op<'_>, new: &Op<'_>) {
+        let key = |p: &&Parameter| (canon::location(p), p.parameter_data_ref().name.clone());
+        let old_params: BTreeMap<_, _> = old.parameters.iter().map(|p| (key(p), *p)).collect();
+        let new_params: BTreeMap<_, _> = new.parameters.iter().map(|p| (key(p), *p)).collect();
+        for ((place, name), old_param) in &old_params {
+            let here = format!("{location}.parameters.{name}");
+            match new_params.get(&(place, name.clone())) {
+                None => self.breaking(&here, format!("{place} parameter removed")),
+                Some(new_param) => self.parameter(&here, old_param, new_param),
+            }
+        }
+        for ((place, name), new_param) in &new_params {
+            if old_params.contains_key(&(place, name.clone())) {
+                continue;
+            }
+            let here = format!("{location}.parameters.{name}");
+            if new_param.parameter_data_ref().required {
+                self.breaking(&here, format!("new required {place} parameter"));
+            } else {
+                self.compatible(&here, format!("new optional {place} parameter"));
+            }
+        }
+    }
+
+    fn parameter(&mut self, location: &str, old: &Parameter, new: &Parameter) {
+        let (old_data, new_data) = (old.parameter_data_ref(), new.parameter_data_ref());
+        match (old_data.required, new_data.required) {
+            (false, true) => self.breaking(&format!("{location}.required"), "now required"),
+            (true, false) => self.compatible(&format!("{location}.required"), "no longer required"),
+            _ => {}
+        }
+        let (old_style, new_style) = (style(old), style(new));
+        if old_style != new_style {
+            self.breaking(
+                &format!("{location}.style"),
+                format!("{old_style} -> {new_style} (changes how values are written)"),
+            );
+        }
+        match (&old_data.format, &new_data.format) {
+            (ParameterSchemaOrContent::Schema(a), ParameterSchemaOrContent::Schema(b)) => {
+                let (a, b) = (self.old.schema(a), self.new.schema(b));
+                self.schema(&format!("{location}.schema"), &a, &b, Direction::Request);
+            }
+            _ => {
+                let (a, b) = (
+                    self.old.format_json(&old_data.format),
+                    self.new.format_json(&new_data.format),
+                );
+                if a != b {
+                    self.breaking(location, "serialisation changed (schema or content)");
+                }
+            }
+        }
+    }
+
+    fn request_body(&mut self, location: &str, old: &Op<'_>, new: &Op<'_>) {
+        let here = format!("{location}.requestBody");
+        let old_body = old
+            .operation
+            .request_body
+            .as_ref()
+            .and_then(|b| self.old.body(b));
+        let new_body = new
+            .operation
+            .request_body
+            .as_ref()
+            .and_then(|b| self.new.body(b));
+        match (old_body, new_body) {
+            (None, None) => {}
+            (None, Some(body)) if body.required => {
+                self.breaking(&here, "new required request body")
+            }
+            (None, Some(_)) => self.compatible(&here, "new optional request body"),
+            (Some(_), None) => self.breaking(&here, "request body removed"),
+            (Some(a), Some(b)) => {
+                if !a.required && b.required {
+                    self.breaking(&format!("{here}.required"), "now required");
+                } else if a.required && !b.required {
+                    self.compatible(&format!("{here}.required"), "no longer required");
+                }
+                let (a, b) = (content(self.old, &a.content), content(self.new, &b.content));
+                self.content(
+                    &format!("{here}.content"),
+                    &a,
+                    &b,
+                    Direction::Request,
+                    false,
+                );
+            }
+        }
+    }
+
+    fn responses(&mut self, location: &str, old: &Op<'_>, new: &Op<'_>) {
+        let old_responses: BTreeMap<String, &Response> =
+            self.old.responses(old.operation).into_iter().collect();
+        let new_responses: BTreeMap<String, &Response> =
+            self.new.responses(new.operation).into_iter().collect();
+        for (status, old_response) in &old_responses {
+            let here = format!("{location}.responses.{status}");
+            match new_responses.get(status) {
+                None => self.breaking(&here, "response removed"),
+                Some(new_response) => self.response(&here, status, old_response, new_response),
+            }
+        }
+        for status in new_responses.keys() {
+            if old_responses.contains_key(status) {
+                continue;
+            }
+            let here = format!("{location}.responses.{status}");
+            if canon::is_error(status) {
+                self.compatible(
+                    &here,
+                    "new error response (older clients already treat an undeclared error as an error)",
+                );
+            } else {
+                self.breaking(
+                    &here,
+                    "new success response (older clients cannot decode it)",
+                );
+            }
+        }
+    }
+
+    fn response(&mut self, location: &str, status: &str, old: &Response, new: &Response) {
+        let headers = |side: &Side<'_>, response: &Response| -> BTreeMap<String, (bool, Value)> {
+            response
+                .headers
+                .iter()
+                .filter_map(|(name, h)| {
+                    let header = side.header(h)?;
+                    let (_, format) = side.format_json(&header.format);
+                    Some((name.to_ascii_lowercase(), (header.required, format)))
+                })
+                .collect()
+        };
+        let (old_headers, new_headers) = (headers(self.old, old), headers(self.new, new));
+        for (name, (old_required, old_schema)) in &old_headers {
+            let here = format!("{location}.headers.{name}");
+            match new_headers.get(name) {
+                None => self.breaking(&here, "response header removed"),
+                Some((new_required, new_schema)) => {
+                    if *old_required && !new_required {
+                        self.breaking(
+                            &format!("{here}.required"),
+                            "no longer always sent (clients may rely on it)",
+                        );
+                    }
+                    self.schema(
+                        &format!("{here}.schema"),
+                        old_schema,
+                        new_schema,
+                        Direction::Response,
+                    );
+                }
+            }
+        }
+        for name in new_headers.keys() {
+            if !old_headers.contains_key(name) {
+                self.compatible(&format!("{location}.headers.{name}"), "new response header");
+            }
+        }
+        let (a, b) = (
+            content(self.old, &old.content),
+            content(self.new, &new.content),
+        );
+        self.content(
+            &format!("{location}.content"),
+            &a,
+            &b,
+            Direction::Response,
+            canon::is_error(status),
+        );
+    }
+
+    fn content(
+        &mut self,
+        location: &str,
+        old: &BTreeMap<String, Value>,
+        new: &BTreeMap<String, Value>,
+        direction: Direction,
+        is_error: bool,
+    ) {
+        for (media_type, old_schema) in old {
+            let here = format!("{location}.{media_type}");
+            match new.get(media_type) {
+                None => self.breaking(&here, "media type removed"),
+                Some(new_schema) => {
+                    self.schema(&format!("{here}.schema"), old_schema, new_schema, direction)
+                }
+            }
+        }
+        for media_type in new.keys() {
+            if old.contains_key(media_type) {
+                continue;
+            }
+            let here = format!("{location}.{media_type}");
+            match direction {
+                Direction::Request => self.compatible(&here, "new media type accepted"),
+                Direction::Response if is_error => self.compatible(&here, "new error media type"),
+                Direction::Response => {
+                    self.breaking(&here, "new media type (older clients cannot decode it)")
+                }
+            }
+        }
+    }
+
+    fn security_schemes(&mut self) {
+        let schemes = |side: &Side<'_>| -> BTreeMap<String, Value> {
+            side.api
+                .components
+                .iter()
+                .flat_map(|c| &c.security_schemes)
+                .map(|(name, scheme)| {
+                    let mut json = serde_json::to_value(scheme).unwrap_or_default();
+                    if let Some(map) = json.as_object_mut() {
+                        map.remove("description");
+                    }
+                    (name.clone(), json)
+                })
+                .collect()
+        };
+        let (old, new) = (schemes(self.old), schemes(self.new));
+        for (name, scheme) in &old {
+            if new.get(name) != Some(scheme) {
+                self.breaking(
+                    &format!("components.securitySchemes.{name}"),
+                    "security scheme removed or changed (clients authenticate as before)",
+                );
+            }
+        }
+    }
+
+    /// Compares two canonical schemas; a component referenced on both sides
+    /// is compared once per direction, where it is defined.
+    fn schema(&mut self, location: &str, old: &Value, new: &Value, direction: Direction) {
+        if let (Some(a), Some(b)) = (canon::ref_name(old), canon::ref_name(new))
+            && a == b
+        {
+            if !self.compared.insert((a.to_owned(), direction)) {
+                return;
+            }
+            let (old, new) = (self.old.resolve(old), self.new.resolve(new));
+            return self.schema_body(&format!("components.schemas.{a}"), &old, &new, direction);
+        }
+        let (old, new) = (self.old.resolve(old), self.new.resolve(new));
+        self.schema_body(location, &old, &new, direction);
+    }
+
+    fn schema_body(&mut self, location: &str, old: &Value, new: &Value, direction: Direction) {
+        let (Some(old), Some(new)) = (old.as_object(), new.as_object()) else {
+            if old != new {
+                self.breaking(location, format!("{old} -> {new}"));
+            }
+            return;
+        };
+        let keys: BTreeSet<&String> = old.keys().chain(new.keys()).collect();
+        for key in keys {
+            let (a, b) = (old.get(key.as_str()), new.get(key.as_str()));
+            if a == b {
+                continue;
+            }
+            let here = format!("{location}.{key}");
+            match key.as_str() {
+                "type" => self.type_change(&here, a, b, direction),
+                "format" => {
+                    let change = format_change(a, b);
+                    self.bounded(&here, transition(a, b), change, direction)
+                }
+                "enum" => self.enum_change(&here, a, b, direction),
+                "minimum" | "minLength" | "minItems" | "minProperties" => {
+                    self.bounded(&here, transition(a, b), bound_change(a, b, true), direction)
+                }
+                "maximum" | "maxLength" | "maxItems" | "maxProperties" => self.bounded(
+                    &here,
+                    transition(a, b),
+                    bound_change(a, b, false),
+                    direction,
+                ),
+                "exclusiveMinimum" | "exclusiveMaximum" | "nullable" => {
+                    // Absent means false (canonical form drops `false`).
+                    let became_true = b == Some(&Value::Bool(true));
+                    let change = match key.as_str() {
+                        "nullable" if became_true => Change::Wider,
+                        "nullable" => Change::Narrower,
+                        _ if became_true => Change::Narrower,
+                        _ => Change::Wider,
+                    };
+                    self.bounded(&here, transition(a, b), change, direction)
+                }
+                "pattern" => {
+                    let change = match (a, b) {
+                        (None, Some(_)) => Change::Narrower,
+                        (Some(_), None) => Change::Wider,
+                        _ => Change::Unrelated,
+                    };
+                    self.bounded(&here, transition(a, b), change, direction)
+                }
+                "default" => self.breaking(
+                    &here,
+                    format!("{} (changes what an omitted value means)", transition(a, b)),
+                ),
+                "deprecated" => self.compatible(&here, transition(a, b)),
+                "required" | "properties" | "additionalProperties" => {}
+                "items" => {
+                    let (a, b) = (
+                        a.cloned().unwrap_or_default(),
+                        b.cloned().unwrap_or_default(),
+                    );
+                    self.schema(&here, &a, &b, direction);
+                }
+                _ => self.breaking(&here, format!("{} (changed)", transition(a, b))),
+            }
+        }
+        self.object(location, old, new, direction);
+    }
+
+    fn type_change(
+        &mut self,
+        location: &str,
+        a: Option<&Value>,
+        b: Option<&Value>,
+        direction: Direction,
+    ) {
+        let what = transition(a, b);
+        let (a, b) = (a.and_then(Value::as_str), b.and_then(Value::as_str));
+        let change = match (a, b) {
+            (Some("integer"), Some("number")) | (Some(_), None) => Change::Wider,
+            (Some("number"), Some("integer")) | (None, Some(_)) => Change::Narrower,
+            _ => Change::Unrelated,
+        };
+        self.bounded(location, what, change, direction);
+    }
+
+    fn enum_change(
+        &mut self,
+        location: &str,
+        a: Option<&Value>,
+        b: Option<&Value>,
+        direction: Direction,
+    ) {
+        let values = |v: Option<&Value>| -> Option<BTreeSet<String>> {
+            Some(v?.as_array()?.iter().map(Value::to_string).collect())
+        };
+        match (values(a), values(b)) {
+            (None, Some(_)) => self.bounded(
+                location,
+                "values restricted to an enum".into(),
+                Change::Narrower,
+                direction,
+            ),
+            (Some(_), None) => {
+                self.bounded(location, "enum dropped".into(), Change::Wider, direction)
+            }
+            (Some(old), Some(new)) => {
+                let removed: Vec<&String> = old.difference(&new).collect();
+                let added: Vec<&String> = new.difference(&old).collect();
+                if !removed.is_empty() {
+                    self.bounded(
+                        location,
+                        format!("values removed: {}", list(&removed)),
+                        Change::Narrower,
+                        direction,
+                    );
+                }
+                if !added.is_empty() {
+                    let what = match direction {
+                        Direction::Response => format!(
+                            "values added: {} (generated clients' enums reject unknown values)",
+                            list(&added)
+                        ),
+                        Direction::Request => format!("values added: {}", list(&added)),
+                    };
+                    self.bounded(location, what, Change::Wider, direction);
+                }
+            }
+            (None, None) => self.breaking(location, "enum changed"),
+        }
+    }
+
+    /// Properties, `required` and `additionalProperties` of an object.
+    fn object(
+        &mut self,
+        location: &str,
+        old: &Map<String, Value>,
+        new: &Map<String, Value>,
+        direction: Direction,
+    ) {
+        let empty = Map::new();
+        let properties = |schema: &Map<String, Value>| -> Map<String, Value> {
+            schema
+                .get("properties")
+                .and_then(Value::as_object)
+                .unwrap_or(&empty)
+                .clone()
+        };
+        let (old_props, new_props) = (properties(old), properties(new));
+        let (old_required, new_required) = (canon::required_names(old), canon::required_names(new));
+        let closed = |schema: &Map<String, Value>| {
+            schema.get("additionalProperties") == Some(&Value::Bool(false))
+        };
+        for (name, old_prop) in &old_props {
+            let here = format!("{location}.properties.{name}");
+            match new_props.get(name) {
+                None => self.breaking(&here, "property removed"),
+                Some(new_prop) => self.schema(&here, old_prop, new_prop, direction),
+            }
+        }
+        for name in new_props.keys() {
+            if old_props.contains_key(name) {
+                continue;
+            }
+            let here = format!("{location}.properties.{name}");
+            match direction {
+                Direction::Request if new_required.contains(name) => {
+                    self.breaking(&here, "new required property")
+                }
+                Direction::Request => self.compatible(&here, "new optional property"),
+                Direction::Response if closed(old) => self.breaking(
+                    &here,
+                    "new property in an object that allowed no others (older clients reject it)",
+                ),
+                Direction::Response => self.compatible(
+                    &here,
+                    "new property (older clients ignore properties they do not know)",
+                ),
+            }
+        }
+        for name in &new_required {
+            if old_required.contains(name) || !old_props.contains_key(name) {
+                continue;
+            }
+            let here = format!("{location}.required.{name}");
+            self.bounded(
+                &here,
+                "property now required".into(),
+                Change::Narrower,
+                direction,
+            );
+        }
+        for name in &old_required {
+            if new_required.contains(name) || !new_props.contains_key(name) {
+                continue;
+            }
+            let here = format!("{location}.required.{name}");
+            self.bounded(
+                &here,
+                "property no longer required".into(),
+                Change::Wider,
+                direction,
+            );
+        }
+        match (
+            old.get("additionalProperties"),
+            new.get("additionalProperties"),
+        ) {
+            (a, b) if a == b => {}
+            (Some(Value::Object(_)), Some(Value::Object(_))) => {
+                let (a, b) = (&old["additionalProperties"], &new["additionalProperties"]);
+                self.schema(&format!("{location}.additionalProperties"), a, b, direction);
+            }
+            (a, b) => {
+                let change = if closed(new) {
+                    Change::Narrower
+                } else if closed(old) {
+                    Change::Wider
+                } else {
+                    Change::Unrelated
+                };
+                self.bounded(
+                    &format!("{location}.additionalProperties"),
+                    transition(a, b),
+                    change,
+                    direction,
+                );
+            }
+        }
+    }
+}
+
+/// `a -> b`, `absent` for a missing side.
+fn transition(a: Option<&Value>, b: Option<&Value>) -> String {
+    let show = |v: Option<&Value>| v.map_or("absent".to_owned(), Value::to_string);
+    format!("{} -> {}", show(a), show(b))
+}
+
+fn show(value: &Option<String>) -> String {
+    value.clone().unwrap_or_else(|| "absent".into())
+}
+
+fn list(values: &[&String]) -> String {
+    values
+        .iter()
+        .map(|v| v.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// How a lower (`is_min`) or upper bound changed.
+fn bound_change(a: Option<&Value>, b: Option<&Value>, is_min: bool) -> Change {
+    match (a.and_then(Value::as_f64), b.and_then(Value::as_f64)) {
+        (None, Some(_)) => Change::Narrower,
+        (Some(_), None) => Change::Wider,
+        (Some(a), Some(b)) if (b > a) == is_min => Change::Narrower,
+        (Some(_), Some(_)) => Change::Wider,
+        (None, None) => Change::Unrelated,
+    }
+}
+
+/// How a `format` changed: `int32` is within `int64`, `float` within
+/// `double`, any format within none.
+fn format_change(a: Option<&Value>, b: Option<&Value>) -> Change {
+    let rank = |format: &str| match format {
+        "int32" | "float" => Some(0),
+        "int64" | "double" => Some(1),
+        _ => None,
+    };
+    match (a.and_then(Value::as_str), b.and_then(Value::as_str)) {
+        (None, Some(_)) => Change::Narrower,
+        (Some(_), None) => Change::Wider,
+        (Some(a), Some(b)) => match (rank(a), rank(b)) {
+            (Some(x), Some(y)) if x < y && same_family(a, b) => Change::Wider,
+            (Some(x), Some(y)) if x > y && same_family(a, b) => Change::Narrower,
+            _ => Change::Unrelated,
+        },
+        (None, None) => Change::Unrelated,
+    }
+}
+
+fn same_family(a: &str, b: &str) -> bool {
+    let integer = |f: &str| f.starts_with("int");
+    integer(a) == integer(b)
+}
+
+/// The effective security of an operation: its own, or the document's.
+fn security(side: &Side<'_>, op: &Op<'_>) -> Vec<Vec<String>> {
+    let requirements = op
+        .operation
+        .security
+        .as_ref()
+        .or(side.api.security.as_ref())
+        .cloned()
+        .unwrap_or_default();
+    let mut alternatives: Vec<Vec<String>> = requirements
+        .iter()
+        .map(|requirement| requirement.keys().cloned().collect())
+        .collect();
+    alternatives.sort();
+    alternatives
+}
+
+/// How a parameter is serialised: its style and explode.
+fn style(parameter: &Parameter) -> String {
+    let (style, default_explode) = match parameter {
+        Parameter::Query { style, .. } => (
+            format!("{style:?}"),
+            matches!(style, openapiv3::QueryStyle::Form),
+        ),
+        Parameter::Header { style, .. } => (format!("{style:?}"), false),
+        Parameter::Path { style, .. } => (format!("{style:?}"), false),
+        Parameter::Cookie { style, .. } => (format!("{style:?}"), true),
+    };
+    let explode = parameter
+        .parameter_data_ref()
+        .explode
+        .unwrap_or(default_explode);
+    format!("{style}, explode {explode}")
+}
+
+/// The canonical schema of each media type of `content`.
+fn content(side: &Side<'_>, content: &openapiv3::Content) -> BTreeMap<String, Value> {
+    content
+        .iter()
+        .map(|(media_type, media)| {
+            let schema = media
+                .schema
+                .as_ref()
+                .map(|s| side.schema(s))
+                .unwrap_or_default();
+            (media_type.to_ascii_lowercase(), schema)
+        })
+        .collect()
+}
+
+/// The sunset an operation's responses announce: the example (or default,
+/// or only enum value) of a `Sunset` response header (RFC 8594).
+fn sunset(side: &Side<'_>, op: &Op<'_>) -> Option<SystemTime> {
+    side.responses(op.operation)
+        .into_iter()
+        .find_map(|(_, response)| {
+            let (_, header) = response
+                .headers
+                .iter()
+                .find(|(name, _)| name.eq_ignore_ascii_case("sunset"))?;
+            let header = side.header(header)?;
+            let ParameterSchemaOrContent::Schema(schema) = &header.format else {
+                return None;
+            };
+            let schema = serde_json::to_value(schema).ok()?;
+            let date = schema
+                .get("example")
+                .or_else(|| schema.get("default"))
+                .or_else(|| schema.get("enum").and_then(|e| e.get(0)))?
+                .as_str()?;
+            httpdate::parse_http_date(date).ok()
+        })
+}
