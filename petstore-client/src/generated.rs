@@ -576,8 +576,9 @@ pub mod types {
 #[derive(Clone, Debug)]
 /**Client for Pet Store
 
-A pet store's catalogue of animals: list animals (with a page-size limit and a
-status filter), add an animal, and read one animal by identifier.
+A pet store's catalogue of animals: list animals (with a page-size limit, a
+status filter and keyset pagination), add an animal, and read one animal by
+identifier.
 
 This document is hand-written and is the source of truth for the service. The
 server re-emits its own document from code and CI compares the two.
@@ -603,8 +604,14 @@ Decisions where the interface specification is silent:
 - **Invalid path parameter.** A `petId` that is not an integer in the int64
   range gets `400` with code `bad_request`. A well-formed `petId` with no animal
   gets `404`.
-- **List order.** `GET /pets` returns animals in ascending `id` order, which is
-  creation order. There is no pagination beyond `limit`.
+- **List order and pagination.** `GET /pets` returns animals in ascending `id`
+  order, which is creation order, as a plain JSON array. Pages are walked with
+  the `after` cursor (keyset pagination, since 1.1.0): a page holds only animals
+  whose `id` is greater than `after`. While more animals may follow, the
+  response carries a `Link` header with `rel="next"` (RFC 8288) whose target
+  keeps the request's `limit` and `status` and sets `after` to the last `id` of
+  the page; the last page has no `next` link. There is no total count. A page
+  costs the same at any depth of the catalogue.
 - **Names.** `name` is 1 to 255 characters (Unicode code points) and contains
   no control characters. Names need not be unique.
 - **Categories.** `categoryId` is any int64; no category resource exists, so it
@@ -619,7 +626,7 @@ Decisions where the interface specification is silent:
 - **Rate limits.** None.
 
 
-Version: 1.0.0*/
+Version: 1.1.0*/
 pub struct Client {
     pub(crate) baseurl: String,
     pub(crate) client: reqwest::Client,
@@ -659,7 +666,7 @@ impl Client {
 
 impl ClientInfo<()> for Client {
     fn api_version() -> &'static str {
-        "1.0.0"
+        "1.1.0"
     }
 
     fn baseurl(&self) -> &str {
@@ -682,16 +689,23 @@ impl Client {
 
 Returns at most `limit` animals (20 when `limit` is omitted) in ascending
 `id` order, as a plain JSON array. When `status` is given, only animals with
-that status are returned.
+that status are returned. When `after` is given, only animals whose `id` is
+greater than `after` are returned: to read the next page, pass the last `id`
+of this one, or follow the `Link` header's `next` target.
 
 
 Sends a `GET` request to `/pets`
 
 Arguments:
+- `after`: Return only animals whose `id` is greater than this one (the last `id` of
+the previous page). Any int64: a value before the first `id` gives the
+first page, one past the last an empty array.
+
 - `limit`: Maximum number of animals returned (1 to 100, default 20).
 - `status`: Return only animals with this status.
 ```ignore
 let response = client.list_pets()
+    .after(after)
     .limit(limit)
     .status(status)
     .send()
@@ -741,7 +755,7 @@ let response = client.get_pet()
     .await;
 ```*/
     #[deprecated(
-        since = "1.0.0",
+        since = "1.1.0",
         note = "this operation will be removed on 5 December 2030; use list_pets with the status filter instead"
     )]
     #[allow(deprecated)]
@@ -766,6 +780,7 @@ pub mod builder {
     #[derive(Debug, Clone)]
     pub struct ListPets<'a> {
         client: &'a super::Client,
+        after: Result<Option<i64>, String>,
         limit: Result<Option<::std::num::NonZeroU32>, String>,
         status: Result<Option<types::PetStatus>, String>,
     }
@@ -774,9 +789,21 @@ pub mod builder {
         pub fn new(client: &'a super::Client) -> Self {
             Self {
                 client: client,
+                after: Ok(None),
                 limit: Ok(None),
                 status: Ok(None),
             }
+        }
+
+        pub fn after<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<i64>,
+        {
+            self.after = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| "conversion to `i64` for after failed".to_string());
+            self
         }
 
         pub fn limit<V>(mut self, value: V) -> Self
@@ -808,7 +835,8 @@ pub mod builder {
         pub async fn send(
             self,
         ) -> Result<ResponseValue<::std::vec::Vec<types::Pet>>, Error<types::Error>> {
-            let Self { client, limit, status } = self;
+            let Self { client, after, limit, status } = self;
+            let after = after.map_err(Error::InvalidRequest)?;
             let limit = limit.map_err(Error::InvalidRequest)?;
             let status = status.map_err(Error::InvalidRequest)?;
             let url = format!("{}/pets", client.baseurl,);
@@ -828,6 +856,7 @@ pub mod builder {
                     ::reqwest::header::ACCEPT,
                     ::reqwest::header::HeaderValue::from_static("application/json"),
                 )
+                .query(&progenitor_client::QueryParam::new("after", &after))
                 .query(&progenitor_client::QueryParam::new("limit", &limit))
                 .query(&progenitor_client::QueryParam::new("status", &status))
                 .headers(header_map)
@@ -993,7 +1022,7 @@ pub mod builder {
 [`Client::get_pet`]: super::Client::get_pet*/
     #[derive(Debug, Clone)]
     #[deprecated(
-        since = "1.0.0",
+        since = "1.1.0",
         note = "this operation will be removed on 5 December 2030; use list_pets with the status filter instead"
     )]
     pub struct GetPet<'a> {

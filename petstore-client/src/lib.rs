@@ -38,6 +38,13 @@
 //!     println!("{}: {}", pet.id, pet.name.as_str());
 //! }
 //!
+//! // Walk the whole catalogue (or one status), page by page.
+//! use futures::TryStreamExt;
+//! let mut pets = client.walk_pets().page_size(50).stream();
+//! while let Some(pet) = pets.try_next().await? {
+//!     println!("{}: {}", pet.id, pet.name.as_str());
+//! }
+//!
 //! // Every error status the contract declares comes back as a typed
 //! // `Error::ErrorResponse` carrying the service's `types::Error` body.
 //! #[allow(deprecated)] // `get_pet` is deprecated; prefer `list_pets`.
@@ -82,6 +89,9 @@ use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 #[rustfmt::skip]
 #[allow(missing_docs, clippy::all)]
 mod generated;
+mod walk;
+
+pub use walk::{PAGE_SIZE_MAX, PetWalk};
 
 pub use generated::{
     ByteStream, Client, ClientInfo, Error, ResponseValue, builder, prelude, types,

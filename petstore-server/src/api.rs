@@ -9,7 +9,7 @@ use dropshot::{
     HttpResponseCreated, HttpResponseHeaders, HttpResponseOk, Path, Query, RequestContext,
 };
 use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::auth::Authenticated;
 use crate::body::StrictJson;
@@ -23,7 +23,10 @@ pub const LIMIT_DEFAULT: i32 = 20;
 /// The largest request body accepted, in bytes; larger ones get 413.
 pub const REQUEST_BODY_MAX_BYTES: usize = 16 * 1024;
 
-/// The pet store API, version 1.0.0.
+/// The contract version this interface implements (`info.version`).
+pub const CONTRACT_VERSION: semver::Version = semver::Version::new(1, 1, 0);
+
+/// The pet store API.
 #[dropshot::api_description]
 pub trait PetstoreApi {
     /// The server state handed to every endpoint.
@@ -33,7 +36,10 @@ pub trait PetstoreApi {
     ///
     /// Returns at most `limit` animals (20 when `limit` is omitted) in
     /// ascending `id` order, as a plain JSON array. When `status` is given,
-    /// only animals with that status are returned.
+    /// only animals with that status are returned. When `after` is given,
+    /// only animals whose `id` is greater than `after` are returned: to read
+    /// the next page, pass the last `id` of this one, or follow the `Link`
+    /// header's `next` target.
     #[endpoint {
         method = GET,
         path = "/v1/pets",
@@ -44,7 +50,7 @@ pub trait PetstoreApi {
         rqctx: RequestContext<Self::Context>,
         auth: Authenticated,
         query: Query<ListPetsParams>,
-    ) -> Result<HttpResponseOk<Vec<Pet>>, ApiError>;
+    ) -> Result<HttpResponseHeaders<HttpResponseOk<Vec<Pet>>, PageHeaders>, ApiError>;
 
     /// Add an animal
     ///
@@ -89,17 +95,47 @@ pub trait PetstoreApi {
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct ListPetsParams {
     /// Maximum number of animals returned (1 to 100, default 20).
-    #[serde(default = "default_limit")]
+    #[serde(default = "default_limit", deserialize_with = "limit_param")]
     #[schemars(range(min = 1, max = 100))]
     pub limit: i32,
     /// Return only animals with this status.
     #[serde(default)]
     #[schemars(with = "PetStatus")]
     pub status: Option<PetStatus>,
+    /// Return only animals whose `id` is greater than this one (the last
+    /// `id` of the previous page).
+    #[serde(default, deserialize_with = "after_param")]
+    #[schemars(with = "i64")]
+    pub after: Option<i64>,
 }
 
 fn default_limit() -> i32 {
     LIMIT_DEFAULT
+}
+
+/// An integer query parameter, with a message that names it when it is not
+/// one (the query extractor's own would not).
+fn integer_param<'de, D, T>(deserializer: D, name: &str, expected: &str) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: std::str::FromStr,
+{
+    let text = String::deserialize(deserializer)?;
+    text.parse()
+        .map_err(|_| serde::de::Error::custom(format!("{name} must be {expected}, got {text:?}")))
+}
+
+fn limit_param<'de, D: Deserializer<'de>>(deserializer: D) -> Result<i32, D::Error> {
+    integer_param(deserializer, "limit", "an integer between 1 and 100")
+}
+
+fn after_param<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<i64>, D::Error> {
+    integer_param(
+        deserializer,
+        "after",
+        "an integer in the int64 range (the last id of a page)",
+    )
+    .map(Some)
 }
 
 impl ListPetsParams {
@@ -114,6 +150,29 @@ impl ListPetsParams {
                     "limit must be between 1 and {LIMIT_MAX}, got {limit}"
                 ))
             })
+    }
+}
+
+/// The headers of a page of `GET /pets`.
+#[derive(Debug, Default, Serialize, JsonSchema)]
+pub struct PageHeaders {
+    /// Present while more animals may follow: the next page, as
+    /// `</v1/pets?limit=L&status=S&after=ID>; rel="next"` (RFC 8288).
+    #[serde(rename = "Link", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
+    pub link: Option<String>,
+}
+
+impl PageHeaders {
+    /// The `next` link after a page that ended at `last_id`, keeping the
+    /// request's `limit` and `status`.
+    pub fn next(limit: u32, status: Option<PetStatus>, last_id: i64) -> PageHeaders {
+        let status = status.map_or(String::new(), |s| format!("&status={}", s.as_str()));
+        PageHeaders {
+            link: Some(format!(
+                "</v1/pets?limit={limit}{status}&after={last_id}>; rel=\"next\""
+            )),
+        }
     }
 }
 
@@ -158,7 +217,7 @@ pub fn openapi_document() -> serde_json::Value {
     let description =
         petstore_api_mod::stub_api_description().expect("the API trait describes a valid API");
     description
-        .openapi("Pet Store", semver::Version::new(1, 0, 0))
+        .openapi("Pet Store", CONTRACT_VERSION)
         .json()
         .expect("an OpenAPI document always serialises to JSON")
 }
@@ -169,6 +228,20 @@ mod tests {
 
     fn params(query: &str) -> ListPetsParams {
         serde_urlencoded::from_str(query).unwrap()
+    }
+
+    #[test]
+    fn next_links_keep_limit_and_status() {
+        assert_eq!(
+            PageHeaders::next(20, None, 40).link.unwrap(),
+            "</v1/pets?limit=20&after=40>; rel=\"next\""
+        );
+        assert_eq!(
+            PageHeaders::next(5, Some(PetStatus::Pending), 7)
+                .link
+                .unwrap(),
+            "</v1/pets?limit=5&status=pending&after=7>; rel=\"next\""
+        );
     }
 
     #[test]

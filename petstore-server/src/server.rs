@@ -11,8 +11,8 @@ use dropshot::{
 use tokio::sync::watch;
 
 use crate::api::{
-    DeprecationHeaders, LIMIT_MAX, ListPetsParams, PetPath, PetstoreApi, REQUEST_BODY_MAX_BYTES,
-    petstore_api_mod,
+    DeprecationHeaders, LIMIT_MAX, ListPetsParams, PageHeaders, PetPath, PetstoreApi,
+    REQUEST_BODY_MAX_BYTES, petstore_api_mod,
 };
 use crate::auth::Authenticated;
 use crate::body::StrictJson;
@@ -20,7 +20,7 @@ use crate::context::{ApiContext, Requests};
 use crate::error::ApiError;
 use crate::keys::ApiKeys;
 use crate::model::{NewPet, Pet};
-use crate::store::{self, DatabaseUrl, OpenError, PetStore, StoreError};
+use crate::store::{self, DatabaseUrl, ListQuery, OpenError, PetStore, StoreError};
 
 // Every page the contract allows, the store can serve.
 const _: () = assert!(LIMIT_MAX as u32 <= store::LIST_MAX);
@@ -46,16 +46,24 @@ impl PetstoreApi for PetstoreImpl {
         rqctx: RequestContext<ApiContext>,
         _auth: Authenticated,
         query: Query<ListPetsParams>,
-    ) -> Result<HttpResponseOk<Vec<Pet>>, ApiError> {
+    ) -> Result<HttpResponseHeaders<HttpResponseOk<Vec<Pet>>, PageHeaders>, ApiError> {
         let params = query.into_inner();
         let limit = params.checked_limit()?;
-        let pets = rqctx
+        let page = rqctx
             .context()
             .store
-            .list(limit, params.status)
+            .list(ListQuery {
+                limit,
+                status: params.status,
+                after: params.after,
+            })
             .await
             .map_err(store_failure)?;
-        Ok(HttpResponseOk(pets))
+        let headers = match page.pets.last() {
+            Some(last) if page.more => PageHeaders::next(limit, params.status, last.id),
+            _ => PageHeaders::default(),
+        };
+        Ok(HttpResponseHeaders::new(HttpResponseOk(page.pets), headers))
     }
 
     async fn create_pet(

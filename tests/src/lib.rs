@@ -221,6 +221,34 @@ impl TestServer {
         response.json().await.expect("a JSON pet")
     }
 
+    /// Creates `count` pets, 50 at a time, insisting on 201 for each: names
+    /// `pet-I`, statuses cycling through available, pending, sold and none,
+    /// except that every tenth is pending (so one status is rarer than the
+    /// others). Returns them in id order.
+    pub async fn create_many(&self, count: usize) -> Vec<Value> {
+        const STATUSES: [Option<&str>; 4] =
+            [Some("available"), Some("pending"), Some("sold"), None];
+        let mut pets = Vec::new();
+        let indexes: Vec<usize> = (0..count).collect();
+        for chunk in indexes.chunks(50) {
+            let creates = chunk.iter().map(|&i| {
+                let mut body = serde_json::json!({"name": format!("pet-{i}"), "categoryId": i});
+                let status = if i % 10 == 9 {
+                    Some("pending")
+                } else {
+                    STATUSES[i % 4]
+                };
+                if let Some(status) = status {
+                    body["status"] = serde_json::json!(status);
+                }
+                self.create(body)
+            });
+            pets.extend(futures::future::join_all(creates).await);
+        }
+        pets.sort_by_key(|pet| pet["id"].as_i64());
+        pets
+    }
+
     /// `GET /pets` + `query`, insisting on 200, returning the array.
     pub async fn list(&self, query: &str) -> Vec<Value> {
         let response = self

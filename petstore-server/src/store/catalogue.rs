@@ -2,17 +2,23 @@
 //!
 //! Pets are only ever appended (the API neither changes nor deletes them),
 //! in ascending id order, so the copy is a set of append-only columns — about
-//! 17 bytes plus the name per pet, a fraction of what one allocation per pet
-//! would take. And since no list returns more than `LIST_MAX` pets and
-//! there is no pagination, every list is a prefix: of all pets, or of the
-//! pets with one status. Those prefixes never change once full, so per
-//! status only the positions of the first `LIST_MAX` pets are kept.
+//! 21 bytes plus the name per pet, a fraction of what one allocation per pet
+//! would take. Per status, the positions of that status's pets are kept in
+//! order (4 bytes per pet). Since ids ascend with positions, a page after a
+//! cursor is found by binary search — in the ids, or in one status's
+//! positions — so a page costs O(log n + limit) at any depth, for any
+//! status, however rare.
+//!
+//! What changing or deleting pets would take: a status change moves a
+//! position from one status list to another (an insertion in the middle of
+//! a sorted `Vec`: O(n); a B-tree set of positions instead would keep it
+//! O(log n)); a deletion needs a tombstone per position (skipped by pages
+//! and `get`) and, for the per-status lists, the same removal. Both stay
+//! append-only on disk as SQLite rows, and the writer applies them to this
+//! copy after the commit, as it appends today.
 
-use super::LIST_MAX;
+use super::{ListQuery, Page};
 use crate::model::{Pet, PetStatus};
-
-/// The longest prefix a list can ask for.
-const PREFIX: usize = LIST_MAX as usize;
 
 /// The committed pets, in id order.
 #[derive(Default)]
@@ -23,8 +29,8 @@ pub struct Catalogue {
     /// Where each name ends in `names`.
     name_ends: Vec<usize>,
     names: String,
-    /// Positions of the first `PREFIX` pets with each status.
-    first_by_status: [Vec<u32>; 3],
+    /// The positions of the pets of each status, ascending.
+    by_status: [Vec<u32>; 3],
 }
 
 impl Catalogue {
@@ -35,11 +41,9 @@ impl Catalogue {
             "ids must ascend"
         );
         if let Some(status) = pet.status {
-            let first = &mut self.first_by_status[status as usize];
-            if first.len() < PREFIX {
-                // Positions fit in u32 up to four billion pets.
-                first.push(u32::try_from(self.ids.len()).expect("fewer than 2^32 pets"));
-            }
+            // Positions fit in u32 up to four billion pets.
+            let position = u32::try_from(self.ids.len()).expect("fewer than 2^32 pets");
+            self.by_status[status as usize].push(position);
         }
         self.ids.push(pet.id);
         self.category_ids.push(pet.category_id);
@@ -48,20 +52,30 @@ impl Catalogue {
         self.name_ends.push(self.names.len());
     }
 
-    /// The first `limit` pets (at most `LIST_MAX`), only those with
-    /// `status` when it is given.
-    pub fn first(&self, limit: u32, status: Option<PetStatus>) -> Vec<Pet> {
-        let limit = (limit as usize).min(PREFIX);
-        match status {
-            None => (0..self.ids.len().min(limit))
-                .map(|at| self.pet(at))
-                .collect(),
-            Some(status) => self.first_by_status[status as usize]
-                .iter()
-                .take(limit)
-                .map(|&at| self.pet(at as usize))
-                .collect(),
-        }
+    /// The page `query` asks for: up to `limit` pets after the cursor, of
+    /// the status if one is given, and whether more follow.
+    pub fn page(&self, query: ListQuery) -> Page {
+        let limit = query.limit as usize;
+        let after = query.after.unwrap_or(i64::MIN);
+        let (pets, more) = match query.status {
+            None => {
+                let start = self.ids.first_after(after);
+                let end = (start + limit).min(self.ids.len());
+                let pets = (start..end).map(|at| self.pet(at)).collect();
+                (pets, end < self.ids.len())
+            }
+            Some(status) => {
+                let positions = &self.by_status[status as usize];
+                let start = positions.partition_point(|&at| self.ids.at(at as usize) <= after);
+                let end = (start + limit).min(positions.len());
+                let pets = positions[start..end]
+                    .iter()
+                    .map(|&at| self.pet(at as usize))
+                    .collect();
+                (pets, end < positions.len())
+            }
+        };
+        Page { pets, more }
     }
 
     /// The pet with identifier `id`.
@@ -113,6 +127,17 @@ impl Ids {
         }
     }
 
+    /// The position of the first id greater than `after`.
+    fn first_after(&self, after: i64) -> usize {
+        match self {
+            Ids::Range { first, len } => {
+                let past = i128::from(after) - i128::from(*first) + 1;
+                past.clamp(0, *len as i128) as usize
+            }
+            Ids::Listed(ids) => ids.partition_point(|&id| id <= after),
+        }
+    }
+
     fn position(&self, id: i64) -> Option<usize> {
         match self {
             Ids::Range { first, len } => {
@@ -150,6 +175,14 @@ mod tests {
         }
     }
 
+    fn query(limit: u32, status: Option<PetStatus>, after: Option<i64>) -> ListQuery {
+        ListQuery {
+            limit,
+            status,
+            after,
+        }
+    }
+
     #[test]
     fn pets_come_back_exactly_as_pushed() {
         let mut catalogue = Catalogue::default();
@@ -164,31 +197,85 @@ mod tests {
         }
         assert_eq!(catalogue.get(11), None);
         assert_eq!(catalogue.get(i64::MIN), None);
-        assert_eq!(catalogue.first(100, None), pets);
-        assert_eq!(catalogue.first(2, None), pets[..2]);
+        let all = catalogue.page(query(100, None, None));
+        assert_eq!((all.pets, all.more), (pets.clone(), false));
+        let first = catalogue.page(query(2, None, None));
+        assert_eq!((first.pets, first.more), (pets[..2].to_vec(), true));
+    }
+
+    /// Walks every page of `status` (or all) with `limit`, from the start.
+    fn walk(catalogue: &Catalogue, limit: u32, status: Option<PetStatus>) -> Vec<Pet> {
+        let mut seen = Vec::new();
+        let mut after = None;
+        loop {
+            let page = catalogue.page(query(limit, status, after));
+            assert!(page.pets.len() <= limit as usize);
+            seen.extend(page.pets.iter().cloned());
+            match page.pets.last() {
+                Some(last) if page.more => after = Some(last.id),
+                _ => {
+                    assert!(!page.more, "more follow an empty page");
+                    return seen;
+                }
+            }
+        }
     }
 
     #[test]
-    fn status_prefixes_keep_id_order_and_stop_at_the_limit_max() {
-        let mut catalogue = Catalogue::default();
-        let mut sold = Vec::new();
-        for id in 1..=1000 {
-            let status = if id % 3 == 0 {
-                Some(PetStatus::Sold)
-            } else {
-                None
-            };
-            let pet = pet(id, status);
-            catalogue.push(&pet);
-            if status.is_some() {
-                sold.push(pet);
+    fn pages_walk_every_pet_of_a_status_once_in_order_at_any_depth() {
+        for gapped in [false, true] {
+            let mut catalogue = Catalogue::default();
+            let mut all = Vec::new();
+            for i in 1..=1000 {
+                let id = if gapped { i * 3 } else { i };
+                // 1 in 100 pending: a rare status.
+                let status = match i {
+                    _ if i % 100 == 0 => Some(PetStatus::Pending),
+                    _ if i % 3 == 0 => Some(PetStatus::Sold),
+                    _ if i % 3 == 1 => None,
+                    _ => Some(PetStatus::Available),
+                };
+                let pet = pet(id, status);
+                catalogue.push(&pet);
+                all.push(pet);
+            }
+            for limit in [1, 7, 20, 100] {
+                assert_eq!(walk(&catalogue, limit, None), all);
+                for status in PetStatus::ALL {
+                    let expected: Vec<Pet> = all
+                        .iter()
+                        .filter(|p| p.status == Some(status))
+                        .cloned()
+                        .collect();
+                    assert_eq!(
+                        walk(&catalogue, limit, Some(status)),
+                        expected,
+                        "{status:?}"
+                    );
+                }
+            }
+            // A cursor deep in a rare status, before the first, past the last.
+            let deep = catalogue.page(query(3, Some(PetStatus::Pending), Some(all[949].id)));
+            assert_eq!(
+                deep.pets.iter().map(|p| p.id).collect::<Vec<_>>(),
+                [all[999].id],
+                "after the 950th pet, only the 1000th is pending"
+            );
+            assert!(!deep.more);
+            assert_eq!(
+                catalogue.page(query(1, None, Some(i64::MIN))).pets[0],
+                all[0]
+            );
+            assert_eq!(catalogue.page(query(1, None, Some(-5))).pets[0], all[0]);
+            let end = catalogue.page(query(5, None, Some(all[999].id)));
+            assert!(end.pets.is_empty() && !end.more);
+            let beyond = catalogue.page(query(5, Some(PetStatus::Sold), Some(i64::MAX)));
+            assert!(beyond.pets.is_empty() && !beyond.more);
+            if gapped {
+                let between = catalogue.page(query(1, None, Some(4)));
+                assert_eq!(between.pets[0].id, 6);
             }
         }
-        assert_eq!(catalogue.first(100, Some(PetStatus::Sold)), sold[..100]);
-        assert_eq!(catalogue.first(1000, Some(PetStatus::Sold)), sold[..100]);
-        assert_eq!(catalogue.first(7, Some(PetStatus::Sold)), sold[..7]);
-        assert!(catalogue.first(100, Some(PetStatus::Pending)).is_empty());
-        assert_eq!(catalogue.first(100, None).len(), 100);
     }
 
     #[test]

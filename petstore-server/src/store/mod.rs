@@ -179,6 +179,26 @@ pub enum OpenError {
 /// restarts it.
 pub type FatalSender = tokio::sync::watch::Sender<Option<String>>;
 
+/// Which page of pets to list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListQuery {
+    /// At most this many pets (at most [`LIST_MAX`]).
+    pub limit: u32,
+    /// Only pets with this status, when given.
+    pub status: Option<PetStatus>,
+    /// Only pets whose id is greater than this, when given.
+    pub after: Option<i64>,
+}
+
+/// A page of pets.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Page {
+    /// The pets, in ascending id order.
+    pub pets: Vec<Pet>,
+    /// Whether more pets (of the status asked for) follow the last one.
+    pub more: bool,
+}
+
 /// A catalogue of pets.
 #[async_trait::async_trait]
 pub trait PetStore: Send + Sync + 'static {
@@ -186,9 +206,9 @@ pub trait PetStore: Send + Sync + 'static {
     /// durable: an `Ok` is a promise that it survives a crash.
     async fn create(&self, pet: NewPet) -> Result<Pet, StoreError>;
 
-    /// At most `limit` (at most [`LIST_MAX`]) pets in ascending `id` order,
-    /// only those with `status` when it is given.
-    async fn list(&self, limit: u32, status: Option<PetStatus>) -> Result<Vec<Pet>, StoreError>;
+    /// A page of pets in ascending `id` order (see [`ListQuery`]), and
+    /// whether more follow it. Costs the same at any depth.
+    async fn list(&self, query: ListQuery) -> Result<Page, StoreError>;
 
     /// The pet with identifier `id`, if there is one.
     async fn get(&self, id: i64) -> Result<Option<Pet>, StoreError>;

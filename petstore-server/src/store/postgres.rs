@@ -13,7 +13,7 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::{NoTls, Row};
 
-use super::{OpenError, PetStore, PostgresFailure, PostgresUrl, StoreError};
+use super::{ListQuery, OpenError, Page, PetStore, PostgresFailure, PostgresUrl, StoreError};
 use crate::model::{NewPet, Pet, PetStatus};
 
 /// Schema migrations; `petstore_schema.version` counts those applied.
@@ -217,29 +217,42 @@ impl PetStore for PostgresStore {
         Ok(Pet::from_new(id, pet))
     }
 
-    async fn list(&self, limit: u32, status: Option<PetStatus>) -> Result<Vec<Pet>, StoreError> {
+    async fn list(&self, query: ListQuery) -> Result<Page, StoreError> {
         let sql = postgres("listing pets");
         let client = self.client().await?;
-        let limit = i64::from(limit);
-        let rows = match status {
+        // One row more than the page tells whether more follow.
+        let fetch = i64::from(query.limit) + 1;
+        // Ids are positive (an identity from 1): no cursor means from the start.
+        let after = query.after.unwrap_or(i64::MIN);
+        let rows = match query.status {
             None => {
-                let query = client
-                    .prepare_cached(&format!("{SELECT_PET} ORDER BY id LIMIT $1"))
+                let statement = client
+                    .prepare_cached(&format!("{SELECT_PET} WHERE id > $1 ORDER BY id LIMIT $2"))
                     .await
                     .map_err(&sql)?;
-                client.query(&query, &[&limit]).await
+                client.query(&statement, &[&after, &fetch]).await
             }
             Some(status) => {
-                let query = client
+                // Served by the (status, id) index at any depth.
+                let statement = client
                     .prepare_cached(&format!(
-                        "{SELECT_PET} WHERE status = $1 ORDER BY id LIMIT $2"
+                        "{SELECT_PET} WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3"
                     ))
                     .await
                     .map_err(&sql)?;
-                client.query(&query, &[&status.as_str(), &limit]).await
+                client
+                    .query(&statement, &[&status.as_str(), &after, &fetch])
+                    .await
             }
         };
-        rows.map_err(&sql)?.iter().map(pet_from_row).collect()
+        let mut pets = rows
+            .map_err(&sql)?
+            .iter()
+            .map(pet_from_row)
+            .collect::<Result<Vec<Pet>, StoreError>>()?;
+        let more = pets.len() > query.limit as usize;
+        pets.truncate(query.limit as usize);
+        Ok(Page { pets, more })
     }
 
     async fn get(&self, id: i64) -> Result<Option<Pet>, StoreError> {

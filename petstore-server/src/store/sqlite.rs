@@ -26,7 +26,7 @@ use tokio::sync::oneshot;
 
 use super::catalogue::Catalogue;
 use super::lock::DatabaseLock;
-use super::{FatalSender, OpenError, PetStore, StoreError};
+use super::{FatalSender, ListQuery, OpenError, Page, PetStore, StoreError};
 use crate::model::{NewPet, Pet, PetStatus};
 
 /// Schema migrations; the database's `user_version` counts those applied.
@@ -499,8 +499,8 @@ impl PetStore for SqliteStore {
         answer.await.map_err(|_| self.writer_gone())?
     }
 
-    async fn list(&self, limit: u32, status: Option<PetStatus>) -> Result<Vec<Pet>, StoreError> {
-        read(&self.catalogue, |catalogue| catalogue.first(limit, status))
+    async fn list(&self, query: ListQuery) -> Result<Page, StoreError> {
+        read(&self.catalogue, |catalogue| catalogue.page(query))
     }
 
     async fn get(&self, id: i64) -> Result<Option<Pet>, StoreError> {
@@ -574,6 +574,18 @@ mod tests {
         slog::Logger::root(slog::Discard, slog::o!())
     }
 
+    fn query(status: Option<PetStatus>) -> ListQuery {
+        ListQuery {
+            limit: 10,
+            status,
+            after: None,
+        }
+    }
+
+    async fn list(store: &SqliteStore, status: Option<PetStatus>) -> Vec<Pet> {
+        store.list(query(status)).await.unwrap().pets
+    }
+
     async fn open(path: &Path) -> Result<SqliteStore, OpenError> {
         SqliteStore::open(path.to_owned(), discard(), FatalSender::new(None)).await
     }
@@ -593,11 +605,8 @@ mod tests {
 
         let store = open(&path).await.unwrap();
         assert_eq!(store.get(rex.id).await.unwrap(), Some(rex.clone()));
-        assert_eq!(store.list(10, None).await.unwrap(), vec![rex.clone(), tom]);
-        assert_eq!(
-            store.list(10, Some(PetStatus::Sold)).await.unwrap(),
-            vec![rex]
-        );
+        assert_eq!(list(&store, None).await, vec![rex.clone(), tom]);
+        assert_eq!(list(&store, Some(PetStatus::Sold)).await, vec![rex]);
         store.close().await;
     }
 
@@ -663,7 +672,7 @@ mod tests {
         store.close().await;
         let error = store.create(new_pet("Late", None)).await.unwrap_err();
         assert!(error.is_unavailable(), "{error}");
-        assert!(store.list(1, None).await.is_err());
+        assert!(store.list(query(None)).await.is_err());
     }
 
     #[tokio::test]
@@ -678,7 +687,7 @@ mod tests {
             matches!(error, StoreError::FileReplaced { .. }) && error.is_unavailable(),
             "{error}"
         );
-        assert_eq!(store.list(10, None).await.unwrap(), vec![rex]);
+        assert_eq!(list(&store, None).await, vec![rex]);
         store.close().await;
     }
 

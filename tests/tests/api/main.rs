@@ -6,4 +6,5 @@ mod authentication;
 mod create_pet;
 mod get_pet;
 mod list_pets;
+mod pagination;
 mod persistence;

@@ -9,6 +9,7 @@ mod declared_errors;
 mod get_pet;
 mod list_pets;
 mod stub;
+mod walk;
 
 use std::fmt::Debug;
 

@@ -1,0 +1,152 @@
+//! Walking the whole catalogue, page by page, as a [`Stream`].
+
+use std::num::NonZeroU32;
+
+use futures::{Stream, StreamExt, TryStreamExt, stream};
+
+use crate::{Client, Error, Pet, PetStatus, types};
+
+/// The largest page the service serves (the contract's `limit` maximum).
+pub const PAGE_SIZE_MAX: u32 = 100;
+
+/// A walk through the catalogue, built by [`Client::walk_pets`].
+#[derive(Clone, Debug)]
+#[must_use = "a walk does nothing until it is streamed"]
+pub struct PetWalk<'a> {
+    client: &'a Client,
+    status: Option<PetStatus>,
+    page_size: NonZeroU32,
+}
+
+impl Client {
+    /// Every animal in the catalogue (or of one status), in ascending `id`
+    /// order, as a [`Stream`] that fetches one page at a time with
+    /// `GET /pets?after=…` — keyset pagination, so no animal is skipped or
+    /// seen twice, and a page costs the same at any depth. It follows each
+    /// page's `Link: <…>; rel="next"` header and ends on the page that has
+    /// none.
+    ///
+    /// ```no_run
+    /// use futures::TryStreamExt;
+    /// use petstore_client::{Client, PetStatus};
+    ///
+    /// # async fn example() -> Result<(), petstore_client::Error<petstore_client::types::Error>> {
+    /// let client = Client::with_api_key("http://127.0.0.1:8080/v1", "my-api-key");
+    /// let pending: Vec<_> = client
+    ///     .walk_pets()
+    ///     .status(PetStatus::Pending)
+    ///     .page_size(100)
+    ///     .stream()
+    ///     .try_collect()
+    ///     .await?;
+    /// println!("{} animals are pending", pending.len());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn walk_pets(&self) -> PetWalk<'_> {
+        PetWalk {
+            client: self,
+            status: None,
+            page_size: NonZeroU32::new(PAGE_SIZE_MAX).expect("not zero"),
+        }
+    }
+}
+
+impl<'a> PetWalk<'a> {
+    /// Only animals with `status`.
+    pub fn status(mut self, status: PetStatus) -> PetWalk<'a> {
+        self.status = Some(status);
+        self
+    }
+
+    /// Animals per request, 1 to [`PAGE_SIZE_MAX`] (default: the maximum);
+    /// values outside are clamped into that range.
+    pub fn page_size(mut self, page_size: u32) -> PetWalk<'a> {
+        self.page_size = NonZeroU32::new(page_size.clamp(1, PAGE_SIZE_MAX)).expect("not zero");
+        self
+    }
+
+    /// The animals, one page fetched at a time. The first error ends the
+    /// stream. The stream is `Send` and `Unpin`.
+    pub fn stream(
+        self,
+    ) -> impl Stream<Item = Result<Pet, Error<types::Error>>> + Send + Unpin + 'a {
+        // State: the cursor of the next page, or `None` once the last page
+        // has been fetched.
+        stream::try_unfold(Some(None), move |cursor: Option<Option<i64>>| async move {
+            let Some(after) = cursor else {
+                return Ok::<_, Error<types::Error>>(None);
+            };
+            let mut request = self.client.list_pets().limit(self.page_size);
+            if let Some(status) = self.status {
+                request = request.status(status);
+            }
+            if let Some(after) = after {
+                request = request.after(after);
+            }
+            let response = request.send().await?;
+            let has_next = has_next_link(response.headers());
+            let pets = response.into_inner();
+            let next = match pets.last() {
+                Some(last) if has_next => Some(Some(last.id)),
+                _ => None,
+            };
+            Ok(Some((pets, next)))
+        })
+        .map_ok(|page| stream::iter(page.into_iter().map(Ok)))
+        .try_flatten()
+        .boxed()
+    }
+}
+
+/// Whether a `Link` header (RFC 8288) of the response has `rel="next"`.
+fn has_next_link(headers: &reqwest::header::HeaderMap) -> bool {
+    headers
+        .get_all(reqwest::header::LINK)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|link| {
+            link.split(';').skip(1).any(|param| {
+                let param = param.trim();
+                param.eq_ignore_ascii_case("rel=\"next\"") || param.eq_ignore_ascii_case("rel=next")
+            })
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::{HeaderMap, HeaderValue, LINK};
+
+    fn headers(values: &[&str]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for value in values {
+            map.append(LINK, HeaderValue::from_str(value).unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn only_a_next_relation_continues_the_walk() {
+        assert!(has_next_link(&headers(&[
+            "</v1/pets?limit=20&after=20>; rel=\"next\""
+        ])));
+        assert!(has_next_link(&headers(&[
+            "</a>; rel=\"prev\", </b>; rel=next"
+        ])));
+        assert!(!has_next_link(&headers(&[
+            "</v1/pets>; rel=\"successor-version\""
+        ])));
+        assert!(!has_next_link(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn page_sizes_are_kept_within_the_contract() {
+        let client = Client::with_api_key("http://127.0.0.1:1/v1", "k");
+        let size = |n| client.walk_pets().page_size(n).page_size.get();
+        assert_eq!(size(0), 1);
+        assert_eq!(size(500), PAGE_SIZE_MAX);
+        assert_eq!(size(7), 7);
+    }
+}
