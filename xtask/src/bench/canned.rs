@@ -26,6 +26,9 @@ pub struct CannedSet {
     pub list20: Canned,
     /// `GET /v1/pets?limit=100&status=available`.
     pub list100_available: Canned,
+    /// `GET /v1/pets?status=pending&limit=20&after=ID` (ID 90 % into the
+    /// catalogue).
+    pub list20_deep: Canned,
     /// `GET /v1/pets/{id}`: one representative body, for every id in
     /// `1..=max_id`.
     pub get: Canned,

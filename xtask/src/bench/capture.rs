@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use reqwest::{Method, StatusCode};
 
 use super::canned::{Canned, CannedSet};
-use super::scenario::CREATE_BODY;
+use super::scenario::{CREATE_BODY, deep_path};
 
 /// Headers the HTTP layer writes per response, so the ceiling's hyper
 /// writes its own instead of replaying these.
@@ -43,6 +43,14 @@ pub async fn capture(addr: SocketAddr, key: &str, max_id: i64) -> anyhow::Result
             .fetch(
                 Method::GET,
                 "/pets?limit=100&status=available",
+                key,
+                StatusCode::OK,
+            )
+            .await?,
+        list20_deep: client
+            .fetch(
+                Method::GET,
+                deep_path(max_id).trim_start_matches("/v1"),
                 key,
                 StatusCode::OK,
             )

@@ -13,6 +13,9 @@ pub enum Scenario {
     Create,
     /// `GET /v1/pets?limit=100&status=available`.
     List100Available,
+    /// `GET /v1/pets?status=pending&limit=20&after=ID`, `ID` 90 % into the
+    /// catalogue: a page deep into one status.
+    List20Deep,
 }
 
 /// The body every `create` request sends.
@@ -20,11 +23,12 @@ pub const CREATE_BODY: &str = r#"{"name":"bench","categoryId":1,"status":"availa
 
 impl Scenario {
     /// Every scenario, in the order they run.
-    pub const ALL: [Scenario; 4] = [
+    pub const ALL: [Scenario; 5] = [
         Scenario::List20,
         Scenario::GetById,
         Scenario::Create,
         Scenario::List100Available,
+        Scenario::List20Deep,
     ];
 
     /// The name on the command line and in the results.
@@ -34,6 +38,7 @@ impl Scenario {
             Scenario::GetById => "get_by_id",
             Scenario::Create => "create",
             Scenario::List100Available => "list100_available",
+            Scenario::List20Deep => "list20_deep",
         }
     }
 
@@ -68,6 +73,7 @@ impl Scenario {
                 static_request("POST", "/v1/pets")
             ),
             Scenario::GetById => random_id_request(max_id),
+            Scenario::List20Deep => static_request("GET", &deep_path(max_id)),
         };
         format!(
             "-- Written by `cargo xtask bench` for the {} scenario.\n\
@@ -76,6 +82,14 @@ impl Scenario {
         )
     }
 }
+
+/// The `list20_deep` request's path for a catalogue of ids `1..=max_id`.
+pub fn deep_path(max_id: i64) -> String {
+    format!("{DEEP_PREFIX}{}", max_id / 10 * 9)
+}
+
+/// The path of every `list20_deep` request, up to the cursor.
+pub const DEEP_PREFIX: &str = "/v1/pets?status=pending&limit=20&after=";
 
 /// A fixed request: wrk formats it once and resends the same bytes, so the
 /// client spends as little CPU as possible on it.
@@ -140,5 +154,7 @@ mod tests {
         assert!(script.contains("math.random(1, 1000000)"));
         let script = Scenario::List100Available.wrk_script("k", 1);
         assert!(script.contains("wrk.path = \"/v1/pets?limit=100&status=available\""));
+        let script = Scenario::List20Deep.wrk_script("k", 1_000_000);
+        assert!(script.contains("wrk.path = \"/v1/pets?status=pending&limit=20&after=900000\""));
     }
 }

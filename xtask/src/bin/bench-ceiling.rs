@@ -146,6 +146,7 @@ struct Routes {
     authorization: HeaderValue,
     list20: Prepared,
     list100_available: Prepared,
+    list20_deep: Prepared,
     get: Prepared,
     max_id: i64,
     create: Prepared,
@@ -159,6 +160,7 @@ impl Routes {
                 .map_err(|e| format!("{KEY_VARIABLE}: {e}"))?,
             list20: Prepared::new(&set.list20)?,
             list100_available: Prepared::new(&set.list100_available)?,
+            list20_deep: Prepared::new(&set.list20_deep)?,
             get: Prepared::new(&set.get)?,
             max_id: set.max_id,
             create: Prepared::new(&set.create)?,
@@ -174,6 +176,9 @@ impl Routes {
             (&Method::GET, "/v1/pets") => match request.uri().query() {
                 Some("limit=20") => Some(&self.list20),
                 Some("limit=100&status=available") => Some(&self.list100_available),
+                Some(query) if query.starts_with("status=pending&limit=20&after=") => {
+                    Some(&self.list20_deep)
+                }
                 _ => None,
             },
             (&Method::GET, path) => path
