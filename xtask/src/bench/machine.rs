@@ -106,7 +106,7 @@ impl Machine {
         );
         let _ = writeln!(
             out,
-            "- Seeding through the storage layer: {}",
+            "- Seeding through the storage layer, and start-up: {}",
             run.seeding.join("; ")
         );
         out

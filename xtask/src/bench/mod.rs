@@ -186,10 +186,11 @@ impl Bench {
         let mut rows = Vec::new();
         let mut seeding = Vec::new();
         for setup in self.setups() {
-            let (setup_rows, seeded) = self.run_setup(&setup)?;
+            let (setup_rows, seeded, first_answer) = self.run_setup(&setup)?;
             rows.extend(setup_rows);
             seeding.push(format!(
-                "{} pets ({}) in {seeded:.1?}",
+                "{} pets ({}) in {seeded:.1?}, server's first answer {first_answer:.1?} after \
+                 its start",
                 pets_label(setup.pets),
                 setup.backend.name()
             ));
@@ -249,9 +250,10 @@ impl Bench {
         setups
     }
 
-    /// Seeds, starts both targets, runs every round; returns the rows and
-    /// how long seeding took.
-    fn run_setup(&self, setup: &Setup) -> anyhow::Result<(Vec<Row>, Duration)> {
+    /// Seeds, starts both targets, runs every round; returns the rows, how
+    /// long seeding took and how long the server took from its start to its
+    /// first answer (loading the catalogue included).
+    fn run_setup(&self, setup: &Setup) -> anyhow::Result<(Vec<Row>, Duration, Duration)> {
         let label = format!("{} {}", pets_label(setup.pets), setup.backend.name());
         let dir = self.scratch.join(label.replace(' ', "-"));
         std::fs::create_dir_all(&dir)?;
@@ -270,7 +272,10 @@ impl Bench {
         println!("bench: [{label}] seeded in {seeded:.1?}");
         self.go_on()?;
         let key = generate_key("bench")?;
+        let starting = std::time::Instant::now();
         let server = self.start_server(&url, &key)?;
+        let first_answer = starting.elapsed();
+        println!("bench: [{label}] server answered {first_answer:.1?} after its start");
         let canned =
             self.runtime
                 .block_on(capture::capture(server.addr, &key, setup.pets as i64))?;
@@ -285,7 +290,7 @@ impl Bench {
         server.stop()?;
         ceiling.stop()?;
         drop(cluster);
-        Ok((rows, seeded))
+        Ok((rows, seeded, first_answer))
     }
 
     fn start_server(&self, url: &str, key: &str) -> anyhow::Result<Service> {
