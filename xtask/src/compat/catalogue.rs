@@ -440,6 +440,56 @@ fn a_narrower_response_is_compatible() {
     );
 }
 
+#[test]
+fn a_response_header_now_always_sent_is_compatible() {
+    compatible(
+        |doc| {
+            map(doc, &["paths", "/pets", "get", "responses", "200"]).insert(
+                "headers".into(),
+                yaml("{X-Total: {required: false, schema: {type: string}}}"),
+            );
+        },
+        "new response header",
+    );
+    let mut with_optional = released();
+    map(
+        &mut with_optional,
+        &["paths", "/pets", "get", "responses", "200"],
+    )
+    .insert(
+        "headers".into(),
+        yaml("{X-Total: {required: false, schema: {type: string}}}"),
+    );
+    let mut with_required = with_optional.clone();
+    at(
+        &mut with_required,
+        &[
+            "paths",
+            "/pets",
+            "get",
+            "responses",
+            "200",
+            "headers",
+            "X-Total",
+        ],
+    )["required"] = true.into();
+    let (findings, verdict) = compare(&api(&with_optional), &api(&with_required));
+    assert_eq!(verdict, Verdict::Compatible, "{findings:?}");
+    assert!(
+        findings[0]
+            .to_string()
+            .contains("x-total.required: now always sent")
+    );
+}
+
+#[test]
+fn deprecating_a_parameter_is_compatible() {
+    compatible(
+        |doc| param(doc, "/pets", "get", "status")["deprecated"] = true.into(),
+        "paths./pets.get.parameters.status.deprecated: false -> true: compatible",
+    );
+}
+
 // Semantic-free.
 
 #[test]

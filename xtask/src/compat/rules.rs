@@ -205,6 +205,13 @@ impl Rules<'_, '_> {
             (true, false) => self.compatible(&format!("{location}.required"), "no longer required"),
             _ => {}
         }
+        match (old_data.deprecated, new_data.deprecated) {
+            (a, b) if a.unwrap_or(false) != b.unwrap_or(false) => self.compatible(
+                &format!("{location}.deprecated"),
+                format!("{} -> {}", a.unwrap_or(false), b.unwrap_or(false)),
+            ),
+            _ => {}
+        }
         let (old_style, new_style) = (style(old), style(new));
         if old_style != new_style {
             self.breaking(
@@ -320,6 +327,8 @@ impl Rules<'_, '_> {
                             &format!("{here}.required"),
                             "no longer always sent (clients may rely on it)",
                         );
+                    } else if !old_required && *new_required {
+                        self.compatible(&format!("{here}.required"), "now always sent");
                     }
                     self.schema(
                         &format!("{here}.schema"),
