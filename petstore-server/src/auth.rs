@@ -16,7 +16,8 @@ use crate::context::{ApiContext, InFlight};
 ///
 /// It also counts the request as in flight until the handler is done with
 /// it (or the request is dropped), so that a shutdown can say how many
-/// requests it had to cut.
+/// requests it had to cut, and notes the operation and the key's name for
+/// the access log and the metrics (see `observe.rs`).
 #[derive(Debug)]
 pub struct Authenticated {
     _in_flight: InFlight,
@@ -35,19 +36,28 @@ impl SharedExtractor for Authenticated {
                 "Authenticated used with a context other than ApiContext".into(),
             ));
         };
-        context
-            .keys
-            .authenticate(rqctx.request.headers())
-            .map(|()| Authenticated {
-                _in_flight: context.requests.start(),
-            })
-            .map_err(|reason| HttpError {
-                status_code: dropshot::ErrorStatusCode::UNAUTHORIZED,
-                error_code: None,
-                external_message: reason.into(),
-                internal_message: reason.into(),
-                headers: None,
-            })
+        let operation = &rqctx.endpoint.operation_id;
+        match context.keys.authenticate(rqctx.request.headers()) {
+            Ok(key) => {
+                context.notes.note(&rqctx.request_id, operation, Some(key));
+                Ok(Authenticated {
+                    _in_flight: context.requests.start(),
+                })
+            }
+            Err(failure) => {
+                context.notes.note(&rqctx.request_id, operation, None);
+                if let Some(metrics) = &context.metrics {
+                    metrics.auth_rejected(failure.reason());
+                }
+                Err(HttpError {
+                    status_code: dropshot::ErrorStatusCode::UNAUTHORIZED,
+                    error_code: None,
+                    external_message: failure.message().into(),
+                    internal_message: format!("authentication failed: {}", failure.reason()),
+                    headers: None,
+                })
+            }
+        }
     }
 
     fn metadata(_body_content_type: ApiEndpointBodyContentType) -> ExtractorMetadata {

@@ -1,5 +1,5 @@
-//! What every request handler can reach: the keys, the store, and the
-//! count of requests in flight.
+//! What every request handler can reach: the keys, the store, the count of
+//! requests in flight, and where what happened is noted and counted.
 //!
 //! It is its own module so that the interface's extractors (`auth.rs`) can
 //! find the keys without depending on the implementation (`server.rs`).
@@ -7,13 +7,19 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::keys::ApiKeys;
+use crate::keyring::Keyring;
+use crate::metrics::Metrics;
+use crate::observe::RequestNotes;
 use crate::store::PetStore;
 
 /// The server state handed to every endpoint.
 pub struct ApiContext {
     /// The keys clients must present.
-    pub keys: ApiKeys,
+    pub keys: Arc<Keyring>,
+    /// What the access log and the metrics learn of each request.
+    pub notes: Arc<RequestNotes>,
+    /// The metrics, unless the management listener is off.
+    pub metrics: Option<Arc<Metrics>>,
     /// The catalogue.
     pub store: Arc<dyn PetStore>,
     /// Requests past authentication whose handler has not finished.

@@ -1,18 +1,210 @@
-//! API keys and the bearer credential.
+//! API keys: their format, their digests, and the set a server accepts.
 //!
-//! Keys are held only as SHA-256 digests; a presented key is hashed and
-//! compared with every configured digest in constant time, so neither the
-//! keys nor their prefixes can be learned from timing, and nothing in memory
-//! or in the logs holds a key in clear after start-up.
+//! - **Format.** A key made by `petstore-server keys create` is
+//!   `pst_` + 30 random base62 characters (178 bits) + a 6-character base62
+//!   CRC-32 of them, in the manner of GitHub's tokens: secret scanners can
+//!   recognise a leaked key by its prefix, and a mistyped key is refused by
+//!   its checksum before it is looked up. Keys from `PETSTORE_API_KEYS` may
+//!   be any bearer token (for development and bootstrapping).
+//! - **Digests only.** Keys are held, stored and compared only as SHA-256
+//!   digests. A plain fast hash is enough here: the keys are random and
+//!   long, so there is nothing to guess that a slow hash would protect.
+//! - **Constant time.** A presented key is hashed and compared with every
+//!   accepted digest, always all of them, so the time taken does not depend
+//!   on the key material.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use http::HeaderMap;
 use http::header::AUTHORIZATION;
 use sha2::{Digest, Sha256};
 
-/// The set of API keys the server accepts, as digests.
-#[derive(Clone)]
+/// The prefix of every key `keys create` makes.
+pub const KEY_PREFIX: &str = "pst_";
+const RANDOM_CHARS: usize = 30;
+const CHECKSUM_CHARS: usize = 6;
+const BASE62: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+
+/// The SHA-256 digest of a key: all that is ever kept of it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct KeyDigest(pub [u8; 32]);
+
+impl KeyDigest {
+    /// The digest of `key`.
+    pub fn of(key: &str) -> KeyDigest {
+        KeyDigest(Sha256::digest(key.as_bytes()).into())
+    }
+
+    /// Compares in time independent of where the digests differ.
+    fn constant_time_eq(&self, other: &KeyDigest) -> bool {
+        self.0
+            .iter()
+            .zip(&other.0)
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+    }
+}
+
+impl std::fmt::Debug for KeyDigest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KeyDigest(…)")
+    }
+}
+
+/// A new random key in the `pst_` format.
+pub fn generate() -> Result<String, getrandom::Error> {
+    let mut random = String::with_capacity(RANDOM_CHARS);
+    let mut bytes = [0u8; 64];
+    while random.len() < RANDOM_CHARS {
+        getrandom::fill(&mut bytes)?;
+        // 248 = 4 × 62: rejecting bytes above it keeps every character
+        // equally likely.
+        random.extend(
+            bytes
+                .iter()
+                .filter(|&&b| b < 248)
+                .map(|&b| BASE62[usize::from(b % 62)] as char)
+                .take(RANDOM_CHARS - random.len()),
+        );
+    }
+    Ok(format!("{KEY_PREFIX}{random}{}", checksum(&random)))
+}
+
+/// The base62 CRC-32 of a key's random part, 6 characters.
+fn checksum(random: &str) -> String {
+    let mut value = crc32fast::hash(random.as_bytes());
+    let mut digits = [b'0'; CHECKSUM_CHARS];
+    for digit in digits.iter_mut().rev() {
+        *digit = BASE62[(value % 62) as usize];
+        value /= 62;
+    }
+    String::from_utf8_lossy(&digits).into_owned()
+}
+
+/// Whether a `pst_` key is well formed and its checksum matches. Other
+/// tokens are not `pst_` keys and are not judged here.
+fn pst_key_is_intact(key: &str) -> bool {
+    let Some(rest) = key.strip_prefix(KEY_PREFIX) else {
+        return true;
+    };
+    rest.len() == RANDOM_CHARS + CHECKSUM_CHARS
+        && rest.bytes().all(|b| b.is_ascii_alphanumeric())
+        && checksum(&rest[..RANDOM_CHARS]) == rest[RANDOM_CHARS..]
+}
+
+/// Why a request was refused. The message is the 401's, and names nothing
+/// of any key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuthFailure {
+    /// No `Authorization` header, or no key in it.
+    Missing,
+    /// The header is not `Bearer <token>`.
+    Malformed(&'static str),
+    /// A `pst_` key whose checksum does not match: a typo or a truncation.
+    Checksum,
+    /// No accepted key has this digest.
+    Unknown,
+    /// The key was accepted until its expiry, which has passed.
+    Expired,
+}
+
+impl AuthFailure {
+    /// The message the client gets.
+    pub fn message(self) -> &'static str {
+        match self {
+            AuthFailure::Missing => MISSING,
+            AuthFailure::Malformed(reason) => reason,
+            AuthFailure::Checksum => {
+                "invalid API key: its checksum does not match (mistyped or truncated?)"
+            }
+            AuthFailure::Unknown => "invalid API key",
+            AuthFailure::Expired => "the API key has expired",
+        }
+    }
+
+    /// A short name, for metrics.
+    pub fn reason(self) -> &'static str {
+        match self {
+            AuthFailure::Missing => "missing",
+            AuthFailure::Malformed(_) => "malformed",
+            AuthFailure::Checksum => "checksum",
+            AuthFailure::Unknown => "unknown",
+            AuthFailure::Expired => "expired",
+        }
+    }
+}
+
+/// One key a server accepts.
+#[derive(Debug)]
+pub struct AcceptedKey {
+    /// The key's name, as the access log shows it.
+    pub name: Arc<str>,
+    /// Its digest.
+    pub digest: KeyDigest,
+    /// When it stops being accepted (Unix seconds), if ever.
+    pub expires_at: Option<i64>,
+    /// When it was last accepted (Unix seconds; 0 for never), shared across
+    /// reloads of the key set and flushed to the database in batches.
+    pub last_used: Arc<AtomicI64>,
+}
+
+/// The keys a server accepts at one moment. Replaced as a whole when the
+/// stored keys change; never changed in place.
+#[derive(Debug, Default)]
+pub struct KeySet {
+    keys: Vec<AcceptedKey>,
+}
+
+impl KeySet {
+    /// A set of exactly these keys.
+    pub fn new(keys: Vec<AcceptedKey>) -> KeySet {
+        KeySet { keys }
+    }
+
+    /// The keys.
+    pub fn keys(&self) -> &[AcceptedKey] {
+        &self.keys
+    }
+
+    /// How many keys are accepted at `now` (not expired).
+    pub fn usable_at(&self, now: i64) -> usize {
+        self.keys
+            .iter()
+            .filter(|key| key.expires_at.is_none_or(|at| at > now))
+            .count()
+    }
+
+    /// Checks a request's `Authorization` header at time `now` (Unix
+    /// seconds) and says which key it carries. Compares the presented digest
+    /// with every key, whichever matches, and records the use.
+    pub fn authenticate(&self, headers: &HeaderMap, now: i64) -> Result<&AcceptedKey, AuthFailure> {
+        let token = bearer_token(headers)?;
+        if !pst_key_is_intact(token) {
+            return Err(AuthFailure::Checksum);
+        }
+        let presented = KeyDigest::of(token);
+        let matched = self.keys.iter().fold(None, |found, key| {
+            if key.digest.constant_time_eq(&presented) {
+                Some(key)
+            } else {
+                found
+            }
+        });
+        let key = matched.ok_or(AuthFailure::Unknown)?;
+        if key.expires_at.is_some_and(|at| at <= now) {
+            return Err(AuthFailure::Expired);
+        }
+        key.last_used.fetch_max(now, Ordering::Relaxed);
+        Ok(key)
+    }
+}
+
+/// The keys given in `PETSTORE_API_KEYS`, as digests, named
+/// `PETSTORE_API_KEYS[1]`, `PETSTORE_API_KEYS[2]`, … in the access log.
+#[derive(Clone, Default)]
 pub struct ApiKeys {
-    digests: Vec<[u8; 32]>,
+    digests: Vec<KeyDigest>,
 }
 
 impl std::fmt::Debug for ApiKeys {
@@ -24,9 +216,6 @@ impl std::fmt::Debug for ApiKeys {
 /// Why a configured key list is unusable.
 #[derive(Debug, thiserror::Error)]
 pub enum KeyConfigError {
-    /// No key at all: the server would reject every request.
-    #[error("no API key configured: set PETSTORE_API_KEYS to a comma-separated list of keys")]
-    NoKeys,
     /// A key that no client could send in a bearer header.
     #[error(
         "API key number {position} in PETSTORE_API_KEYS is not a valid bearer token \
@@ -36,56 +225,56 @@ pub enum KeyConfigError {
         /// 1-based position in the list; the key itself is never echoed.
         position: usize,
     },
+    /// A `pst_` key whose checksum does not match: it would never be accepted.
+    #[error(
+        "API key number {position} in PETSTORE_API_KEYS starts with pst_ but its checksum \
+         does not match; was it copied whole?"
+    )]
+    Checksum {
+        /// 1-based position in the list.
+        position: usize,
+    },
 }
 
 impl ApiKeys {
     /// Parses a comma-separated key list, as in `PETSTORE_API_KEYS`.
-    /// Surrounding whitespace and empty entries are ignored.
+    /// Surrounding whitespace and empty entries are ignored; the list may be
+    /// empty (keys may all be stored in the database).
     pub fn parse(list: &str) -> Result<ApiKeys, KeyConfigError> {
         let mut digests = Vec::new();
         for (index, key) in list.split(',').map(str::trim).enumerate() {
             if key.is_empty() {
                 continue;
             }
+            let position = index + 1;
             if !is_token68(key) {
-                return Err(KeyConfigError::InvalidKey {
-                    position: index + 1,
-                });
+                return Err(KeyConfigError::InvalidKey { position });
             }
-            digests.push(digest(key));
-        }
-        if digests.is_empty() {
-            return Err(KeyConfigError::NoKeys);
+            if !pst_key_is_intact(key) {
+                return Err(KeyConfigError::Checksum { position });
+            }
+            digests.push(KeyDigest::of(key));
         }
         Ok(ApiKeys { digests })
     }
 
-    /// Whether `key` is one of the configured keys. Takes the same time
-    /// whichever key (if any) matches.
-    pub fn accepts(&self, key: &str) -> bool {
-        let presented = digest(key);
-        self.digests.iter().fold(false, |found, known| {
-            found | constant_time_eq(known, &presented)
-        })
+    /// Whether the list is empty.
+    pub fn is_empty(&self) -> bool {
+        self.digests.is_empty()
     }
 
-    /// Checks the `Authorization` header of a request.
-    pub fn authenticate(&self, headers: &HeaderMap) -> Result<(), &'static str> {
-        let key = bearer_token(headers)?;
-        if self.accepts(key) {
-            Ok(())
-        } else {
-            Err("invalid API key")
-        }
+    /// The keys as accepted keys that never expire.
+    pub fn accepted(&self) -> impl Iterator<Item = AcceptedKey> + '_ {
+        self.digests
+            .iter()
+            .enumerate()
+            .map(|(index, digest)| AcceptedKey {
+                name: format!("PETSTORE_API_KEYS[{}]", index + 1).into(),
+                digest: *digest,
+                expires_at: None,
+                last_used: Arc::default(),
+            })
     }
-}
-
-fn digest(key: &str) -> [u8; 32] {
-    Sha256::digest(key.as_bytes()).into()
-}
-
-fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// RFC 6750 `b64token`: `1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"="`.
@@ -101,24 +290,26 @@ const MISSING: &str = "missing API key: send the header `Authorization: Bearer <
 
 /// The key of an `Authorization: Bearer <key>` header. The scheme word is
 /// case-insensitive (RFC 6750 §2.1 via RFC 7235).
-fn bearer_token(headers: &HeaderMap) -> Result<&str, &'static str> {
+fn bearer_token(headers: &HeaderMap) -> Result<&str, AuthFailure> {
     let mut values = headers.get_all(AUTHORIZATION).iter();
-    let value = values.next().ok_or(MISSING)?;
+    let value = values.next().ok_or(AuthFailure::Missing)?;
     if values.next().is_some() {
-        return Err("more than one Authorization header");
+        return Err(AuthFailure::Malformed("more than one Authorization header"));
     }
     let value = value
         .to_str()
-        .map_err(|_| "the Authorization header is not ASCII")?;
-    let (scheme, key) = value.trim().split_once(' ').ok_or(MISSING)?;
+        .map_err(|_| AuthFailure::Malformed("the Authorization header is not ASCII"))?;
+    let (scheme, key) = value.trim().split_once(' ').ok_or(AuthFailure::Missing)?;
     if !scheme.eq_ignore_ascii_case("bearer") {
-        return Err("the Authorization scheme must be Bearer");
+        return Err(AuthFailure::Malformed(
+            "the Authorization scheme must be Bearer",
+        ));
     }
     let key = key.trim_start_matches(' ');
     if is_token68(key) {
         Ok(key)
     } else {
-        Err("invalid API key")
+        Err(AuthFailure::Unknown)
     }
 }
 
@@ -135,38 +326,94 @@ mod tests {
         map
     }
 
-    #[test]
-    fn accepts_any_configured_key_and_nothing_else() {
-        let keys = ApiKeys::parse(" alpha , beta,").unwrap();
-        assert!(keys.accepts("alpha"));
-        assert!(keys.accepts("beta"));
-        assert!(!keys.accepts("gamma"));
-        assert!(!keys.accepts("alph"));
-        assert!(!keys.accepts(""));
+    fn set(list: &str) -> KeySet {
+        KeySet::new(ApiKeys::parse(list).unwrap().accepted().collect())
+    }
+
+    fn check(keys: &KeySet, key: &str) -> Result<String, AuthFailure> {
+        keys.authenticate(&headers(&[&format!("Bearer {key}")]), 1_000)
+            .map(|key| key.name.to_string())
     }
 
     #[test]
-    fn refuses_empty_or_unsendable_key_lists() {
-        assert!(matches!(ApiKeys::parse(""), Err(KeyConfigError::NoKeys)));
-        assert!(matches!(ApiKeys::parse(" , "), Err(KeyConfigError::NoKeys)));
+    fn generated_keys_have_the_prefix_the_length_and_a_matching_checksum() {
+        let key = generate().unwrap();
+        assert!(key.starts_with("pst_"), "{key}");
+        assert_eq!(key.len(), 4 + 30 + 6);
+        assert!(pst_key_is_intact(&key));
+        assert_ne!(key, generate().unwrap());
+    }
+
+    #[test]
+    fn a_mistyped_pst_key_fails_its_checksum() {
+        let key = generate().unwrap();
+        let mut typo = key.clone().into_bytes();
+        typo[10] = if typo[10] == b'a' { b'b' } else { b'a' };
+        let typo = String::from_utf8(typo).unwrap();
+        assert!(!pst_key_is_intact(&typo));
+        assert!(!pst_key_is_intact(&key[..key.len() - 1]));
+        let keys = set(&key);
+        assert_eq!(check(&keys, &typo), Err(AuthFailure::Checksum));
+        assert_eq!(check(&keys, &key).unwrap(), "PETSTORE_API_KEYS[1]");
+    }
+
+    #[test]
+    fn accepts_any_configured_key_by_name_and_nothing_else() {
+        let keys = set(" alpha , beta,");
+        assert_eq!(check(&keys, "alpha").unwrap(), "PETSTORE_API_KEYS[1]");
+        assert_eq!(check(&keys, "beta").unwrap(), "PETSTORE_API_KEYS[2]");
+        assert_eq!(check(&keys, "gamma"), Err(AuthFailure::Unknown));
+        assert_eq!(check(&keys, "alph"), Err(AuthFailure::Unknown));
+    }
+
+    #[test]
+    fn an_expired_key_is_refused_as_expired_and_uses_are_recorded() {
+        let key = AcceptedKey {
+            name: "ci".into(),
+            digest: KeyDigest::of("k1"),
+            expires_at: Some(2_000),
+            last_used: Arc::default(),
+        };
+        let keys = KeySet::new(vec![key]);
+        let request = headers(&["Bearer k1"]);
+        assert!(keys.authenticate(&request, 1_999).is_ok());
+        assert_eq!(keys.keys()[0].last_used.load(Ordering::Relaxed), 1_999);
+        assert_eq!(
+            keys.authenticate(&request, 2_000).unwrap_err(),
+            AuthFailure::Expired
+        );
+        assert_eq!(keys.usable_at(1_999), 1);
+        assert_eq!(keys.usable_at(2_000), 0);
+    }
+
+    #[test]
+    fn refuses_unsendable_or_broken_key_lists() {
+        assert!(ApiKeys::parse(" , ").unwrap().is_empty());
         assert!(matches!(
             ApiKeys::parse("good,bad key"),
             Err(KeyConfigError::InvalidKey { position: 2 })
+        ));
+        assert!(matches!(
+            ApiKeys::parse("good,pst_123"),
+            Err(KeyConfigError::Checksum { position: 2 })
         ));
     }
 
     #[test]
     fn the_scheme_word_is_case_insensitive() {
-        let keys = ApiKeys::parse("k1").unwrap();
+        let keys = set("k1");
         for value in ["Bearer k1", "bearer k1", "BEARER k1", "bEaReR   k1"] {
-            assert_eq!(keys.authenticate(&headers(&[value])), Ok(()), "{value}");
+            assert!(keys.authenticate(&headers(&[value]), 0).is_ok(), "{value}");
         }
     }
 
     #[test]
     fn malformed_headers_are_rejected() {
-        let keys = ApiKeys::parse("k1").unwrap();
-        assert_eq!(keys.authenticate(&HeaderMap::new()), Err(MISSING));
+        let keys = set("k1");
+        assert_eq!(
+            keys.authenticate(&HeaderMap::new(), 0).unwrap_err(),
+            AuthFailure::Missing
+        );
         for value in [
             "k1",
             "Basic k1",
@@ -175,10 +422,10 @@ mod tests {
             "Bearer k1 extra",
             "Bearerk1",
         ] {
-            assert!(keys.authenticate(&headers(&[value])).is_err(), "{value}");
+            assert!(keys.authenticate(&headers(&[value]), 0).is_err(), "{value}");
         }
         assert!(
-            keys.authenticate(&headers(&["Bearer k1", "Bearer k1"]))
+            keys.authenticate(&headers(&["Bearer k1", "Bearer k1"]), 0)
                 .is_err()
         );
     }
@@ -187,5 +434,6 @@ mod tests {
     fn debug_output_hides_keys() {
         let keys = ApiKeys::parse("supersecret").unwrap();
         assert!(!format!("{keys:?}").contains("supersecret"));
+        assert!(!format!("{:?}", set("supersecret")).contains("supersecret"));
     }
 }

@@ -4,22 +4,32 @@
 //! - [`api`]: the interface, as a dropshot API trait.
 //! - [`server`]: its implementation and the running server.
 //! - [`model`], [`error`]: the contract's types and its error body.
-//! - [`keys`], [`auth`], [`body`]: API keys, the bearer-key extractor and
-//!   the strict JSON body extractor the interface uses.
+//! - [`keys`], [`keyring`], [`auth`], [`body`]: API keys and the live set
+//!   of accepted keys, the bearer-key extractor and the strict JSON body
+//!   extractor the interface uses.
 //! - [`context`]: what every handler can reach.
+//! - [`admin`], [`metrics`], [`observe`]: the management listener (health,
+//!   readiness, metrics) and what feeds the metrics and the access log.
 //! - [`store`]: the storage interface and its SQLite and PostgreSQL
 //!   implementations; it knows nothing of HTTP.
 //! - [`logging`]: structured logs.
 
+pub mod admin;
 pub mod api;
 pub mod auth;
 pub mod body;
 pub mod context;
 pub mod error;
+pub mod keyring;
 pub mod keys;
 pub mod logging;
+pub mod metrics;
 pub mod model;
+pub mod observe;
 pub mod server;
 pub mod store;
 
-pub use server::{RunningServer, ServerConfig, ShutdownError, ShutdownReport, StartError, start};
+pub use server::{
+    RunningServer, ServerConfig, ShutdownError, ShutdownReport, StartError, TlsError, TlsFiles,
+    start,
+};

@@ -1,14 +1,18 @@
 //! `petstore-server`: the pet store service for operators.
 
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use petstore_server::keys::ApiKeys;
-use petstore_server::logging::{self, LogFormat, LogSettings};
-use petstore_server::store::{DatabaseUrl, FatalSender, PostgresUrl};
+use petstore_server::logging;
+use petstore_server::store::{DatabaseUrl, FatalSender, StoreMetrics};
 use petstore_server::{ServerConfig, api, store};
+
+mod cli;
+
+use cli::keys::KeysCommand;
+use cli::settings::{AdminBind, DatabaseArgs, DatabaseSettings, ServeArgs, ServeSettings};
 
 /// The pet store catalogue service (OpenAPI contract: openapi/petstore.yaml).
 #[derive(Parser)]
@@ -20,150 +24,57 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve the API until SIGINT or SIGTERM.
+    /// Serve the API until SIGINT or SIGTERM (SIGHUP reloads the TLS certificate).
     #[command(
-        after_help = "API keys are read from the environment variable PETSTORE_API_KEYS \
-        (comma-separated), never from a flag, so that they do not show in process listings. \
-        The server refuses to start without one."
+        after_help = "Settings come from a flag, else its environment variable, else the \
+        --config file, else the default. API keys: the stored ones (see `keys`) and those in \
+        the environment variable PETSTORE_API_KEYS (comma-separated), never a flag, so that \
+        they do not show in process listings. The server refuses to start without one."
     )]
-    Serve {
-        /// Address to listen on.
-        #[arg(long, env = "PETSTORE_BIND", default_value = "127.0.0.1:8080")]
-        bind: SocketAddr,
-        #[command(flatten)]
-        database: DatabaseArg,
-        /// Log level.
-        #[arg(long, env = "PETSTORE_LOG_LEVEL", default_value = "info")]
-        log_level: LogLevel,
-        /// Log format, written to stderr.
-        #[arg(long, env = "PETSTORE_LOG_FORMAT", default_value = "json")]
-        log_format: LogFormatArg,
-        /// The access log: one record per request and per connection, at info.
-        #[arg(long, env = "PETSTORE_ACCESS_LOG", default_value = "on")]
-        access_log: Switch,
-        /// On SIGTERM or SIGINT, how long in-flight requests may take to
-        /// finish (seconds) before their connections are dropped.
-        #[arg(
-            long,
-            env = "PETSTORE_SHUTDOWN_TIMEOUT",
-            default_value_t = 30,
-            value_parser = clap::value_parser!(u64).range(0..=3600)
-        )]
-        shutdown_timeout: u64,
-    },
+    Serve(ServeArgs),
     /// Create or upgrade the database schema, then exit.
-    Migrate {
-        #[command(flatten)]
-        database: DatabaseArg,
-    },
+    Migrate(DatabaseArgs),
+    /// Manage API keys: create, list, revoke. Running servers pick up changes within seconds.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+    /// Check configuration.
+    #[command(subcommand)]
+    Config(ConfigCommand),
     /// Print the OpenAPI document this server implements (JSON, as emitted from code).
     Openapi,
 }
 
-#[derive(clap::Args)]
-struct DatabaseArg {
-    /// Database URL: sqlite://FILE (relative to the working directory), sqlite:///ABSOLUTE/FILE,
-    /// or postgres://USER:PASSWORD@HOST:PORT/DATABASE.
-    #[arg(
-        long = "database",
-        env = "PETSTORE_DATABASE_URL",
-        default_value = "sqlite://petstore.db",
-        hide_env_values = true
-    )]
-    url: DatabaseUrl,
-    /// Connections to PostgreSQL per server process (not used with SQLite).
-    #[arg(
-        long,
-        env = "PETSTORE_DATABASE_POOL_SIZE",
-        default_value_t = PostgresUrl::DEFAULT_POOL_SIZE as u16,
-        value_parser = clap::value_parser!(u16).range(1..=1000)
-    )]
-    database_pool_size: u16,
-}
-
-impl DatabaseArg {
-    fn database(self) -> DatabaseUrl {
-        match self.url {
-            DatabaseUrl::Postgres(url) => {
-                DatabaseUrl::Postgres(url.with_pool_size(self.database_pool_size.into()))
-            }
-            sqlite => sqlite,
-        }
-    }
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum LogFormatArg {
-    /// One JSON object per line, for log collectors.
-    Json,
-    /// Human-readable lines, for a terminal.
-    Text,
-}
-
-impl From<LogFormatArg> for LogFormat {
-    fn from(format: LogFormatArg) -> LogFormat {
-        match format {
-            LogFormatArg::Json => LogFormat::Json,
-            LogFormatArg::Text => LogFormat::Text,
-        }
-    }
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Switch {
-    On,
-    Off,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum LogLevel {
-    Trace,
-    Debug,
-    Info,
-    Warn,
-    Error,
-    Critical,
-}
-
-impl From<LogLevel> for slog::Level {
-    fn from(level: LogLevel) -> slog::Level {
-        match level {
-            LogLevel::Trace => slog::Level::Trace,
-            LogLevel::Debug => slog::Level::Debug,
-            LogLevel::Info => slog::Level::Info,
-            LogLevel::Warn => slog::Level::Warning,
-            LogLevel::Error => slog::Level::Error,
-            LogLevel::Critical => slog::Level::Critical,
-        }
-    }
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Validate a configuration file and print the effective configuration (with the
+    /// environment's PETSTORE_* variables applied; secrets masked).
+    Check {
+        /// The TOML file.
+        file: std::path::PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    // The subcommand's own matches tell a flag from its environment variable.
+    let sub = matches.subcommand().map(|(_, sub)| sub);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(e) => return fail(format!("cannot start the async runtime: {e}")),
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve {
-                bind,
-                database,
-                log_level,
-                log_format,
-                access_log,
-                shutdown_timeout,
-            } => {
-                let settings = LogSettings {
-                    format: log_format.into(),
-                    level: log_level.into(),
-                    access_log: access_log == Switch::On,
-                };
-                let log = logging::logger(settings, std::io::stderr());
-                let deadline = Duration::from_secs(shutdown_timeout);
-                serve(bind, database.database(), deadline, log).await
+            Command::Serve(args) => serve(ServeSettings::resolve(args, sub)?).await,
+            Command::Migrate(args) => migrate(DatabaseSettings::resolve(args, sub)?).await,
+            Command::Keys(command) => {
+                let sub = sub.and_then(|keys| keys.subcommand().map(|(_, m)| m));
+                cli::keys::run(command, sub).await
             }
-            Command::Migrate { database } => migrate(database.database()).await,
+            Command::Config(ConfigCommand::Check { file }) => config_check(file),
             Command::Openapi => print_openapi(),
         }
     });
@@ -181,30 +92,44 @@ fn fail(message: String) -> ExitCode {
     ExitCode::FAILURE
 }
 
-async fn serve(
-    bind: SocketAddr,
-    database: DatabaseUrl,
-    deadline: Duration,
-    log: slog::Logger,
-) -> anyhow::Result<()> {
+async fn serve(settings: ServeSettings) -> anyhow::Result<()> {
+    let log = logging::logger(settings.log(), std::io::stderr());
+    raise_open_file_limit(&log);
     let api_keys = ApiKeys::parse(&std::env::var("PETSTORE_API_KEYS").unwrap_or_default())?;
+    let deadline = Duration::from_secs(settings.shutdown_timeout.value);
     let server = petstore_server::start(
         ServerConfig {
-            bind,
-            database,
+            bind: settings.bind.value,
+            database: settings.database.database(),
             api_keys,
+            admin_bind: match settings.admin_bind.value {
+                AdminBind::On(address) => Some(address),
+                AdminBind::Off => None,
+            },
+            tls: settings.tls()?,
         },
         log.clone(),
     )
     .await?;
-    let fatal = tokio::select! {
-        signal = shutdown_signal() => {
-            slog::info!(log, "shutting down"; "signal" => signal?);
-            None
-        }
-        reason = server.fatal_failure() => {
-            slog::crit!(log, "shutting down after a fatal failure"; "reason" => &reason);
-            Some(reason)
+    let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    let stop = shutdown_signal();
+    tokio::pin!(stop);
+    let fatal = loop {
+        tokio::select! {
+            signal = &mut stop => {
+                slog::info!(log, "shutting down"; "signal" => signal?);
+                break None;
+            }
+            reason = server.fatal_failure() => {
+                slog::crit!(log, "shutting down after a fatal failure"; "reason" => &reason);
+                break Some(reason);
+            }
+            _ = hangups.recv() => match server.reload_tls().await {
+                Ok(true) => slog::info!(log, "SIGHUP: reloaded the TLS certificate and key"),
+                Ok(false) => slog::info!(log, "SIGHUP: nothing to reload (no TLS)"),
+                Err(e) => slog::error!(log, "SIGHUP: the TLS certificate was not reloaded; \
+                    the one in use stays"; "error" => %e),
+            },
         }
     };
     let report = server.shutdown(deadline).await?;
@@ -219,6 +144,21 @@ async fn serve(
     }
 }
 
+/// Raises the soft open-file limit to the hard limit: every connection
+/// costs a descriptor, and dropshot cannot limit connections (see the
+/// README). Logs both limits.
+fn raise_open_file_limit(log: &slog::Logger) {
+    let before = rlimit::getrlimit(rlimit::Resource::NOFILE).map(|(soft, _)| soft);
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(now) => {
+            let hard = rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(now, |(_, hard)| hard);
+            slog::info!(log, "open-file limit"; "soft_before" => before.unwrap_or(0),
+                "soft" => now, "hard" => hard);
+        }
+        Err(e) => slog::warn!(log, "cannot raise the open-file limit"; "error" => %e),
+    }
+}
+
 /// Waits for SIGINT or SIGTERM and names the one that came.
 async fn shutdown_signal() -> anyhow::Result<&'static str> {
     use tokio::signal::unix::{SignalKind, signal};
@@ -230,11 +170,38 @@ async fn shutdown_signal() -> anyhow::Result<&'static str> {
     })
 }
 
-async fn migrate(database: DatabaseUrl) -> anyhow::Result<()> {
+async fn migrate(settings: DatabaseSettings) -> anyhow::Result<()> {
     let log = slog::Logger::root(slog::Discard, slog::o!());
-    let store = store::open(&database, &log, FatalSender::new(None)).await?;
-    store.close().await;
+    let database: DatabaseUrl = settings.database();
+    let opened = store::open(
+        &database,
+        &log,
+        FatalSender::new(None),
+        StoreMetrics::default(),
+    )
+    .await?;
+    opened.pets.close().await;
     println!("the database is at the current schema version");
+    Ok(())
+}
+
+fn config_check(file: std::path::PathBuf) -> anyhow::Result<()> {
+    /// `serve`'s settings from the file and the environment alone.
+    #[derive(Parser)]
+    #[command(no_binary_name = true)]
+    struct FileAndEnvironment {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+    let matches = FileAndEnvironment::command()
+        .try_get_matches_from([std::ffi::OsString::from("--config"), file.into_os_string()])?;
+    let args = FileAndEnvironment::from_arg_matches(&matches)?.serve;
+    let settings = ServeSettings::resolve(args, Some(&matches))?;
+    if let Some(tls) = settings.tls()? {
+        tls.load()?;
+    }
+    print!("{}", settings.describe());
+    eprintln!("the configuration is valid");
     Ok(())
 }
 

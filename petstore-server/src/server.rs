@@ -1,15 +1,18 @@
 //! The implementation of [`PetstoreApi`] and the running server.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use dropshot::{
-    ConfigDropshot, HandlerTaskMode, HttpResponseCreated, HttpResponseHeaders, HttpResponseOk,
-    HttpServer, Path, Query, RequestContext, ServerBuilder,
+    ConfigDropshot, ConfigTls, HandlerTaskMode, HttpResponseCreated, HttpResponseHeaders,
+    HttpResponseOk, HttpServer, Path, Query, RequestContext, ServerBuilder,
 };
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
+use crate::admin::{self, AdminContext};
 use crate::api::{
     DeprecationHeaders, LIMIT_MAX, ListPetsParams, PageHeaders, PetPath, PetstoreApi,
     REQUEST_BODY_MAX_BYTES, petstore_api_mod,
@@ -18,9 +21,12 @@ use crate::auth::Authenticated;
 use crate::body::StrictJson;
 use crate::context::{ApiContext, Requests};
 use crate::error::ApiError;
+use crate::keyring::Keyring;
 use crate::keys::ApiKeys;
+use crate::metrics::Metrics;
 use crate::model::{NewPet, Pet};
-use crate::store::{self, DatabaseUrl, ListQuery, OpenError, PetStore, StoreError};
+use crate::observe::{ObservingDrain, RequestNotes};
+use crate::store::{self, DatabaseUrl, ListQuery, OpenError, PetStore, StoreError, StoreMetrics};
 
 // Every page the contract allows, the store can serve.
 const _: () = assert!(LIMIT_MAX as u32 <= store::LIST_MAX);
@@ -30,12 +36,18 @@ pub enum PetstoreImpl {}
 
 /// A storage failure as the client sees it: 503 when retrying later is
 /// right, 500 when it is a bug or corrupt data (the cause is logged either
-/// way, in the access log's `error_message_internal`).
-fn store_failure(error: StoreError) -> ApiError {
-    if error.is_unavailable() {
-        ApiError::service_unavailable(&error)
-    } else {
-        ApiError::internal(&error)
+/// way, in the access log's `error_message_internal`, and counted).
+fn store_failure(context: &ApiContext) -> impl Fn(StoreError) -> ApiError + '_ {
+    move |error| {
+        let unavailable = error.is_unavailable();
+        if let Some(metrics) = &context.metrics {
+            metrics.database_error(unavailable);
+        }
+        if unavailable {
+            ApiError::service_unavailable(&error)
+        } else {
+            ApiError::internal(&error)
+        }
     }
 }
 
@@ -49,8 +61,8 @@ impl PetstoreApi for PetstoreImpl {
     ) -> Result<HttpResponseHeaders<HttpResponseOk<Vec<Pet>>, PageHeaders>, ApiError> {
         let params = query.into_inner();
         let limit = params.checked_limit()?;
-        let page = rqctx
-            .context()
+        let context = rqctx.context();
+        let page = context
             .store
             .list(ListQuery {
                 limit,
@@ -58,7 +70,7 @@ impl PetstoreApi for PetstoreImpl {
                 after: params.after,
             })
             .await
-            .map_err(store_failure)?;
+            .map_err(store_failure(context))?;
         let headers = match page.pets.last() {
             Some(last) if page.more => PageHeaders::next(limit, params.status, last.id),
             _ => PageHeaders::default(),
@@ -71,12 +83,12 @@ impl PetstoreApi for PetstoreImpl {
         _auth: Authenticated,
         body: StrictJson<NewPet>,
     ) -> Result<HttpResponseCreated<Pet>, ApiError> {
-        let pet = rqctx
-            .context()
+        let context = rqctx.context();
+        let pet = context
             .store
             .create(body.into_inner())
             .await
-            .map_err(store_failure)?;
+            .map_err(store_failure(context))?;
         Ok(HttpResponseCreated(pet))
     }
 
@@ -86,7 +98,13 @@ impl PetstoreApi for PetstoreImpl {
         path: Path<PetPath>,
     ) -> Result<HttpResponseHeaders<HttpResponseOk<Pet>, DeprecationHeaders>, ApiError> {
         let id = path.into_inner().pet_id;
-        match rqctx.context().store.get(id).await.map_err(store_failure)? {
+        let context = rqctx.context();
+        match context
+            .store
+            .get(id)
+            .await
+            .map_err(store_failure(context))?
+        {
             Some(pet) => Ok(HttpResponseHeaders::new(
                 HttpResponseOk(pet),
                 DeprecationHeaders::get_pet(),
@@ -103,8 +121,79 @@ pub struct ServerConfig {
     pub bind: SocketAddr,
     /// The database to serve.
     pub database: DatabaseUrl,
-    /// The keys clients must present.
+    /// Keys accepted besides the stored ones (`PETSTORE_API_KEYS`).
     pub api_keys: ApiKeys,
+    /// The management listener's address (health, readiness, metrics);
+    /// `None` turns it and the metrics off.
+    pub admin_bind: Option<SocketAddr>,
+    /// Serve HTTPS with this certificate and key instead of HTTP.
+    pub tls: Option<TlsFiles>,
+}
+
+/// A PEM certificate chain and its PEM private key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The certificate chain, the server's own certificate first.
+    pub cert: PathBuf,
+    /// The private key (PKCS #8, PKCS #1 or SEC1).
+    pub key: PathBuf,
+}
+
+/// Why a certificate or key cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A file cannot be read.
+    #[error("cannot read the TLS {what} {path}: {source}")]
+    Read {
+        /// Which file: certificate or key.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why not.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The files do not make a usable certificate and key.
+    #[error("the TLS certificate {cert} and key {key} are not usable: {reason}")]
+    Invalid {
+        /// The certificate file.
+        cert: PathBuf,
+        /// The key file.
+        key: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl TlsFiles {
+    /// Reads and checks both files, as a TLS configuration.
+    pub fn load(&self) -> Result<ConfigTls, TlsError> {
+        let read = |what, path: &PathBuf| {
+            std::fs::read(path).map_err(|source| TlsError::Read {
+                what,
+                path: path.clone(),
+                source,
+            })
+        };
+        let bytes = ConfigTls::AsBytes {
+            certs: read("certificate", &self.cert)?,
+            key: read("key", &self.key)?,
+        };
+        let invalid = |reason: String| TlsError::Invalid {
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+            reason,
+        };
+        if let ConfigTls::AsBytes { certs, .. } = &bytes
+            && !String::from_utf8_lossy(certs).contains("-----BEGIN CERTIFICATE-----")
+        {
+            return Err(invalid(
+                "the certificate file holds no PEM certificate".into(),
+            ));
+        }
+        let config = rustls::ServerConfig::try_from(&bytes).map_err(|e| invalid(e.to_string()))?;
+        Ok(ConfigTls::Dynamic(config))
+    }
 }
 
 /// Why the server did not start.
@@ -122,6 +211,18 @@ pub enum StartError {
     /// The database cannot be opened.
     #[error(transparent)]
     Database(#[from] OpenError),
+    /// The stored keys cannot be read.
+    #[error("cannot read the stored API keys: {0}")]
+    Keys(String),
+    /// No key would be accepted: every request would be refused.
+    #[error(
+        "no usable API key: create one with `petstore-server keys create --name NAME` \
+         (with the same --database), or set PETSTORE_API_KEYS to a comma-separated list of keys"
+    )]
+    NoKeys,
+    /// The certificate or key is not usable.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
     /// The API trait does not describe a valid API (a bug in us).
     #[error("invalid API description: {0}")]
     Api(String),
@@ -149,15 +250,42 @@ pub struct ShutdownReport {
 /// A server accepting requests.
 pub struct RunningServer {
     http: HttpServer<ApiContext>,
+    admin: Option<HttpServer<AdminContext>>,
     store: Arc<dyn PetStore>,
     requests: Requests,
     fatal: watch::Receiver<Option<String>>,
+    key_refresh: JoinHandle<()>,
+    tls: Option<TlsFiles>,
 }
 
 impl RunningServer {
     /// The address the server listens on.
     pub fn local_addr(&self) -> SocketAddr {
         self.http.local_addr()
+    }
+
+    /// The management listener's address, when it is on.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().map(HttpServer::local_addr)
+    }
+
+    /// Reads the certificate and key files again and uses them for new
+    /// connections; established connections keep theirs. On an error the
+    /// certificate in use stays. Does nothing without TLS.
+    pub async fn reload_tls(&self) -> Result<bool, TlsError> {
+        let Some(files) = &self.tls else {
+            return Ok(false);
+        };
+        let config = files.load()?;
+        self.http
+            .refresh_tls(&config)
+            .await
+            .map_err(|reason| TlsError::Invalid {
+                cert: files.cert.clone(),
+                key: files.key.clone(),
+                reason,
+            })?;
+        Ok(true)
     }
 
     /// Resolves when the server can no longer work at all (e.g. the SQLite
@@ -190,6 +318,10 @@ impl RunningServer {
                 0
             },
         };
+        if let Some(admin) = self.admin {
+            let _ = tokio::time::timeout(Duration::from_secs(1), admin.close()).await;
+        }
+        self.key_refresh.abort();
         self.store.close().await;
         match closed {
             Ok(Err(e)) => Err(ShutdownError::Http(e)),
@@ -198,25 +330,51 @@ impl RunningServer {
     }
 }
 
-/// Opens the database (creating or migrating its schema) and starts serving.
+/// Opens the database (creating or migrating its schema), loads the keys
+/// and starts serving, with the management listener if asked for.
 ///
-/// The address is tried first, so that a port in use is reported before
+/// The addresses are tried first, so that a port in use is reported before
 /// any database file is created.
 pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningServer, StartError> {
-    let listen_error = |source| StartError::Listen {
-        address: config.bind,
-        source,
-    };
-    std::net::TcpListener::bind(config.bind).map_err(|e| listen_error(Box::new(e)))?;
-    let (fatal_sender, fatal) = watch::channel(None);
-    let store = store::open(&config.database, &log, fatal_sender).await?;
-    let api = match petstore_api_mod::api_description::<PetstoreImpl>() {
-        Ok(api) => api,
-        Err(e) => {
-            store.close().await;
-            return Err(StartError::Api(e.to_string()));
+    let listen_error = |address| {
+        move |source| StartError::Listen {
+            address,
+            source: Box::new(source),
         }
     };
+    std::net::TcpListener::bind(config.bind).map_err(listen_error(config.bind))?;
+    if let Some(admin) = config.admin_bind {
+        std::net::TcpListener::bind(admin).map_err(listen_error(admin))?;
+    }
+    let tls = config.tls.as_ref().map(TlsFiles::load).transpose()?;
+    let (fatal_sender, fatal) = watch::channel(None);
+    let store_metrics = StoreMetrics::default();
+    let database = store::open(&config.database, &log, fatal_sender, store_metrics.clone()).await?;
+    let store = Arc::clone(&database.pets);
+    let fail = async |error: StartError| {
+        store.close().await;
+        Err(error)
+    };
+    let stored = match database.keys.list_keys().await {
+        Ok(stored) => stored,
+        Err(e) => return fail(StartError::Keys(crate::error::chain(&e))).await,
+    };
+    let keys = Arc::new(Keyring::new(config.api_keys, &stored));
+    if keys.counts().usable == 0 {
+        return fail(StartError::NoKeys).await;
+    }
+    let api = match petstore_api_mod::api_description::<PetstoreImpl>() {
+        Ok(api) => api,
+        Err(e) => return fail(StartError::Api(e.to_string())).await,
+    };
+    let metrics = config
+        .admin_bind
+        .map(|_| Arc::new(Metrics::new(store_metrics)));
+    let notes = Arc::new(RequestNotes::default());
+    let api_log = slog::Logger::root(
+        ObservingDrain::new(log.clone(), Arc::clone(&notes), metrics.clone()),
+        slog::o!(),
+    );
     let dropshot_config = ConfigDropshot {
         bind_address: config.bind,
         default_request_body_max_bytes: REQUEST_BODY_MAX_BYTES,
@@ -231,25 +389,81 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
     };
     let requests = Requests::default();
     let context = ApiContext {
-        keys: config.api_keys,
+        keys: Arc::clone(&keys),
+        notes,
+        metrics: metrics.clone(),
         store: Arc::clone(&store),
         requests: requests.clone(),
     };
-    let http = match ServerBuilder::new(api, context, log.clone())
+    let http = match ServerBuilder::new(api, context, api_log)
         .config(dropshot_config)
+        .tls(tls)
         .start()
     {
         Ok(http) => http,
         Err(e) => {
-            store.close().await;
-            return Err(listen_error(Box::new(e)));
+            let error = StartError::Listen {
+                address: config.bind,
+                source: Box::new(e),
+            };
+            return fail(error).await;
         }
     };
-    slog::info!(log, "serving"; "address" => %http.local_addr(), "database" => %config.database);
+    let admin = match (config.admin_bind, &metrics) {
+        (Some(address), Some(metrics)) => {
+            match start_admin(address, &store, &keys, metrics, &log) {
+                Ok(admin) => Some(admin),
+                Err(e) => {
+                    let _ = http.close().await;
+                    return fail(e).await;
+                }
+            }
+        }
+        _ => None,
+    };
+    let key_refresh = tokio::spawn(Arc::clone(&keys).refresh(database.keys, log.clone(), metrics));
+    slog::info!(log, "serving";
+        "address" => %http.local_addr(),
+        "scheme" => if config.tls.is_some() { "https" } else { "http" },
+        "admin_address" => admin.as_ref().map(|admin| admin.local_addr().to_string()),
+        "database" => %config.database,
+        "api_keys" => ?keys.counts());
     Ok(RunningServer {
         http,
+        admin,
         store,
         requests,
         fatal,
+        key_refresh,
+        tls: config.tls,
+    })
+}
+
+fn start_admin(
+    address: SocketAddr,
+    store: &Arc<dyn PetStore>,
+    keys: &Arc<Keyring>,
+    metrics: &Arc<Metrics>,
+    log: &slog::Logger,
+) -> Result<HttpServer<AdminContext>, StartError> {
+    let context = AdminContext {
+        store: Arc::clone(store),
+        keys: Arc::clone(keys),
+        metrics: Arc::clone(metrics),
+    };
+    let config = ConfigDropshot {
+        bind_address: address,
+        ..Default::default()
+    };
+    ServerBuilder::new(
+        admin::api().map_err(StartError::Api)?,
+        context,
+        log.new(slog::o!("listener" => "admin")),
+    )
+    .config(config)
+    .start()
+    .map_err(|source| StartError::Listen {
+        address,
+        source: Box::new(source),
     })
 }

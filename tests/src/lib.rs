@@ -294,6 +294,8 @@ async fn launch(database: &DatabaseUrl, log: &LogBuffer) -> RunningServer {
         bind: "127.0.0.1:0".parse().expect("an address"),
         database: database.clone(),
         api_keys: ApiKeys::parse(&format!("{KEY},{OTHER_KEY}")).expect("valid keys"),
+        admin_bind: Some("127.0.0.1:0".parse().expect("an address")),
+        tls: None,
     };
     let settings = LogSettings {
         format: LogFormat::Json,

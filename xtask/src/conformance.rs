@@ -209,6 +209,7 @@ impl Server {
         petstore_support::without_petstore_settings(&mut command)
             .arg("serve")
             .args(["--bind", &addr.to_string(), "--database", &database])
+            .args(["--admin-bind", "off"])
             .args(["--log-format", "json", "--log-level", "info"])
             .env("PETSTORE_API_KEYS", key)
             .stdin(Stdio::null())

@@ -78,6 +78,11 @@ impl Catalogue {
         Page { pets, more }
     }
 
+    /// How many pets there are.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
     /// The pet with identifier `id`.
     pub fn get(&self, id: i64) -> Option<Pet> {
         self.ids.position(id).map(|at| self.pet(at))

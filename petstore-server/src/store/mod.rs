@@ -9,12 +9,16 @@ use std::sync::Arc;
 use crate::model::{NewPet, Pet, PetStatus};
 
 mod catalogue;
+pub mod keys;
 mod lock;
 mod postgres;
 mod sqlite;
+mod sqlite_keys;
 
+pub use keys::{KeyError, KeyStore, Revoked, StoredKey};
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
+pub use sqlite_keys::SqliteKeys;
 
 /// The longest list a store serves in one call.
 pub const LIST_MAX: u32 = 100;
@@ -69,6 +73,14 @@ pub enum StoreError {
         /// The database file.
         path: PathBuf,
     },
+    /// A stored API key does not decode.
+    #[error("the stored API key {name:?}: {reason}")]
+    BadKey {
+        /// The key's name.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The SQLite writer thread is gone (it panicked): nothing can be written.
     #[error("the SQLite writer thread stopped: {0}")]
     WriterStopped(String),
@@ -96,7 +108,9 @@ impl StoreError {
             StoreError::Sqlite { source, .. } => sqlite::is_unavailable(source),
             StoreError::Postgres { source, .. } => postgres::is_unavailable(source),
             StoreError::FileReplaced { .. } | StoreError::Closed => true,
-            StoreError::Undecodable { .. } | StoreError::WriterStopped(_) => false,
+            StoreError::Undecodable { .. }
+            | StoreError::BadKey { .. }
+            | StoreError::WriterStopped(_) => false,
         }
     }
 }
@@ -147,6 +161,19 @@ pub enum OpenError {
         /// The version in the database.
         found: i64,
         /// The newest version this server knows.
+        known: usize,
+    },
+    /// A server serves the SQLite file at another schema version than this
+    /// program's, so a `keys` command cannot migrate it.
+    #[error(
+        "the database is served by a petstore-server at schema version {found}, but this \
+         program needs version {known}; run the same petstore-server version as the server \
+         (or stop the server and run `migrate`)"
+    )]
+    ServedAtOtherSchema {
+        /// The version in the database.
+        found: i64,
+        /// This program's version.
         known: usize,
     },
     /// The schema version stored in the database is not a version at all.
@@ -213,8 +240,63 @@ pub trait PetStore: Send + Sync + 'static {
     /// The pet with identifier `id`, if there is one.
     async fn get(&self, id: i64) -> Result<Option<Pet>, StoreError>;
 
+    /// Whether the store can serve now: the database is reachable (and its
+    /// file is still the one opened), and nothing stopped it for good.
+    async fn check_ready(&self) -> Result<(), StoreError>;
+
+    /// Figures for monitoring.
+    async fn stats(&self) -> Result<StoreStats, StoreError>;
+
     /// Finishes pending writes and closes the database. Later calls fail.
     async fn close(&self);
+}
+
+/// Figures a store reports for monitoring.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Pets stored (on PostgreSQL, above 100,000, the planner's estimate).
+    pub pets: u64,
+    /// The connection pool, for a store that has one.
+    pub pool: Option<PoolStats>,
+}
+
+/// A connection pool's state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// The most connections it opens.
+    pub max: usize,
+    /// Connections open.
+    pub open: usize,
+    /// Open connections not in use.
+    pub idle: usize,
+    /// Requests waiting for a connection.
+    pub waiting: usize,
+}
+
+/// What a store measures as it works, recorded into these metrics.
+#[derive(Clone, Debug)]
+pub struct StoreMetrics {
+    /// Creates per SQLite commit (group commit).
+    pub commit_group_size: prometheus_client::metrics::histogram::Histogram,
+}
+
+impl Default for StoreMetrics {
+    fn default() -> StoreMetrics {
+        StoreMetrics {
+            commit_group_size: prometheus_client::metrics::histogram::Histogram::new(
+                prometheus_client::metrics::histogram::exponential_buckets(1.0, 2.0, 10),
+            ),
+        }
+    }
+}
+
+/// An open database: the catalogue and the keys, in the same database.
+#[derive(Clone)]
+pub struct Database {
+    /// The catalogue.
+    pub pets: Arc<dyn PetStore>,
+    /// The API keys.
+    pub keys: Arc<dyn KeyStore>,
 }
 
 /// Where the catalogue lives, parsed from `--database` / `PETSTORE_DATABASE_URL`.
@@ -364,12 +446,34 @@ pub async fn open(
     url: &DatabaseUrl,
     log: &slog::Logger,
     fatal: FatalSender,
-) -> Result<Arc<dyn PetStore>, OpenError> {
+    metrics: StoreMetrics,
+) -> Result<Database, OpenError> {
     match url {
-        DatabaseUrl::Sqlite(path) => Ok(Arc::new(
-            SqliteStore::open(path.clone(), log.clone(), fatal).await?,
+        DatabaseUrl::Sqlite(path) => {
+            let (pets, keys) = SqliteStore::open(path.clone(), log.clone(), fatal, metrics).await?;
+            Ok(Database {
+                pets: Arc::new(pets),
+                keys: Arc::new(keys),
+            })
+        }
+        DatabaseUrl::Postgres(url) => {
+            let store = Arc::new(PostgresStore::open(url).await?);
+            Ok(Database {
+                pets: store.clone(),
+                keys: store,
+            })
+        }
+    }
+}
+
+/// Opens only the keys of the database at `url`, for the `keys` commands:
+/// while a server serves it, or not (see [`SqliteKeys::open`]).
+pub async fn open_keys(url: &DatabaseUrl) -> Result<Arc<dyn KeyStore>, OpenError> {
+    match url {
+        DatabaseUrl::Sqlite(path) => Ok(Arc::new(SqliteKeys::open(path.clone()).await?)),
+        DatabaseUrl::Postgres(url) => Ok(Arc::new(
+            PostgresStore::open(&url.clone().with_pool_size(1)).await?,
         )),
-        DatabaseUrl::Postgres(url) => Ok(Arc::new(PostgresStore::open(url).await?)),
     }
 }
 

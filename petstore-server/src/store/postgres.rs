@@ -13,11 +13,16 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::{NoTls, Row};
 
-use super::{ListQuery, OpenError, Page, PetStore, PostgresFailure, PostgresUrl, StoreError};
+use super::keys::{KeyError, KeyStore, Revoked, StoredKey};
+use super::{
+    ListQuery, OpenError, Page, PetStore, PoolStats, PostgresFailure, PostgresUrl, StoreError,
+    StoreStats,
+};
 use crate::model::{NewPet, Pet, PetStatus};
 
 /// Schema migrations; `petstore_schema.version` counts those applied.
-const MIGRATIONS: &[&str] = &["CREATE TABLE pets (
+const MIGRATIONS: &[&str] = &[
+    "CREATE TABLE pets (
         id          BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
         name        TEXT   NOT NULL,
         category_id BIGINT NOT NULL,
@@ -25,7 +30,17 @@ const MIGRATIONS: &[&str] = &["CREATE TABLE pets (
     );
     -- Serves the status-filtered list in id order; the unfiltered list walks
     -- the primary key. Either way a page costs O(limit), not O(catalogue).
-    CREATE INDEX pets_by_status ON pets (status, id);"];
+    CREATE INDEX pets_by_status ON pets (status, id);",
+    // API keys (see `keys.rs`): digests only; times in Unix seconds.
+    "CREATE TABLE api_keys (
+        name         TEXT   PRIMARY KEY,
+        digest       BYTEA  NOT NULL UNIQUE,
+        created_at   BIGINT NOT NULL,
+        expires_at   BIGINT,
+        last_used_at BIGINT,
+        revoked_at   BIGINT
+    );",
+];
 
 /// Serialises migrations between instances starting at the same time.
 const MIGRATION_LOCK: i64 = 0x7065_7473_746f_7265; // "petstore"
@@ -266,7 +281,153 @@ impl PetStore for PostgresStore {
         row.as_ref().map(pet_from_row).transpose()
     }
 
+    async fn check_ready(&self) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .simple_query("SELECT 1")
+            .await
+            .map_err(postgres("checking the connection"))?;
+        Ok(())
+    }
+
+    async fn stats(&self) -> Result<StoreStats, StoreError> {
+        let client = self.client().await?;
+        // Exact while small; above that the planner's estimate, since an
+        // exact count would scan the whole table on every scrape.
+        let row = client
+            .query_one(
+                "SELECT CASE WHEN c.reltuples < 100000
+                        THEN (SELECT count(*) FROM pets)
+                        ELSE c.reltuples::bigint END
+                 FROM pg_class c WHERE c.oid = 'pets'::regclass",
+                &[],
+            )
+            .await
+            .map_err(postgres("counting pets"))?;
+        let pets: i64 = row.try_get(0).map_err(postgres("counting pets"))?;
+        let status = self.pool.status();
+        Ok(StoreStats {
+            pets: u64::try_from(pets).unwrap_or(0),
+            pool: Some(PoolStats {
+                max: status.max_size,
+                open: status.size,
+                idle: status.available,
+                waiting: status.waiting,
+            }),
+        })
+    }
+
     async fn close(&self) {
         self.pool.close();
+    }
+}
+
+fn key_from_row(row: &Row) -> Result<StoredKey, StoreError> {
+    let decode = postgres("decoding a key");
+    let name: String = row.try_get(0).map_err(&decode)?;
+    let digest: &[u8] = row.try_get(1).map_err(&decode)?;
+    let digest = <[u8; 32]>::try_from(digest).map_err(|_| StoreError::BadKey {
+        name: name.clone(),
+        reason: format!("its digest has {} bytes instead of 32", digest.len()),
+    })?;
+    Ok(StoredKey {
+        name,
+        digest,
+        created_at: row.try_get(2).map_err(&decode)?,
+        expires_at: row.try_get(3).map_err(&decode)?,
+        last_used_at: row.try_get(4).map_err(&decode)?,
+        revoked_at: row.try_get(5).map_err(&decode)?,
+    })
+}
+
+#[async_trait::async_trait]
+impl KeyStore for PostgresStore {
+    async fn create_key(&self, key: StoredKey) -> Result<(), KeyError> {
+        let sql = postgres("storing a key");
+        let client = self.client().await?;
+        let inserted = client
+            .execute(
+                "INSERT INTO api_keys (name, digest, created_at, expires_at)
+                 VALUES ($1, $2, $3, $4)",
+                &[
+                    &key.name,
+                    &&key.digest[..],
+                    &key.created_at,
+                    &key.expires_at,
+                ],
+            )
+            .await;
+        match inserted {
+            Ok(_) => Ok(()),
+            Err(e)
+                if e.as_db_error().is_some_and(|db| {
+                    db.code() == &tokio_postgres::error::SqlState::UNIQUE_VIOLATION
+                        && db.constraint() == Some("api_keys_pkey")
+                }) =>
+            {
+                Err(KeyError::DuplicateName(key.name))
+            }
+            Err(e) => Err(sql(e).into()),
+        }
+    }
+
+    async fn list_keys(&self) -> Result<Vec<StoredKey>, StoreError> {
+        let sql = postgres("reading the keys");
+        let client = self.client().await?;
+        let select = client
+            .prepare_cached(
+                "SELECT name, digest, created_at, expires_at, last_used_at, revoked_at
+                 FROM api_keys ORDER BY created_at, name",
+            )
+            .await
+            .map_err(&sql)?;
+        let rows = client.query(&select, &[]).await.map_err(&sql)?;
+        rows.iter().map(key_from_row).collect()
+    }
+
+    async fn revoke_key(&self, name: &str, at: i64) -> Result<Revoked, KeyError> {
+        let sql = postgres("revoking a key");
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(&sql)?;
+        let row = tx
+            .query_opt(
+                "SELECT revoked_at FROM api_keys WHERE name = $1 FOR UPDATE",
+                &[&name],
+            )
+            .await
+            .map_err(&sql)?;
+        let Some(row) = row else {
+            return Err(KeyError::UnknownName(name.to_owned()));
+        };
+        let revoked = match row.try_get::<_, Option<i64>>(0).map_err(&sql)? {
+            Some(earlier) => Revoked::Already(earlier),
+            None => {
+                tx.execute(
+                    "UPDATE api_keys SET revoked_at = $2 WHERE name = $1",
+                    &[&name, &at],
+                )
+                .await
+                .map_err(&sql)?;
+                Revoked::Now
+            }
+        };
+        tx.commit().await.map_err(&sql)?;
+        Ok(revoked)
+    }
+
+    async fn record_key_use(&self, uses: Vec<(String, i64)>) -> Result<(), StoreError> {
+        let sql = postgres("recording key use");
+        let client = self.client().await?;
+        let (names, times): (Vec<String>, Vec<i64>) = uses.into_iter().unzip();
+        client
+            .execute(
+                "UPDATE api_keys k SET last_used_at = u.at
+                 FROM unnest($1::text[], $2::bigint[]) AS u(name, at)
+                 WHERE k.name = u.name AND (k.last_used_at IS NULL OR k.last_used_at < u.at)",
+                &[&names, &times],
+            )
+            .await
+            .map_err(&sql)?;
+        Ok(())
     }
 }

@@ -26,23 +26,37 @@ use tokio::sync::oneshot;
 
 use super::catalogue::Catalogue;
 use super::lock::DatabaseLock;
-use super::{FatalSender, ListQuery, OpenError, Page, PetStore, StoreError};
+use super::sqlite_keys::SqliteKeys;
+use super::{
+    FatalSender, ListQuery, OpenError, Page, PetStore, StoreError, StoreMetrics, StoreStats,
+};
 use crate::model::{NewPet, Pet, PetStatus};
 
 /// Schema migrations; the database's `user_version` counts those applied.
 /// No secondary index: reads are served from memory (see `Catalogue`).
-const MIGRATIONS: &[&str] = &["CREATE TABLE pets (
+pub(super) const MIGRATIONS: &[&str] = &[
+    "CREATE TABLE pets (
         id          INTEGER PRIMARY KEY AUTOINCREMENT,
         name        TEXT    NOT NULL,
         category_id INTEGER NOT NULL,
         status      TEXT    CHECK (status IN ('available', 'pending', 'sold'))
-    );"];
+    );",
+    // API keys (see `keys.rs`): digests only; times in Unix seconds.
+    "CREATE TABLE api_keys (
+        name         TEXT    PRIMARY KEY,
+        digest       BLOB    NOT NULL UNIQUE,
+        created_at   INTEGER NOT NULL,
+        expires_at   INTEGER,
+        last_used_at INTEGER,
+        revoked_at   INTEGER
+    );",
+];
 
 /// The most creates one transaction commits.
 const MAX_GROUP: usize = 512;
 /// How long a connection waits on a lock (e.g. another program holding the
 /// file) before the request fails with 503.
-const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often an idle writer checks that the database file is still the one
 /// it has open (it also checks after every commit, before answering).
 const FILE_CHECK_INTERVAL: Duration = Duration::from_secs(2);
@@ -64,6 +78,11 @@ pub struct SqliteStore {
     /// Set when the store is being closed. A writer that is gone without
     /// that has died: creates then fail as internal errors, not as 503s.
     closing: AtomicBool,
+    /// The database file, and which file it was at start-up.
+    path: PathBuf,
+    identity: FileIdentity,
+    /// Set by the writer once the path no longer names that file.
+    replaced: Arc<AtomicBool>,
 }
 
 /// Whether a SQLite error is the database's being unavailable (busy, full,
@@ -84,7 +103,7 @@ pub(super) fn is_unavailable(error: &rusqlite::Error) -> bool {
     )
 }
 
-fn sqlite(doing: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
+pub(super) fn sqlite(doing: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
     move |source| StoreError::Sqlite {
         doing,
         source: Arc::new(source),
@@ -100,8 +119,9 @@ impl SqliteStore {
         path: PathBuf,
         log: slog::Logger,
         fatal: FatalSender,
-    ) -> Result<SqliteStore, OpenError> {
-        tokio::task::spawn_blocking(move || SqliteStore::open_blocking(path, log, fatal))
+        metrics: StoreMetrics,
+    ) -> Result<(SqliteStore, SqliteKeys), OpenError> {
+        tokio::task::spawn_blocking(move || SqliteStore::open_blocking(path, log, fatal, metrics))
             .await
             .map_err(|e| OpenError::Io {
                 doing: "opening the database".into(),
@@ -113,7 +133,8 @@ impl SqliteStore {
         path: PathBuf,
         log: slog::Logger,
         fatal: FatalSender,
-    ) -> Result<SqliteStore, OpenError> {
+        metrics: StoreMetrics,
+    ) -> Result<(SqliteStore, SqliteKeys), OpenError> {
         let lock = DatabaseLock::acquire(&path)?;
         let in_file = |source: StoreError| OpenError::Store {
             database: path.display().to_string(),
@@ -122,26 +143,18 @@ impl SqliteStore {
         let mut conn = Connection::open(&path)
             .map_err(sqlite("opening the file"))
             .map_err(in_file)?;
-        if conn.is_readonly(rusqlite::MAIN_DB).unwrap_or(false) {
-            return Err(OpenError::ReadOnly {
-                path,
-                reason: "SQLite could open it for reading only".into(),
-            });
-        }
-        configure(&conn, &path).map_err(|e| match e {
-            Migration::Store(e) => read_only_or(&path, e, in_file),
-            Migration::Refused(e) => e,
-        })?;
-        migrate(&mut conn).map_err(|e| match e {
-            Migration::Store(e) => read_only_or(&path, e, in_file),
-            Migration::Refused(e) => e,
-        })?;
+        configure_and_migrate(&mut conn, &path)?;
         let catalogue = load(&conn).map_err(in_file)?;
+        let keys_conn = Connection::open(&path)
+            .and_then(|keys| keys.busy_timeout(BUSY_TIMEOUT).map(|()| keys))
+            .map_err(sqlite("opening a connection for the keys"))
+            .map_err(in_file)?;
         let identity = FileIdentity::of(&path).map_err(|source| OpenError::Io {
             doing: format!("reading the metadata of {}", path.display()),
             source,
         })?;
         let catalogue = Arc::new(RwLock::new(Some(catalogue)));
+        let replaced = Arc::new(AtomicBool::new(false));
 
         let (writer, jobs) = mpsc::channel();
         let writer_thread = std::thread::Builder::new()
@@ -150,10 +163,11 @@ impl SqliteStore {
                 let catalogue = Arc::clone(&catalogue);
                 let writer = Writer {
                     conn,
-                    path,
+                    path: path.clone(),
                     identity,
-                    replaced: false,
+                    replaced: Arc::clone(&replaced),
                     log: log.clone(),
+                    metrics,
                     _lock: lock,
                 };
                 move || {
@@ -173,12 +187,16 @@ impl SqliteStore {
                 doing: "starting the writer thread".into(),
                 source,
             })?;
-        Ok(SqliteStore {
+        let store = SqliteStore {
             writer,
             writer_thread: Mutex::new(Some(writer_thread)),
             catalogue,
             closing: AtomicBool::new(false),
-        })
+            path,
+            identity,
+            replaced,
+        };
+        Ok((store, SqliteKeys::on(keys_conn)))
     }
 
     /// Why a create could not reach the writer: it died, or the store closed.
@@ -224,6 +242,33 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
+/// Configures a fresh connection (busy timeout, WAL, full sync) and brings
+/// the schema up to date; a read-only file or directory is reported as such.
+pub(super) fn configure_and_migrate(conn: &mut Connection, path: &Path) -> Result<(), OpenError> {
+    let in_file = |source: StoreError| OpenError::Store {
+        database: path.display().to_string(),
+        source,
+    };
+    if conn.is_readonly(rusqlite::MAIN_DB).unwrap_or(false) {
+        return Err(OpenError::ReadOnly {
+            path: path.to_owned(),
+            reason: "SQLite could open it for reading only".into(),
+        });
+    }
+    let refused = |e| match e {
+        Migration::Store(e) => read_only_or(path, e, in_file),
+        Migration::Refused(e) => e,
+    };
+    configure(conn, path).map_err(refused)?;
+    migrate(conn).map_err(refused)
+}
+
+/// The schema version the database says it has.
+pub(super) fn schema_version(conn: &Connection) -> Result<i64, StoreError> {
+    conn.query_row("PRAGMA user_version", [], |row| row.get(0))
+        .map_err(sqlite("reading the schema version"))
+}
+
 fn configure(conn: &Connection, path: &Path) -> Result<(), Migration> {
     let sql = |e| Migration::Store(sqlite("configuring the connection")(e));
     conn.busy_timeout(BUSY_TIMEOUT).map_err(sql)?;
@@ -249,9 +294,7 @@ enum Migration {
 /// with the version bump. A database from a newer server is left untouched.
 fn migrate(conn: &mut Connection) -> Result<(), Migration> {
     let sql = |e| Migration::Store(sqlite("migrating the schema")(e));
-    let current: i64 = conn
-        .query_row("PRAGMA user_version", [], |row| row.get(0))
-        .map_err(sql)?;
+    let current = schema_version(conn).map_err(Migration::Store)?;
     let current = usize::try_from(current)
         .map_err(|_| Migration::Refused(OpenError::InvalidSchemaVersion(current)))?;
     if current > MIGRATIONS.len() {
@@ -297,8 +340,9 @@ struct Writer {
     /// The file opened at start-up.
     identity: FileIdentity,
     /// Set once the path no longer names that file; creates are refused.
-    replaced: bool,
+    replaced: Arc<AtomicBool>,
     log: slog::Logger,
+    metrics: StoreMetrics,
     /// Held for as long as the writer owns the database.
     _lock: DatabaseLock,
 }
@@ -344,14 +388,14 @@ impl Writer {
     /// Whether the path still names the file the server has open; logs the
     /// moment it stops doing so.
     fn check_file(&mut self) -> bool {
-        if self.replaced {
+        if self.replaced.load(Ordering::SeqCst) {
             return false;
         }
         let now = FileIdentity::of(&self.path);
         if now.as_ref().is_ok_and(|now| *now == self.identity) {
             return true;
         }
-        self.replaced = true;
+        self.replaced.store(true, Ordering::SeqCst);
         slog::error!(self.log, "the database file was deleted or replaced; refusing creates until restarted";
         "path" => %self.path.display(),
         "now" => match now {
@@ -400,6 +444,7 @@ impl Writer {
         if let Some(catalogue) = write(catalogue).as_mut() {
             pets.iter().for_each(|(pet, _)| catalogue.push(pet));
         }
+        self.metrics.commit_group_size.observe(pets.len() as f64);
         for (pet, reply) in pets {
             let _ = reply.send(Ok(pet));
         }
@@ -507,6 +552,36 @@ impl PetStore for SqliteStore {
         read(&self.catalogue, |catalogue| catalogue.get(id))
     }
 
+    async fn check_ready(&self) -> Result<(), StoreError> {
+        if self.closing.load(Ordering::SeqCst) {
+            return Err(StoreError::Closed);
+        }
+        let finished = self
+            .writer_thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_none_or(JoinHandle::is_finished);
+        if finished {
+            return Err(self.writer_gone());
+        }
+        let same_file = FileIdentity::of(&self.path).is_ok_and(|now| now == self.identity);
+        if self.replaced.load(Ordering::SeqCst) || !same_file {
+            return Err(StoreError::FileReplaced {
+                path: self.path.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    async fn stats(&self) -> Result<StoreStats, StoreError> {
+        let pets = read(&self.catalogue, Catalogue::len)?;
+        Ok(StoreStats {
+            pets: pets as u64,
+            pool: None,
+        })
+    }
+
     async fn close(&self) {
         self.closing.store(true, Ordering::SeqCst);
         let (done, finished) = oneshot::channel();
@@ -587,7 +662,14 @@ mod tests {
     }
 
     async fn open(path: &Path) -> Result<SqliteStore, OpenError> {
-        SqliteStore::open(path.to_owned(), discard(), FatalSender::new(None)).await
+        SqliteStore::open(
+            path.to_owned(),
+            discard(),
+            FatalSender::new(None),
+            StoreMetrics::default(),
+        )
+        .await
+        .map(|(store, _keys)| store)
     }
 
     #[tokio::test]
@@ -696,9 +778,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("pets.db");
         let (fatal, mut failure) = tokio::sync::watch::channel(None);
-        let store = SqliteStore::open(path.clone(), discard(), fatal)
-            .await
-            .unwrap();
+        let (store, _keys) =
+            SqliteStore::open(path.clone(), discard(), fatal, StoreMetrics::default())
+                .await
+                .unwrap();
         store.create(new_pet("Rex", None)).await.unwrap();
         // Another program rewinds the id sequence behind the server's back:
         // the next id is not above the last one the catalogue holds, which

@@ -51,7 +51,13 @@ impl Served {
         let mut child = ChildGuard::spawn(
             "petstore-server",
             petstore(dir)
-                .args(["serve", "--bind", "127.0.0.1:0"])
+                .args([
+                    "serve",
+                    "--bind",
+                    "127.0.0.1:0",
+                    "--admin-bind",
+                    "127.0.0.1:0",
+                ])
                 .args(extra)
                 .env("PETSTORE_API_KEYS", KEY)
                 .stderr(Stdio::piped())

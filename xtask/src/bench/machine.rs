@@ -106,6 +106,11 @@ impl Machine {
         );
         let _ = writeln!(
             out,
+            "- Server metrics (management listener): {}",
+            if o.metrics { "on" } else { "off" }
+        );
+        let _ = writeln!(
+            out,
             "- Seeding through the storage layer, and start-up: {}",
             run.seeding.join("; ")
         );

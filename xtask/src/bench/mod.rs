@@ -302,6 +302,13 @@ impl Bench {
         if let Some(level) = &self.options.log_level {
             command.args(["--log-level", level]);
         }
+        // Metrics on, as by default, on a port of its own.
+        let admin = if self.options.metrics {
+            free_loopback_addr()?.to_string()
+        } else {
+            "off".to_owned()
+        };
+        command.args(["--admin-bind", &admin]);
         // Only what is given here counts, not the caller's PETSTORE_* settings.
         petstore_support::without_petstore_settings(&mut command).env("PETSTORE_API_KEYS", key);
         Service::start("petstore-server", &mut command, addr, key)

@@ -16,7 +16,9 @@ options:
   --postgres           also run the 1k scenarios on a throwaway PostgreSQL cluster
   --scaling-pets N     pets in the scaling dataset (default 1000000; 0 skips it)
   --log-level LEVEL    pass --log-level to the server (default: the server's own, info),
-                       to measure what logging costs";
+                       to measure what logging costs
+  --metrics on|off     the server's metrics and management listener (default on, as the
+                       server's default), off to measure what metrics cost";
 
 /// What to run.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,6 +35,9 @@ pub struct Options {
     pub scaling_pets: u64,
     /// `--log-level` for the server, if not its default.
     pub log_level: Option<String>,
+    /// Whether the server keeps metrics (its management listener on, as by
+    /// default); off to measure what they cost.
+    pub metrics: bool,
 }
 
 impl Default for Options {
@@ -44,6 +49,7 @@ impl Default for Options {
             postgres: false,
             scaling_pets: 1_000_000,
             log_level: None,
+            metrics: true,
         }
     }
 }
@@ -75,6 +81,13 @@ pub fn parse(args: &[&str]) -> anyhow::Result<Parsed> {
             "--scenario" => options.scenario = Some(Scenario::parse(value()?)?),
             "--scaling-pets" => options.scaling_pets = number(flag, value()?)?,
             "--log-level" => options.log_level = Some(value()?.to_owned()),
+            "--metrics" => {
+                options.metrics = match value()? {
+                    "on" => true,
+                    "off" => false,
+                    other => bail!("--metrics {other:?}: expected on or off"),
+                }
+            }
             _ => bail!("unknown argument {flag:?}\n\n{USAGE}"),
         }
     }
@@ -126,6 +139,8 @@ mod tests {
             "0",
             "--log-level",
             "warn",
+            "--metrics",
+            "off",
         ]);
         assert_eq!(
             options,
@@ -136,6 +151,7 @@ mod tests {
                 postgres: true,
                 scaling_pets: 0,
                 log_level: Some("warn".into()),
+                metrics: false,
             }
         );
     }

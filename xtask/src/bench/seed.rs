@@ -38,13 +38,13 @@ pub fn new_pet(i: u64) -> NewPet {
 /// and returns how long it took. Progress is printed for big datasets.
 pub async fn seed(url: &DatabaseUrl, count: u64) -> anyhow::Result<Duration> {
     let log = slog::Logger::root(slog::Discard, slog::o!());
-    let store = store::open(url, &log, store::FatalSender::new(None))
+    let store = store::open(url, &log, store::FatalSender::new(None), Default::default())
         .await
         .with_context(|| format!("opening {url} to seed it"))?;
     let started = Instant::now();
     let step = (count / 10).max(100_000);
     let created = futures::stream::iter(0..count)
-        .map(|i| store.create(new_pet(i)))
+        .map(|i| store.pets.create(new_pet(i)))
         .buffer_unordered(IN_FLIGHT)
         .map_err(|e| anyhow::anyhow!("seeding: {e}"))
         .try_fold(0u64, |done, _| async move {
@@ -59,7 +59,7 @@ pub async fn seed(url: &DatabaseUrl, count: u64) -> anyhow::Result<Duration> {
         })
         .await;
     let elapsed = started.elapsed();
-    store.close().await;
+    store.pets.close().await;
     created?;
     Ok(elapsed)
 }

@@ -90,6 +90,8 @@ impl Harness {
             bind: "127.0.0.1:0".parse().expect("a literal address"),
             database: DatabaseUrl::Sqlite(database.clone()),
             api_keys: ApiKeys::parse(&key).context("the generated key")?,
+            admin_bind: None,
+            tls: None,
         };
         let log = slog::Logger::root(slog::Discard, slog::o!());
         let server = petstore_server::start(config, log)

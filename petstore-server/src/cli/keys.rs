@@ -1,0 +1,196 @@
+//! `petstore-server keys create|list|revoke`: API keys in the database,
+//! for running servers to pick up within seconds (see `keyring.rs`).
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use anyhow::{Context, bail};
+use petstore_server::keyring::{REFRESH_INTERVAL, unix_now};
+use petstore_server::keys::{KeyDigest, generate};
+use petstore_server::store::{self, Revoked, StoredKey};
+
+use super::settings::{DatabaseArgs, DatabaseSettings};
+
+/// What to do with keys.
+#[derive(clap::Subcommand, Debug)]
+pub enum KeysCommand {
+    /// Create a key and print it, once: only its hash is stored.
+    Create {
+        /// A unique name for the key (letters, digits, . _ -; at most 64), e.g. ci-2026-11.
+        #[arg(long)]
+        name: String,
+        /// Expire the key after this long, e.g. 90d, 12h, 1y 6months; never by default.
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        expires_in: Option<Duration>,
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
+    /// List the keys: names, creation, expiry, last use and revocation (never keys or hashes).
+    List {
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
+    /// Revoke a key by name; running servers refuse it within seconds.
+    Revoke {
+        /// The key's name.
+        name: String,
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let duration = humantime::parse_duration(text)
+        .map_err(|e| format!("{e}; expected a duration such as 90d, 12h, 30min or 1y 6months"))?;
+    if duration < Duration::from_secs(1) {
+        return Err("a key must live at least one second".into());
+    }
+    Ok(duration)
+}
+
+fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+}
+
+/// Runs a `keys` command.
+pub async fn run(command: KeysCommand, matches: Option<&clap::ArgMatches>) -> anyhow::Result<()> {
+    match command {
+        KeysCommand::Create {
+            name,
+            expires_in,
+            database,
+        } => create(name, expires_in, database, matches).await,
+        KeysCommand::List { database } => list(database, matches).await,
+        KeysCommand::Revoke { name, database } => revoke(name, database, matches).await,
+    }
+}
+
+async fn open(
+    database: DatabaseArgs,
+    matches: Option<&clap::ArgMatches>,
+) -> anyhow::Result<std::sync::Arc<dyn store::KeyStore>> {
+    let settings = DatabaseSettings::resolve(database, matches)?;
+    Ok(store::open_keys(&settings.database()).await?)
+}
+
+async fn create(
+    name: String,
+    expires_in: Option<Duration>,
+    database: DatabaseArgs,
+    matches: Option<&clap::ArgMatches>,
+) -> anyhow::Result<()> {
+    if !valid_name(&name) {
+        bail!(
+            "invalid key name {name:?}: use 1 to 64 letters, digits, dots, underscores or hyphens"
+        );
+    }
+    let now = unix_now();
+    let expires_at = match expires_in {
+        None => None,
+        Some(duration) => Some(
+            i64::try_from(duration.as_secs())
+                .ok()
+                .and_then(|secs| now.checked_add(secs))
+                .filter(|at| *at < 253_402_300_800) // the year 10000
+                .context("the expiry is too far in the future")?,
+        ),
+    };
+    let keys = open(database, matches).await?;
+    let key = generate().context("cannot get random bytes from the operating system")?;
+    keys.create_key(StoredKey {
+        name: name.clone(),
+        digest: KeyDigest::of(&key).0,
+        created_at: now,
+        expires_at,
+        last_used_at: None,
+        revoked_at: None,
+    })
+    .await?;
+    // The key on stdout alone, for scripts; the rest on stderr.
+    println!("{key}");
+    eprintln!(
+        "created key {name:?}{}; this is the only time it is shown: store it now. \
+         Running servers accept it within {} s.",
+        expires_at.map_or(String::new(), |at| format!(", expiring {}", time(at))),
+        REFRESH_INTERVAL.as_secs() + 1,
+    );
+    Ok(())
+}
+
+async fn list(database: DatabaseArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result<()> {
+    let keys = open(database, matches).await?.list_keys().await?;
+    let now = unix_now();
+    let optional = |at: Option<i64>| at.map_or_else(|| "-".to_owned(), time);
+    let rows: Vec<[String; 6]> = keys
+        .iter()
+        .map(|key| {
+            let state = match (key.revoked_at, key.expires_at) {
+                (Some(_), _) => "revoked",
+                (None, Some(at)) if at <= now => "expired",
+                _ => "active",
+            };
+            [
+                key.name.clone(),
+                state.to_owned(),
+                time(key.created_at),
+                optional(key.expires_at),
+                optional(key.last_used_at),
+                optional(key.revoked_at),
+            ]
+        })
+        .collect();
+    let header = [
+        "NAME",
+        "STATE",
+        "CREATED",
+        "EXPIRES",
+        "LAST USED",
+        "REVOKED",
+    ]
+    .map(String::from);
+    let widths: Vec<usize> = (0..6)
+        .map(|i| {
+            std::iter::once(&header)
+                .chain(&rows)
+                .map(|row| row[i].len())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for row in std::iter::once(&header).chain(&rows) {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:width$}"))
+            .collect();
+        println!("{}", line.join("  ").trim_end());
+    }
+    if rows.is_empty() {
+        eprintln!("no stored keys; create one with `petstore-server keys create --name NAME`");
+    }
+    Ok(())
+}
+
+async fn revoke(
+    name: String,
+    database: DatabaseArgs,
+    matches: Option<&clap::ArgMatches>,
+) -> anyhow::Result<()> {
+    let keys = open(database, matches).await?;
+    match keys.revoke_key(&name, unix_now()).await? {
+        Revoked::Now => eprintln!(
+            "revoked key {name:?}; running servers refuse it within {} s",
+            REFRESH_INTERVAL.as_secs() + 1
+        ),
+        Revoked::Already(at) => eprintln!("key {name:?} was already revoked at {}", time(at)),
+    }
+    Ok(())
+}
+
+/// A Unix time as RFC 3339 UTC, to the second.
+fn time(at: i64) -> String {
+    let at = UNIX_EPOCH + Duration::from_secs(at.max(0) as u64);
+    humantime::format_rfc3339_seconds(at).to_string()
+}

@@ -1,0 +1,259 @@
+//! The keys a running server accepts, kept current without a restart.
+//!
+//! The accepted set lives in memory behind an [`ArcSwap`]: a request's
+//! check loads it without a lock and without awaiting. A background task
+//! re-reads the stored keys every [`REFRESH_INTERVAL`] and swaps in a new
+//! set, so a key created, revoked or expired takes effect on every instance
+//! within about that interval (expiry is also checked on every request).
+//! The same task writes the keys' last use to the database, in one batch
+//! per interval, never on the request's path.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use arc_swap::ArcSwap;
+use http::HeaderMap;
+
+use crate::keys::{AcceptedKey, ApiKeys, AuthFailure, KeyDigest, KeySet};
+use crate::metrics::Metrics;
+use crate::store::{KeyStore, StoreError, StoredKey};
+
+/// How often each instance re-reads the stored keys. A change takes effect
+/// everywhere within this plus the time of one read (documented: 5 s).
+pub const REFRESH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Unix seconds now.
+pub fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs() as i64)
+}
+
+/// How many keys of each state the server holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KeyCounts {
+    /// Accepted now.
+    pub usable: usize,
+    /// Stored, not revoked, past their expiry.
+    pub expired: usize,
+    /// Stored and revoked.
+    pub revoked: usize,
+}
+
+/// The live set of accepted keys.
+pub struct Keyring {
+    current: ArcSwap<KeySet>,
+    environment: ApiKeys,
+    revoked: std::sync::atomic::AtomicUsize,
+}
+
+impl std::fmt::Debug for Keyring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Keyring({:?})", self.counts())
+    }
+}
+
+impl Keyring {
+    /// The keys of `PETSTORE_API_KEYS` and the stored keys.
+    pub fn new(environment: ApiKeys, stored: &[StoredKey]) -> Keyring {
+        let keyring = Keyring {
+            current: ArcSwap::from_pointee(KeySet::default()),
+            environment,
+            revoked: Default::default(),
+        };
+        keyring.replace(stored);
+        keyring
+    }
+
+    /// Checks a request's `Authorization` header now; the accepted key's
+    /// name, for the access log. An in-memory lookup: never waits.
+    pub fn authenticate(&self, headers: &HeaderMap) -> Result<Arc<str>, AuthFailure> {
+        self.current
+            .load()
+            .authenticate(headers, unix_now())
+            .map(|key| Arc::clone(&key.name))
+    }
+
+    /// How many keys of each state the server holds now.
+    pub fn counts(&self) -> KeyCounts {
+        let set = self.current.load();
+        let usable = set.usable_at(unix_now());
+        KeyCounts {
+            usable,
+            expired: set.keys().len() - usable,
+            revoked: self.revoked.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Replaces the accepted set with the environment's keys and the stored
+    /// keys that are not revoked. A key's record of last use carries over.
+    fn replace(&self, stored: &[StoredKey]) {
+        let old = self.current.load();
+        let mut last_used: HashMap<&str, _> = old
+            .keys()
+            .iter()
+            .map(|key| (&*key.name, Arc::clone(&key.last_used)))
+            .collect();
+        let mut keys: Vec<AcceptedKey> = self.environment.accepted().collect();
+        for key in &mut keys {
+            if let Some(used) = last_used.remove(&*key.name) {
+                key.last_used = used;
+            }
+        }
+        let mut revoked = 0;
+        for key in stored {
+            if key.revoked_at.is_some() {
+                revoked += 1;
+                continue;
+            }
+            keys.push(AcceptedKey {
+                name: key.name.as_str().into(),
+                digest: KeyDigest(key.digest),
+                expires_at: key.expires_at,
+                last_used: last_used.remove(key.name.as_str()).unwrap_or_default(),
+            });
+        }
+        self.revoked.store(revoked, Ordering::Relaxed);
+        self.current.store(Arc::new(KeySet::new(keys)));
+    }
+
+    /// The stored keys' uses since the last call, as `(name, time)`.
+    fn uses_since(&self, flushed: &mut HashMap<Arc<str>, i64>) -> Vec<(String, i64)> {
+        let set = self.current.load();
+        let environment = self.environment.accepted().count();
+        set.keys()
+            .iter()
+            .skip(environment)
+            .filter_map(|key| {
+                let used = key.last_used.load(Ordering::Relaxed);
+                let before = flushed.insert(Arc::clone(&key.name), used);
+                (used > 0 && before != Some(used)).then(|| (key.name.to_string(), used))
+            })
+            .collect()
+    }
+
+    /// Keeps the set current and records last use, every
+    /// [`REFRESH_INTERVAL`], until the task is dropped. A failed read keeps
+    /// the set in force and is logged (once per outage) and counted.
+    pub async fn refresh(
+        self: Arc<Self>,
+        store: Arc<dyn KeyStore>,
+        log: slog::Logger,
+        metrics: Option<Arc<Metrics>>,
+    ) {
+        let mut flushed = HashMap::new();
+        let mut failing = false;
+        let mut ticks = tokio::time::interval(REFRESH_INTERVAL);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            match self.refresh_once(&*store, &mut flushed).await {
+                Ok(()) if failing => {
+                    failing = false;
+                    slog::info!(log, "API keys reloaded again");
+                }
+                Ok(()) => {}
+                Err(error) => {
+                    if let Some(metrics) = &metrics {
+                        metrics.key_refresh_failed();
+                    }
+                    if !failing {
+                        failing = true;
+                        slog::warn!(log, "cannot reload the API keys; the keys loaded last stay in force";
+                            "error" => %crate::error::chain(&error));
+                    }
+                }
+            }
+        }
+    }
+
+    async fn refresh_once(
+        &self,
+        store: &dyn KeyStore,
+        flushed: &mut HashMap<Arc<str>, i64>,
+    ) -> Result<(), StoreError> {
+        let uses = self.uses_since(flushed);
+        if !uses.is_empty()
+            && let Err(error) = store.record_key_use(uses).await
+        {
+            // Recorded again at the next successful flush.
+            flushed.clear();
+            return Err(error);
+        }
+        let stored = store.list_keys().await?;
+        self.replace(&stored);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+    use http::header::AUTHORIZATION;
+
+    fn stored(name: &str, key: &str, revoked: bool) -> StoredKey {
+        StoredKey {
+            name: name.into(),
+            digest: KeyDigest::of(key).0,
+            created_at: 0,
+            expires_at: None,
+            last_used_at: None,
+            revoked_at: revoked.then_some(1),
+        }
+    }
+
+    fn bearer(key: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {key}")).unwrap(),
+        );
+        headers
+    }
+
+    #[test]
+    fn stored_and_environment_keys_are_accepted_by_name_until_revoked() {
+        let keyring = Keyring::new(
+            ApiKeys::parse("dev").unwrap(),
+            &[stored("ci", "k-ci", false), stored("old", "k-old", true)],
+        );
+        assert_eq!(&*keyring.authenticate(&bearer("k-ci")).unwrap(), "ci");
+        assert_eq!(
+            &*keyring.authenticate(&bearer("dev")).unwrap(),
+            "PETSTORE_API_KEYS[1]"
+        );
+        assert_eq!(
+            keyring.authenticate(&bearer("k-old")),
+            Err(AuthFailure::Unknown)
+        );
+        keyring.replace(&[stored("ci", "k-ci", true)]);
+        assert_eq!(
+            keyring.authenticate(&bearer("k-ci")),
+            Err(AuthFailure::Unknown)
+        );
+        assert_eq!(
+            keyring.counts(),
+            KeyCounts {
+                usable: 1,
+                expired: 0,
+                revoked: 1
+            }
+        );
+    }
+
+    #[test]
+    fn uses_are_reported_once_and_survive_a_reload() {
+        let keyring = Keyring::new(ApiKeys::default(), &[stored("ci", "k-ci", false)]);
+        let mut flushed = HashMap::new();
+        assert!(keyring.uses_since(&mut flushed).is_empty());
+        keyring.authenticate(&bearer("k-ci")).unwrap();
+        keyring.replace(&[stored("ci", "k-ci", false)]);
+        let uses = keyring.uses_since(&mut flushed);
+        assert_eq!(uses.len(), 1);
+        assert_eq!(uses[0].0, "ci");
+        assert!(keyring.uses_since(&mut flushed).is_empty());
+    }
+}

@@ -1,0 +1,295 @@
+//! The metrics the management listener serves at `/metrics`, in the
+//! OpenMetrics text format (which Prometheus scrapes natively).
+//!
+//! Counters and histograms are updated as things happen (atomics, no
+//! locks held across requests); figures that belong to the database or the
+//! process (pets stored, pool usage, open files) are read when scraped.
+
+use std::sync::Arc;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::keyring::Keyring;
+use crate::store::{PetStore, StoreMetrics};
+
+/// The content type of [`Metrics::render`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    /// The operationId, or `none` for a request no operation matched.
+    operation: String,
+    /// The response status; 499 for a request whose client hung up first.
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OperationLabels {
+    operation: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+    contract: String,
+}
+
+/// Every metric the server keeps.
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    latency: Family<OperationLabels, Histogram>,
+    auth_rejected: Family<ReasonLabels, Counter>,
+    database_errors: Family<KindLabels, Counter>,
+    key_refresh_failures: Counter,
+    keys: Family<StateLabels, Gauge>,
+    pets: Gauge,
+    pool_max: Gauge,
+    pool_connections: Family<StateLabels, Gauge>,
+    pool_waiting: Gauge,
+    open_fds: Gauge,
+    max_fds: Gauge,
+    open_sockets: Gauge,
+    store: StoreMetrics,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+fn latency_histogram() -> Histogram {
+    Histogram::new([
+        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+        5.0, 10.0,
+    ])
+}
+
+impl Metrics {
+    /// A fresh set of metrics; `store` is what the store records into.
+    pub fn new(store: StoreMetrics) -> Metrics {
+        let mut registry = Registry::with_prefix("petstore");
+        let metrics = Metrics {
+            requests: Family::default(),
+            latency: Family::new_with_constructor(latency_histogram),
+            auth_rejected: Family::default(),
+            database_errors: Family::default(),
+            key_refresh_failures: Counter::default(),
+            keys: Family::default(),
+            pets: Gauge::default(),
+            pool_max: Gauge::default(),
+            pool_connections: Family::default(),
+            pool_waiting: Gauge::default(),
+            open_fds: Gauge::default(),
+            max_fds: Gauge::default(),
+            open_sockets: Gauge::default(),
+            store,
+            registry: Registry::default(),
+        };
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        build_info
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+                contract: crate::api::CONTRACT_VERSION.to_string(),
+            })
+            .set(1);
+        let r = &mut registry;
+        r.register(
+            "build_info",
+            "The server's version and the contract version it implements",
+            build_info,
+        );
+        r.register(
+            "http_requests",
+            "Requests answered, by operationId (none: no operation matched) and status \
+             (499: the client hung up first)",
+            metrics.requests.clone(),
+        );
+        r.register(
+            "http_request_duration_seconds",
+            "Time from a request's arrival to its response, by operationId",
+            metrics.latency.clone(),
+        );
+        r.register(
+            "auth_rejected",
+            "Requests refused with 401, by reason (missing, malformed, checksum, unknown, expired)",
+            metrics.auth_rejected.clone(),
+        );
+        r.register(
+            "database_errors",
+            "Requests failed by the database: unavailable (503) or internal (500)",
+            metrics.database_errors.clone(),
+        );
+        r.register(
+            "api_key_refresh_failures",
+            "Failed reloads of the stored API keys (the last loaded set stays in force)",
+            metrics.key_refresh_failures.clone(),
+        );
+        r.register(
+            "api_keys",
+            "API keys this instance holds, by state (usable, expired, revoked)",
+            metrics.keys.clone(),
+        );
+        r.register(
+            "pets",
+            "Pets stored (on PostgreSQL above 100,000: the planner's estimate)",
+            metrics.pets.clone(),
+        );
+        r.register(
+            "sqlite_commit_group_size",
+            "Creates committed per SQLite transaction (group commit)",
+            metrics.store.commit_group_size.clone(),
+        );
+        r.register(
+            "postgres_pool_max_connections",
+            "The most PostgreSQL connections this instance opens",
+            metrics.pool_max.clone(),
+        );
+        r.register(
+            "postgres_pool_connections",
+            "Open PostgreSQL connections, by state (idle, in_use)",
+            metrics.pool_connections.clone(),
+        );
+        r.register(
+            "postgres_pool_waiting",
+            "Requests waiting for a PostgreSQL connection",
+            metrics.pool_waiting.clone(),
+        );
+        r.register(
+            "open_fds",
+            "File descriptors the process has open",
+            metrics.open_fds.clone(),
+        );
+        r.register(
+            "max_fds",
+            "The process's open-file limit (soft RLIMIT_NOFILE)",
+            metrics.max_fds.clone(),
+        );
+        r.register(
+            "open_sockets",
+            "Sockets the process has open: client connections, listeners and database \
+             connections",
+            metrics.open_sockets.clone(),
+        );
+        Metrics {
+            registry,
+            ..metrics
+        }
+    }
+
+    /// Counts a request answered with `status` after `seconds`.
+    pub fn request_done(&self, operation: Option<&str>, status: u16, seconds: f64) {
+        let operation = operation.unwrap_or("none").to_owned();
+        self.latency
+            .get_or_create(&OperationLabels {
+                operation: operation.clone(),
+            })
+            .observe(seconds);
+        self.requests
+            .get_or_create(&RequestLabels { operation, status })
+            .inc();
+    }
+
+    /// Counts a request refused by authentication.
+    pub fn auth_rejected(&self, reason: &'static str) {
+        self.auth_rejected
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    /// Counts a request failed by the database.
+    pub fn database_error(&self, unavailable: bool) {
+        let kind = if unavailable {
+            "unavailable"
+        } else {
+            "internal"
+        };
+        self.database_errors
+            .get_or_create(&KindLabels { kind })
+            .inc();
+    }
+
+    /// Counts a failed reload of the stored keys.
+    pub fn key_refresh_failed(&self) {
+        self.key_refresh_failures.inc();
+    }
+
+    /// The metrics as text, after reading the figures read at scrape time.
+    /// A store that cannot answer leaves its figures as they were.
+    pub async fn render(&self, store: &Arc<dyn PetStore>, keyring: &Keyring) -> String {
+        if let Ok(stats) = store.stats().await {
+            self.pets.set(i64::try_from(stats.pets).unwrap_or(i64::MAX));
+            if let Some(pool) = stats.pool {
+                self.pool_max.set(pool.max as i64);
+                let idle = pool.idle as i64;
+                let open = pool.open as i64;
+                self.pool_connections
+                    .get_or_create(&StateLabels { state: "idle" })
+                    .set(idle);
+                self.pool_connections
+                    .get_or_create(&StateLabels { state: "in_use" })
+                    .set(open - idle);
+                self.pool_waiting.set(pool.waiting as i64);
+            }
+        }
+        let counts = keyring.counts();
+        for (state, count) in [
+            ("usable", counts.usable),
+            ("expired", counts.expired),
+            ("revoked", counts.revoked),
+        ] {
+            self.keys
+                .get_or_create(&StateLabels { state })
+                .set(count as i64);
+        }
+        let (fds, sockets) = open_files();
+        self.open_fds.set(fds);
+        self.open_sockets.set(sockets);
+        if let Ok((soft, _hard)) = rlimit::getrlimit(rlimit::Resource::NOFILE) {
+            self.max_fds.set(i64::try_from(soft).unwrap_or(i64::MAX));
+        }
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+}
+
+/// How many file descriptors, and how many of them sockets, the process
+/// has open (from `/proc/self/fd`; zero where there is no such directory).
+fn open_files() -> (i64, i64) {
+    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
+        return (0, 0);
+    };
+    let (mut fds, mut sockets) = (0, 0);
+    for entry in entries.flatten() {
+        fds += 1;
+        if std::fs::read_link(entry.path())
+            .is_ok_and(|target| target.to_string_lossy().starts_with("socket:"))
+        {
+            sockets += 1;
+        }
+    }
+    (fds, sockets)
+}

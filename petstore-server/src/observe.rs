@@ -1,0 +1,162 @@
+//! What each request did, for the access log and the metrics.
+//!
+//! dropshot has no middleware: the one place that sees every request's
+//! status and latency — including requests refused before any handler ran
+//! (bad parameters, 404, 405) — is its "request completed" log record. So
+//! the server's logger is wrapped in an [`ObservingDrain`] that reads those
+//! records as they are made: it counts them in the metrics and adds to them
+//! what the authentication extractor noted about the request (the
+//! operationId and the name of the key), found by request id.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex};
+
+use slog::{Drain, Key, OwnedKVList, Record, Serializer};
+
+use crate::metrics::Metrics;
+
+const COMPLETED: &str = "request completed";
+const CANCELLED: &str = "request handling cancelled (client disconnected)";
+/// A bound on notes whose request never logged completion (a handler that
+/// panicked): past it, the notes are dropped rather than kept for ever.
+const MAX_PENDING_NOTES: usize = 100_000;
+
+/// What the authentication extractor learned about one request.
+#[derive(Clone, Debug)]
+struct Note {
+    operation: String,
+    key: Option<Arc<str>>,
+}
+
+/// Notes on requests in flight, by request id.
+#[derive(Debug, Default)]
+pub struct RequestNotes {
+    pending: Mutex<HashMap<String, Note>>,
+}
+
+impl RequestNotes {
+    /// Notes the operation a request is for and, once authenticated, the
+    /// name of its key.
+    pub fn note(&self, request_id: &str, operation: &str, key: Option<Arc<str>>) {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if pending.len() >= MAX_PENDING_NOTES {
+            pending.clear();
+        }
+        pending.insert(
+            request_id.to_owned(),
+            Note {
+                operation: operation.to_owned(),
+                key,
+            },
+        );
+    }
+
+    fn take(&self, request_id: &str) -> Option<Note> {
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(request_id)
+    }
+}
+
+/// Wraps the server's logger; see the module's documentation.
+pub struct ObservingDrain {
+    inner: slog::Logger,
+    notes: Arc<RequestNotes>,
+    /// A panic while a metric is updated leaves at worst a count off by one.
+    metrics: Option<AssertUnwindSafe<Arc<Metrics>>>,
+}
+
+impl ObservingDrain {
+    /// Observes the records logged through it, then passes them to `inner`.
+    pub fn new(
+        inner: slog::Logger,
+        notes: Arc<RequestNotes>,
+        metrics: Option<Arc<Metrics>>,
+    ) -> ObservingDrain {
+        ObservingDrain {
+            inner,
+            notes,
+            metrics: metrics.map(AssertUnwindSafe),
+        }
+    }
+}
+
+impl Drain for ObservingDrain {
+    type Ok = ();
+    type Err = slog::Never;
+
+    fn log(&self, record: &Record<'_>, values: &OwnedKVList) -> Result<(), slog::Never> {
+        let message = record.msg().as_str();
+        let cancelled = message == Some(CANCELLED);
+        if message != Some(COMPLETED) && !cancelled {
+            return Drain::log(&self.inner, record, values);
+        }
+        let mut fields = Fields::default();
+        let _ = slog::KV::serialize(values, record, &mut fields);
+        let _ = slog::KV::serialize(&record.kv(), record, &mut fields);
+        let note = fields
+            .request_id
+            .as_deref()
+            .and_then(|id| self.notes.take(id));
+        if let Some(metrics) = &self.metrics {
+            let status = if cancelled { 499 } else { fields.status };
+            metrics.request_done(
+                note.as_ref().map(|note| note.operation.as_str()),
+                status,
+                fields.latency_us as f64 / 1e6,
+            );
+        }
+        match note {
+            Some(Note { operation, key }) => {
+                let key = key.as_deref().unwrap_or("-");
+                let extra = slog::o!("operation_id" => operation, "key" => key.to_owned());
+                let kv = (record.kv(), extra);
+                let record_static = slog::RecordStatic {
+                    location: record.location(),
+                    tag: record.tag(),
+                    level: record.level(),
+                };
+                let enriched = Record::new(&record_static, record.msg(), slog::BorrowedKV(&kv));
+                Drain::log(&self.inner, &enriched, values)
+            }
+            None => Drain::log(&self.inner, record, values),
+        }
+    }
+}
+
+/// The fields of a completion record the observer needs.
+#[derive(Default)]
+struct Fields {
+    request_id: Option<String>,
+    status: u16,
+    latency_us: u128,
+}
+
+impl Serializer for Fields {
+    fn emit_arguments(&mut self, _key: Key, _value: &std::fmt::Arguments<'_>) -> slog::Result {
+        Ok(())
+    }
+
+    fn emit_str(&mut self, key: Key, value: &str) -> slog::Result {
+        if key == "req_id" {
+            self.request_id = Some(value.to_owned());
+        }
+        Ok(())
+    }
+
+    fn emit_u16(&mut self, key: Key, value: u16) -> slog::Result {
+        if key == "response_code" {
+            self.status = value;
+        }
+        Ok(())
+    }
+
+    fn emit_u128(&mut self, key: Key, value: u128) -> slog::Result {
+        if key == "latency_us" {
+            self.latency_us = value;
+        }
+        Ok(())
+    }
+}

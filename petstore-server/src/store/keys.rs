@@ -1,0 +1,68 @@
+//! Stored API keys: names, digests and their lifecycle.
+//!
+//! Only a key's SHA-256 digest is stored, never the key. Names are unique
+//! for ever (a revoked key keeps its name), so that a name in the access log
+//! always means one key.
+
+use super::StoreError;
+
+/// A key as stored: everything but the key itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredKey {
+    /// The operator's name for it.
+    pub name: String,
+    /// The SHA-256 digest of the key.
+    pub digest: [u8; 32],
+    /// When it was created (Unix seconds).
+    pub created_at: i64,
+    /// When it stops being accepted (Unix seconds), if ever.
+    pub expires_at: Option<i64>,
+    /// When a server last accepted it (Unix seconds; recorded in batches,
+    /// so up to a few seconds late).
+    pub last_used_at: Option<i64>,
+    /// When it was revoked (Unix seconds), if it was.
+    pub revoked_at: Option<i64>,
+}
+
+/// Why a key operation was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    /// `keys create` with a name already taken.
+    #[error(
+        "a key named {0:?} already exists (names are never reused, even after a revocation); \
+         choose another name"
+    )]
+    DuplicateName(String),
+    /// `keys revoke` with a name no key has.
+    #[error("no key is named {0:?}; `keys list` shows the names")]
+    UnknownName(String),
+    /// The database failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// How a revocation went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Revoked {
+    /// Revoked now.
+    Now,
+    /// It had already been revoked, at this time (Unix seconds).
+    Already(i64),
+}
+
+/// Where API keys are stored.
+#[async_trait::async_trait]
+pub trait KeyStore: Send + Sync + 'static {
+    /// Stores a new key.
+    async fn create_key(&self, key: StoredKey) -> Result<(), KeyError>;
+
+    /// Every stored key, revoked ones included, by creation time.
+    async fn list_keys(&self) -> Result<Vec<StoredKey>, StoreError>;
+
+    /// Revokes the key named `name` at `at` (Unix seconds).
+    async fn revoke_key(&self, name: &str, at: i64) -> Result<Revoked, KeyError>;
+
+    /// Records that each named key was used at the time given (Unix
+    /// seconds); a time earlier than the one stored is ignored.
+    async fn record_key_use(&self, uses: Vec<(String, i64)>) -> Result<(), StoreError>;
+}

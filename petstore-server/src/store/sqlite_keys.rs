@@ -1,0 +1,218 @@
+//! API keys in the SQLite file, on a connection of their own.
+//!
+//! The serving process keeps one such connection beside its writer; the
+//! `keys` commands open one while a server runs. SQLite serialises their
+//! writes with its own locks (waiting up to the busy timeout), and the
+//! pets, which only the serving process writes, are not touched here.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
+
+use super::keys::{KeyError, KeyStore, Revoked, StoredKey};
+use super::lock::DatabaseLock;
+use super::sqlite::{MIGRATIONS, configure_and_migrate, schema_version, sqlite};
+use super::{OpenError, StoreError};
+
+/// The SQLite implementation of [`KeyStore`].
+pub struct SqliteKeys {
+    conn: Arc<Mutex<Connection>>,
+    /// Held when no server had the file: nothing else migrates it meanwhile.
+    _lock: Option<DatabaseLock>,
+}
+
+impl SqliteKeys {
+    /// Keys on an open connection of the serving process.
+    pub(super) fn on(conn: Connection) -> SqliteKeys {
+        SqliteKeys {
+            conn: Arc::new(Mutex::new(conn)),
+            _lock: None,
+        }
+    }
+
+    /// Opens the keys of the database at `path` for the `keys` commands,
+    /// whether or not a server is serving it. With no server, the database
+    /// is created or migrated as `migrate` would; with one, it must already
+    /// be at this program's schema version (the server migrated it).
+    pub async fn open(path: PathBuf) -> Result<SqliteKeys, OpenError> {
+        tokio::task::spawn_blocking(move || SqliteKeys::open_blocking(&path))
+            .await
+            .map_err(|e| OpenError::Io {
+                doing: "opening the database".into(),
+                source: std::io::Error::other(e.to_string()),
+            })?
+    }
+
+    fn open_blocking(path: &Path) -> Result<SqliteKeys, OpenError> {
+        let in_file = |source: StoreError| OpenError::Store {
+            database: path.display().to_string(),
+            source,
+        };
+        match DatabaseLock::acquire(path) {
+            Ok(lock) => {
+                let mut conn = Connection::open(path)
+                    .map_err(sqlite("opening the file"))
+                    .map_err(in_file)?;
+                configure_and_migrate(&mut conn, path)?;
+                Ok(SqliteKeys {
+                    conn: Arc::new(Mutex::new(conn)),
+                    _lock: Some(lock),
+                })
+            }
+            Err(OpenError::InUse { .. }) => {
+                let conn = Connection::open(path)
+                    .map_err(sqlite("opening the file"))
+                    .map_err(in_file)?;
+                conn.busy_timeout(super::sqlite::BUSY_TIMEOUT)
+                    .map_err(sqlite("configuring the connection"))
+                    .map_err(in_file)?;
+                let found = schema_version(&conn).map_err(in_file)?;
+                if found != MIGRATIONS.len() as i64 {
+                    return Err(OpenError::ServedAtOtherSchema {
+                        found,
+                        known: MIGRATIONS.len(),
+                    });
+                }
+                Ok(SqliteKeys::on(conn))
+            }
+            Err(other) => Err(other),
+        }
+    }
+
+    /// Runs `f` on the connection, off the async workers.
+    async fn with<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> T + Send + 'static,
+    ) -> T {
+        let conn = Arc::clone(&self.conn);
+        let run = move || f(&mut conn.lock().unwrap_or_else(|e| e.into_inner()));
+        match tokio::task::spawn_blocking(run).await {
+            Ok(result) => result,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    }
+}
+
+type KeyRow = (String, Vec<u8>, i64, Option<i64>, Option<i64>, Option<i64>);
+
+fn key_from_row(
+    (name, digest, created_at, expires_at, last_used_at, revoked_at): KeyRow,
+) -> Result<StoredKey, StoreError> {
+    let digest = <[u8; 32]>::try_from(digest.as_slice()).map_err(|_| StoreError::BadKey {
+        name: name.clone(),
+        reason: format!("its digest has {} bytes instead of 32", digest.len()),
+    })?;
+    Ok(StoredKey {
+        name,
+        digest,
+        created_at,
+        expires_at,
+        last_used_at,
+        revoked_at,
+    })
+}
+
+#[async_trait::async_trait]
+impl KeyStore for SqliteKeys {
+    async fn create_key(&self, key: StoredKey) -> Result<(), KeyError> {
+        self.with(move |conn| {
+            let inserted = conn.execute(
+                "INSERT INTO api_keys (name, digest, created_at, expires_at) VALUES (?1, ?2, ?3, ?4)",
+                params![key.name, key.digest.as_slice(), key.created_at, key.expires_at],
+            );
+            match inserted {
+                Ok(_) => Ok(()),
+                Err(e)
+                    if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation)
+                        && e.to_string().contains("api_keys.name") =>
+                {
+                    Err(KeyError::DuplicateName(key.name))
+                }
+                Err(e) => Err(sqlite("storing a key")(e).into()),
+            }
+        })
+        .await
+    }
+
+    async fn list_keys(&self) -> Result<Vec<StoredKey>, StoreError> {
+        self.with(|conn| {
+            let sql = sqlite("reading the keys");
+            let mut select = conn
+                .prepare_cached(
+                    "SELECT name, digest, created_at, expires_at, last_used_at, revoked_at
+                     FROM api_keys ORDER BY created_at, name",
+                )
+                .map_err(&sql)?;
+            let rows = select
+                .query_map([], |row| {
+                    Ok((
+                        row.get(0)?,
+                        row.get(1)?,
+                        row.get(2)?,
+                        row.get(3)?,
+                        row.get(4)?,
+                        row.get(5)?,
+                    ))
+                })
+                .map_err(&sql)?;
+            rows.map(|row| key_from_row(row.map_err(&sql)?)).collect()
+        })
+        .await
+    }
+
+    async fn revoke_key(&self, name: &str, at: i64) -> Result<Revoked, KeyError> {
+        let name = name.to_owned();
+        self.with(move |conn| {
+            let sql = sqlite("revoking a key");
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(&sql)?;
+            let found: Option<Option<i64>> = tx
+                .query_row(
+                    "SELECT revoked_at FROM api_keys WHERE name = ?1",
+                    [&name],
+                    |row| row.get(0),
+                )
+                .optional()
+                .map_err(&sql)?;
+            let revoked = match found {
+                None => return Err(KeyError::UnknownName(name)),
+                Some(Some(earlier)) => Revoked::Already(earlier),
+                Some(None) => {
+                    tx.execute(
+                        "UPDATE api_keys SET revoked_at = ?2 WHERE name = ?1",
+                        params![name, at],
+                    )
+                    .map_err(&sql)?;
+                    Revoked::Now
+                }
+            };
+            tx.commit().map_err(&sql)?;
+            Ok(revoked)
+        })
+        .await
+    }
+
+    async fn record_key_use(&self, uses: Vec<(String, i64)>) -> Result<(), StoreError> {
+        self.with(move |conn| {
+            let sql = sqlite("recording key use");
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(&sql)?;
+            {
+                let mut update = tx
+                    .prepare_cached(
+                        "UPDATE api_keys SET last_used_at = ?2
+                         WHERE name = ?1 AND (last_used_at IS NULL OR last_used_at < ?2)",
+                    )
+                    .map_err(&sql)?;
+                for (name, at) in &uses {
+                    update.execute(params![name, at]).map_err(&sql)?;
+                }
+            }
+            tx.commit().map_err(&sql)
+        })
+        .await
+    }
+}
