@@ -347,6 +347,13 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
         std::net::TcpListener::bind(admin).map_err(listen_error(admin))?;
     }
     let tls = config.tls.as_ref().map(TlsFiles::load).transpose()?;
+    // A database yet to be created holds no keys: refuse before creating it.
+    if let DatabaseUrl::Sqlite(path) = &config.database
+        && config.api_keys.is_empty()
+        && !path.exists()
+    {
+        return Err(StartError::NoKeys);
+    }
     let (fatal_sender, fatal) = watch::channel(None);
     let store_metrics = StoreMetrics::default();
     let database = store::open(&config.database, &log, fatal_sender, store_metrics.clone()).await?;

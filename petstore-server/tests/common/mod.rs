@@ -42,6 +42,8 @@ pub fn run(command: &mut Command) -> (Output, String, String) {
 pub struct Served {
     pub child: ChildGuard,
     pub address: String,
+    /// The management listener's address, when it is on.
+    pub admin_address: Option<String>,
     lines: mpsc::Receiver<String>,
     seen: Vec<String>,
 }
@@ -76,11 +78,13 @@ impl Served {
         let mut served = Served {
             child,
             address: String::new(),
+            admin_address: None,
             lines,
             seen: Vec::new(),
         };
         let serving = served.wait_for("serving");
         served.address = logged_address(&serving);
+        served.admin_address = logged_field(&serving, "admin_address");
         served
     }
 
@@ -139,15 +143,24 @@ impl Served {
 
 /// The `address` of a "serving" record, in the JSON or the text format.
 pub fn logged_address(record: &str) -> String {
+    logged_field(record, "address").expect("the address is logged")
+}
+
+/// An address field of a record, in the JSON or the text format.
+pub fn logged_field(record: &str, key: &str) -> Option<String> {
+    let json = format!("\"{key}\":");
+    let text = format!(" {key}: ");
     let after = record
-        .split("address")
-        .nth(1)
-        .expect("the address is logged");
-    let start = after.find(|c: char| c.is_ascii_digit()).unwrap();
-    after[start..]
-        .chars()
-        .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
-        .collect()
+        .split_once(&json)
+        .or_else(|| record.split_once(&text))
+        .map(|(_, after)| after)?;
+    let start = after.find(|c: char| c.is_ascii_digit())?;
+    Some(
+        after[start..]
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
+            .collect(),
+    )
 }
 
 impl Served {

@@ -1,0 +1,566 @@
+//! Operating the server as an operator would: API keys through the CLI
+//! while instances serve, the management listener, TLS, and the
+//! configuration file. Real processes, real databases, real HTTP.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use common::{KEY, Served, petstore, run};
+use petstore_support::{blocking, eventually};
+
+/// `petstore-server keys ARGS --database URL`, in `dir`.
+fn keys(dir: &Path, database: &str, args: &[&str]) -> (bool, String, String) {
+    let (output, stdout, stderr) = run(petstore(dir)
+        .arg("keys")
+        .args(args)
+        .args(["--database", database]));
+    (output.status.success(), stdout, stderr)
+}
+
+/// A raw HTTP/1.1 GET to `address`, with a key unless `None`; the status
+/// code and the body.
+fn get(address: &str, path: &str, key: Option<&str>) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    let auth = key.map_or(String::new(), |key| {
+        format!("Authorization: Bearer {key}\r\n")
+    });
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\n{auth}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+fn start(dir: &Path, database: &str) -> Served {
+    Served::start(dir, &["--database", database])
+}
+
+/// Serving instances and the database URL they share.
+struct Instances {
+    served: Vec<Served>,
+    database: String,
+    _dir: tempfile::TempDir,
+    _postgres: Option<petstore_support::postgres::TestDatabase>,
+}
+
+async fn sqlite_instance() -> Instances {
+    let dir = tempfile::tempdir().unwrap();
+    let database = format!("sqlite://{}", dir.path().join("pets.db").display());
+    let path = dir.path().to_owned();
+    let url = database.clone();
+    let served = blocking(move || start(&path, &url)).await;
+    Instances {
+        served: vec![served],
+        database,
+        _dir: dir,
+        _postgres: None,
+    }
+}
+
+async fn postgres_instances(count: usize) -> Option<Instances> {
+    let postgres = petstore_support::postgres::fresh_database().await?;
+    let dir = tempfile::tempdir().unwrap();
+    let database = postgres.url().to_owned();
+    let mut served = Vec::new();
+    for _ in 0..count {
+        let path = dir.path().to_owned();
+        let url = database.clone();
+        served.push(blocking(move || start(&path, &url)).await);
+    }
+    Some(Instances {
+        served,
+        database,
+        _dir: dir,
+        _postgres: Some(postgres),
+    })
+}
+
+/// Waits until every instance answers `key` with `status`; returns how
+/// long that took (reported, not asserted: these machines are noisy).
+async fn every_instance_answers(instances: &[Instances], key: &str, status: u16) -> f64 {
+    let started = Instant::now();
+    let addresses: Vec<String> = instances
+        .iter()
+        .flat_map(|i| i.served.iter().map(|s| s.address.clone()))
+        .collect();
+    eventually(&format!("every instance answers {status}"), || {
+        addresses
+            .iter()
+            .all(|address| get(address, "/v1/pets?limit=1", Some(key)).0 == status)
+    })
+    .await;
+    started.elapsed().as_secs_f64()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn keys_created_revoked_and_expired_through_the_cli_take_effect_on_every_instance() {
+    let Some(postgres) = postgres_instances(2).await else {
+        return;
+    };
+    let sqlite = sqlite_instance().await;
+    let all = [sqlite, postgres];
+    // Requests in flight throughout, with the environment's key: none may
+    // fail while keys change.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let addresses: Vec<String> = all
+        .iter()
+        .flat_map(|i| i.served.iter().map(|s| s.address.clone()))
+        .collect();
+    let traffic = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut answered = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for address in &addresses {
+                    let (status, body) = get(address, "/v1/pets?limit=1", Some(KEY));
+                    assert_eq!(status, 200, "{address}: {body}");
+                    answered += 1;
+                }
+            }
+            answered
+        })
+    };
+
+    let mut created = Vec::new();
+    for instances in &all {
+        let dir = instances._dir.path();
+        let (ok, key, stderr) = keys(dir, &instances.database, &["create", "--name", "ci"]);
+        assert!(ok, "{stderr}");
+        let key = key.trim().to_owned();
+        assert!(key.starts_with("pst_") && key.len() == 40, "{key}");
+        created.push(key);
+    }
+    for (instances, key) in all.iter().zip(&created) {
+        let took = every_instance_answers(std::slice::from_ref(instances), key, 200).await;
+        eprintln!("created key accepted everywhere after {took:.2} s");
+    }
+    for instances in &all {
+        let (ok, _, stderr) = keys(
+            instances._dir.path(),
+            &instances.database,
+            &["revoke", "ci"],
+        );
+        assert!(ok, "{stderr}");
+    }
+    for (instances, key) in all.iter().zip(&created) {
+        let took = every_instance_answers(std::slice::from_ref(instances), key, 401).await;
+        eprintln!("revoked key refused everywhere after {took:.2} s");
+    }
+    for instances in &all {
+        let dir = instances._dir.path();
+        let (ok, key, stderr) = keys(
+            dir,
+            &instances.database,
+            &["create", "--name", "brief", "--expires-in", "3s"],
+        );
+        assert!(ok, "{stderr}");
+        let key = key.trim();
+        every_instance_answers(std::slice::from_ref(instances), key, 200).await;
+        every_instance_answers(std::slice::from_ref(instances), key, 401).await;
+        let (_, body) = get(&instances.served[0].address, "/v1/pets", Some(key));
+        assert!(body.contains("expired"), "{body}");
+        let (ok, list, _) = keys(dir, &instances.database, &["list"]);
+        assert!(ok);
+        assert!(
+            list.contains("revoked") && list.contains("expired"),
+            "{list}"
+        );
+        // Last use is recorded (in batches) and shown; keys never are.
+        assert!(!list.contains("pst_"), "{list}");
+        let ci = list.lines().find(|line| line.starts_with("ci ")).unwrap();
+        assert_eq!(
+            ci.matches("Z").count(),
+            3,
+            "created, last used, revoked: {ci}"
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let answered = blocking(move || traffic.join().unwrap()).await;
+    assert!(answered > 0);
+}
+
+#[tokio::test]
+async fn the_access_log_names_the_key_and_the_operation_never_the_key_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = format!("sqlite://{}", dir.path().join("pets.db").display());
+    let (ok, key, stderr) = keys(dir.path(), &database, &["create", "--name", "reporting"]);
+    assert!(ok, "{stderr}");
+    let key = key.trim().to_owned();
+    let path = dir.path().to_owned();
+    let url = database.clone();
+    let mut served = blocking(move || start(&path, &url)).await;
+    assert_eq!(get(&served.address, "/v1/pets", Some(&key)).0, 200);
+    let line = served.wait_for("\"key\":\"reporting\"");
+    assert!(line.contains("\"operation_id\":\"listPets\""), "{line}");
+    assert_eq!(get(&served.address, "/v1/pets", Some(KEY)).0, 200);
+    served.wait_for("\"key\":\"PETSTORE_API_KEYS[1]\"");
+    let (_, log) = blocking(move || served.terminate()).await;
+    assert!(
+        !log.contains(&key) && !log.contains(KEY),
+        "a key was logged"
+    );
+}
+
+#[test]
+fn keys_commands_refuse_bad_input_with_a_message_and_a_failure_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = format!("sqlite://{}", dir.path().join("pets.db").display());
+    let (ok, _, stderr) = keys(dir.path(), &database, &["create", "--name", "ops"]);
+    assert!(ok, "{stderr}");
+    for (args, expected) in [
+        (&["create", "--name", "ops"][..], "already exists"),
+        (&["create", "--name", "two words"], "invalid key name"),
+        (
+            &["create", "--name", "x", "--expires-in", "soon"],
+            "--expires-in",
+        ),
+        (
+            &["create", "--name", "x", "--expires-in", "0s"],
+            "at least one second",
+        ),
+        (&["revoke", "nobody"], "no key is named \"nobody\""),
+    ] {
+        let (ok, _, stderr) = keys(dir.path(), &database, args);
+        assert!(!ok, "{args:?} succeeded");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+    let (ok, _, stderr) = keys(dir.path(), &database, &["revoke", "ops"]);
+    assert!(ok && stderr.contains("revoked"), "{stderr}");
+    let (ok, _, stderr) = keys(dir.path(), &database, &["revoke", "ops"]);
+    assert!(ok && stderr.contains("already revoked"), "{stderr}");
+}
+
+#[test]
+fn a_server_with_only_stored_keys_starts_and_one_with_none_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = format!("sqlite://{}", dir.path().join("pets.db").display());
+    let serve = |dir: &Path| {
+        let mut command = petstore(dir);
+        command.args(["serve", "--bind", "127.0.0.1:0", "--admin-bind", "off"]);
+        command.args(["--database", &database]);
+        command
+    };
+    let (output, _, stderr) = run(&mut serve(dir.path()));
+    assert!(!output.status.success());
+    assert!(stderr.contains("no usable API key"), "{stderr}");
+    let (ok, _, _) = keys(dir.path(), &database, &["create", "--name", "only"]);
+    assert!(ok);
+    let (ok, _, _) = keys(dir.path(), &database, &["revoke", "only"]);
+    assert!(ok);
+    let (output, _, stderr) = run(&mut serve(dir.path()));
+    assert!(!output.status.success(), "revoked keys do not count");
+    assert!(stderr.contains("no usable API key"), "{stderr}");
+    let (ok, key, _) = keys(dir.path(), &database, &["create", "--name", "live"]);
+    assert!(ok);
+    let mut child = petstore_support::ChildGuard::spawn(
+        "petstore-server",
+        serve(dir.path()).stderr(std::process::Stdio::piped()),
+    )
+    .unwrap();
+    let stderr = child.child_mut().stderr.take().unwrap();
+    let serving = std::io::BufRead::lines(std::io::BufReader::new(stderr))
+        .map_while(Result::ok)
+        .find(|line| line.contains("\"serving\""))
+        .expect("the server starts");
+    let address = common::logged_address(&serving);
+    assert_eq!(get(&address, "/v1/pets", Some(key.trim())).0, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_follows_a_database_outage_and_healthz_stays_up() {
+    let Some(cluster) = petstore_support::postgres::own_cluster().await else {
+        return;
+    };
+    let database = cluster.fresh_database().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_owned();
+    let url = database.url().to_owned();
+    let served = blocking(move || start(&path, &url)).await;
+    let admin = served
+        .admin_address
+        .clone()
+        .expect("the admin listener is on");
+    assert_eq!(get(&admin, "/readyz", None), (200, "ready\n".into()));
+    let stopping = cluster.clone();
+    blocking(move || stopping.stop()).await;
+    eventually("readyz says 503", || get(&admin, "/readyz", None).0 == 503).await;
+    let (_, body) = get(&admin, "/readyz", None);
+    assert!(body.starts_with("not ready: "), "{body}");
+    assert_eq!(get(&admin, "/healthz", None).0, 200);
+    let restarting = cluster.clone();
+    blocking(move || restarting.restart()).await;
+    eventually("readyz says 200 again", || {
+        get(&admin, "/readyz", None).0 == 200
+    })
+    .await;
+    drop(served);
+}
+
+#[tokio::test]
+async fn metrics_parse_as_prometheus_text_and_count_what_happened() {
+    let instances = sqlite_instance().await;
+    let served = &instances.served[0];
+    let admin = served.admin_address.clone().unwrap();
+    let (status, _) = served.request("POST", "/v1/pets", KEY, r#"{"name":"Rex","categoryId":1}"#);
+    assert!(status.contains("201"), "{status}");
+    for _ in 0..3 {
+        assert_eq!(get(&served.address, "/v1/pets", Some(KEY)).0, 200);
+    }
+    assert_eq!(get(&served.address, "/v1/pets", Some("wrong")).0, 401);
+    assert_eq!(
+        get(&served.address, "/v1/pets?limit=zero", Some(KEY)).0,
+        400
+    );
+    assert_eq!(get(&served.address, "/nowhere", Some(KEY)).0, 404);
+    // The counts are made as each request completes; wait for the last.
+    let scrape = || {
+        let (status, body) = get(&admin, "/metrics", None);
+        assert_eq!(status, 200);
+        let lines = body.lines().map(|line| Ok(line.to_owned()));
+        prometheus_parse::Scrape::parse(lines).expect("Prometheus text")
+    };
+    let value = |scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]| {
+        scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+            .map(|s| match s.value {
+                prometheus_parse::Value::Counter(v)
+                | prometheus_parse::Value::Gauge(v)
+                | prometheus_parse::Value::Untyped(v) => v,
+                _ => f64::NAN,
+            })
+    };
+    eventually("the 404 is counted", || {
+        value(
+            &scrape(),
+            "petstore_http_requests_total",
+            &[("operation", "none"), ("status", "404")],
+        ) == Some(1.0)
+    })
+    .await;
+    let s = scrape();
+    let count = |op, status| {
+        value(
+            &s,
+            "petstore_http_requests_total",
+            &[("operation", op), ("status", status)],
+        )
+    };
+    assert_eq!(count("createPet", "201"), Some(1.0));
+    assert_eq!(count("listPets", "200"), Some(3.0));
+    assert_eq!(count("listPets", "401"), Some(1.0));
+    assert_eq!(count("listPets", "400"), Some(1.0));
+    assert_eq!(
+        value(&s, "petstore_auth_rejected_total", &[("reason", "unknown")]),
+        Some(1.0)
+    );
+    assert_eq!(value(&s, "petstore_pets", &[]), Some(1.0));
+    assert_eq!(
+        value(
+            &s,
+            "petstore_build_info",
+            &[("version", env!("CARGO_PKG_VERSION"))]
+        ),
+        Some(1.0)
+    );
+    assert!(value(&s, "petstore_max_fds", &[]).unwrap() > 0.0);
+    assert!(value(&s, "petstore_open_sockets", &[]).unwrap() >= 2.0);
+    let histogram = s
+        .samples
+        .iter()
+        .find(|s| {
+            s.metric == "petstore_http_request_duration_seconds"
+                && s.labels.get("operation") == Some("listPets")
+        })
+        .expect("a latency histogram");
+    assert!(matches!(
+        histogram.value,
+        prometheus_parse::Value::Histogram(_)
+    ));
+}
+
+/// A CA and a server certificate for 127.0.0.1 signed by it, as PEM.
+fn certificate_authority(
+    dir: &Path,
+    name: &str,
+) -> (String, std::path::PathBuf, std::path::PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, format!("petstore test CA {name}"));
+    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let mut leaf =
+        CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).unwrap();
+    leaf.distinguished_name
+        .push(DnType::CommonName, format!("petstore test server {name}"));
+    let leaf = leaf.signed_by(&key, &ca).unwrap();
+    let cert_file = dir.join(format!("{name}.crt"));
+    let key_file = dir.join(format!("{name}.key"));
+    std::fs::write(&cert_file, leaf.pem()).unwrap();
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    (ca.pem(), cert_file, key_file)
+}
+
+/// A reqwest client trusting only `ca`, sending the test key, keeping its
+/// connections open.
+fn trusting(ca: &str) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {KEY}").parse().unwrap(),
+    );
+    reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).unwrap())
+        .default_headers(headers)
+        .pool_idle_timeout(None)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_through_the_client_and_curl_and_a_renewed_certificate_without_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (first_ca, first_cert, first_key) = certificate_authority(dir.path(), "first");
+    let (second_ca, second_cert, second_key) = certificate_authority(dir.path(), "second");
+    let live_cert = dir.path().join("live.crt");
+    let live_key = dir.path().join("live.key");
+    std::fs::copy(&first_cert, &live_cert).unwrap();
+    std::fs::copy(&first_key, &live_key).unwrap();
+    let path = dir.path().to_owned();
+    let (cert_arg, key_arg) = (
+        live_cert.display().to_string(),
+        live_key.display().to_string(),
+    );
+    let served =
+        blocking(move || Served::start(&path, &["--tls-cert", &cert_arg, "--tls-key", &key_arg]))
+            .await;
+    let base = format!("https://{}/v1", served.address);
+
+    // The generated client, trusting the first CA; it keeps its connection.
+    let client = petstore_client::Client::new_with_client(&base, trusting(&first_ca));
+    let rex = client
+        .create_pet()
+        .body_map(|pet| pet.name("Rex".to_owned()).category_id(1))
+        .send()
+        .await
+        .expect("a create over HTTPS");
+    assert_eq!(rex.name.as_str(), "Rex");
+
+    // curl, trusting the first CA.
+    let auth = format!("Authorization: Bearer {KEY}");
+    let curl = |ca: &str| {
+        let ca_file = dir.path().join("ca.pem");
+        std::fs::write(&ca_file, ca).unwrap();
+        Command::new("curl")
+            .args(["--silent", "--show-error", "--fail", "--cacert"])
+            .arg(&ca_file)
+            .args(["-H", &auth])
+            .arg(format!("{base}/pets"))
+            .output()
+            .expect("curl runs")
+    };
+    let output = curl(&first_ca);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(String::from_utf8_lossy(&output.stdout).contains("Rex"));
+
+    // Renewal: new files, then SIGHUP. New connections get the new
+    // certificate; the established one goes on.
+    std::fs::copy(&second_cert, &live_cert).unwrap();
+    std::fs::copy(&second_key, &live_key).unwrap();
+    served.child.signal("HUP").unwrap();
+    let served = blocking(move || {
+        let mut served = served;
+        served.wait_for("reloaded the TLS certificate");
+        served
+    })
+    .await;
+    let output = curl(&second_ca);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        !curl(&first_ca).status.success(),
+        "new connections get the new certificate"
+    );
+    let pets = client
+        .list_pets()
+        .send()
+        .await
+        .expect("the established connection survives the renewal");
+    assert_eq!(pets.len(), 1);
+    let renewed = petstore_client::Client::new_with_client(&base, trusting(&second_ca));
+    assert_eq!(renewed.list_pets().send().await.unwrap().len(), 1);
+
+    // A broken renewal keeps the certificate in use.
+    std::fs::write(&live_cert, "garbage").unwrap();
+    served.child.signal("HUP").unwrap();
+    let served = blocking(move || {
+        let mut served = served;
+        served.wait_for("was not reloaded");
+        served
+    })
+    .await;
+    assert!(curl(&second_ca).status.success());
+    drop(served);
+}
+
+#[test]
+fn unusable_tls_files_are_clear_start_up_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, cert, key) = certificate_authority(dir.path(), "ok");
+    let garbage = dir.path().join("garbage.pem");
+    std::fs::write(&garbage, "not a certificate").unwrap();
+    let missing = dir.path().join("missing.pem");
+    for (cert, key, expected) in [
+        (&missing, &key, "cannot read the TLS certificate"),
+        (&cert, &missing, "cannot read the TLS key"),
+        (&garbage, &key, "holds no PEM certificate"),
+        (&cert, &garbage, "not usable"),
+        (&key, &cert, "holds no PEM certificate"),
+    ] {
+        let (output, _, stderr) = run(petstore(dir.path())
+            .args(["serve", "--bind", "127.0.0.1:0", "--admin-bind", "off"])
+            .arg("--tls-cert")
+            .arg(cert)
+            .arg("--tls-key")
+            .arg(key)
+            .env("PETSTORE_API_KEYS", KEY));
+        assert!(!output.status.success());
+        assert!(stderr.contains(expected), "{expected}: {stderr}");
+    }
+    let (output, _, stderr) = run(petstore(dir.path())
+        .args(["serve", "--bind", "127.0.0.1:0", "--tls-cert"])
+        .arg(&cert)
+        .env("PETSTORE_API_KEYS", KEY));
+    assert!(!output.status.success());
+    assert!(stderr.contains("both a certificate and a key"), "{stderr}");
+    assert!(
+        !dir.path().join("petstore.db").exists(),
+        "nothing was created"
+    );
+}
