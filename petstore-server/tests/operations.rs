@@ -564,3 +564,301 @@ fn unusable_tls_files_are_clear_start_up_errors() {
         "nothing was created"
     );
 }
+
+/// A tool the CI installs: missing is a failure under `CI=true`, and
+/// outside CI a skip that says so.
+fn tool(path: &str) -> Option<&str> {
+    if Path::new(path).exists() {
+        return Some(path);
+    }
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    assert!(!ci, "{path} is missing; .ci/run installs it");
+    eprintln!("SKIPPED: {path} is not installed (CI installs it)");
+    None
+}
+
+const DEPLOY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy");
+
+#[test]
+fn the_example_configuration_file_is_valid_and_says_what_it_sets() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = format!("{DEPLOY}/petstore-server.toml");
+    let (output, stdout, stderr) = run(petstore(dir.path()).args(["config", "check", &file]));
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stdout.contains("admin_bind = \"127.0.0.1:9090\"  # file"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("database = \"sqlite:///var/lib/petstore/petstore.db\"  # file"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn configuration_precedence_is_flag_then_environment_then_file_then_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("petstore.toml");
+    std::fs::write(
+        &file,
+        "bind = \"127.0.0.1:7001\"\nadmin_bind = \"off\"\nlog_level = \"warn\"\n\
+         database = \"postgres://pets:hunter2@db.internal/pets\"\n",
+    )
+    .unwrap();
+    let (output, stdout, stderr) = run(petstore(dir.path())
+        .args(["config", "check"])
+        .arg(&file)
+        .env("PETSTORE_LOG_LEVEL", "error"));
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stdout.contains("bind = \"127.0.0.1:7001\"  # file"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("log_level = \"error\"  # environment"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("shutdown_timeout = 30  # default"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("pets:***@db.internal"), "{stdout}");
+    assert!(
+        !stdout.contains("hunter2"),
+        "the password is masked: {stdout}"
+    );
+    // A flag wins over both: the server really binds where the flag says.
+    let served = Served::start(
+        dir.path(),
+        &[
+            "--config",
+            file.to_str().unwrap(),
+            "--database",
+            "sqlite://pets.db",
+            "--log-level",
+            "info",
+        ],
+    );
+    assert_ne!(served.address, "127.0.0.1:7001");
+    assert!(
+        served.admin_address.is_some(),
+        "the flag's admin listener is on"
+    );
+    let mut with_env = Served::spawn(
+        petstore(dir.path())
+            .args(["serve", "--config", file.to_str().unwrap()])
+            .args(["--database", "sqlite://pets2.db"])
+            .env("PETSTORE_BIND", "127.0.0.1:0")
+            .env("PETSTORE_LOG_LEVEL", "info")
+            .env("PETSTORE_API_KEYS", KEY),
+    );
+    assert_ne!(
+        with_env.address, "127.0.0.1:7001",
+        "the environment beats the file"
+    );
+    assert!(
+        with_env.admin_address.is_none(),
+        "the file turned the admin listener off"
+    );
+    drop(with_env.child.signal("TERM"));
+    with_env.wait_for("stopped");
+}
+
+#[test]
+fn configuration_mistakes_name_the_key_and_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    for (text, expected) in [
+        ("bnid = \"127.0.0.1:1\"\n", "unknown field `bnid`"),
+        ("bind = \"nowhere\"\n", "key `bind`"),
+        ("log_level = \"loud\"\n", "key `log_level`"),
+        ("database_pool_size = 0\n", "key `database_pool_size`"),
+        ("database = \"mysql://x/y\"\n", "key `database`"),
+        ("api_keys = [\"secret\"]\n", "`api_keys` is not a setting"),
+        ("tls_cert = \"/x.pem\"\n", "both a certificate and a key"),
+        ("bind = [\n", "petstore.toml"),
+    ] {
+        let file = dir.path().join("petstore.toml");
+        std::fs::write(&file, text).unwrap();
+        for command in [&["config", "check"][..], &["serve", "--config"]] {
+            let (output, _, stderr) = run(petstore(dir.path())
+                .args(command)
+                .arg(&file)
+                .env("PETSTORE_API_KEYS", KEY));
+            assert!(!output.status.success(), "{text}");
+            assert!(stderr.contains(expected), "{text}: {stderr}");
+            assert!(stderr.contains("petstore.toml"), "names the file: {stderr}");
+        }
+    }
+    let (output, _, stderr) = run(petstore(dir.path()).args(["config", "check", "missing.toml"]));
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("cannot read the configuration file missing.toml"),
+        "{stderr}"
+    );
+    assert!(
+        !dir.path().join("petstore.db").exists(),
+        "nothing was created"
+    );
+}
+
+#[test]
+fn the_systemd_unit_passes_systemd_analyze_verify() {
+    let Some(analyze) = tool("/usr/bin/systemd-analyze") else {
+        return;
+    };
+    let unit = std::fs::read_to_string(format!("{DEPLOY}/petstore-server.service")).unwrap();
+    for directive in [
+        "DynamicUser=yes",
+        "ProtectSystem=strict",
+        "StateDirectory=petstore",
+        "Restart=on-failure",
+        "KillSignal=SIGTERM",
+    ] {
+        assert!(unit.contains(directive), "{directive}");
+    }
+    // Only the binary's path changes: verify checks that it exists.
+    let dir = tempfile::tempdir().unwrap();
+    let local = dir.path().join("petstore-server.service");
+    std::fs::write(
+        &local,
+        unit.replace("/usr/local/bin/petstore-server", common::BIN),
+    )
+    .unwrap();
+    let output = Command::new(analyze)
+        .arg("verify")
+        .arg(&local)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stderr.trim().is_empty(),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_nginx_two_thousand_idle_connections_do_not_stop_a_normal_client() {
+    let Some(nginx) = tool("/usr/sbin/nginx") else {
+        return;
+    };
+    const IDLE: usize = 2_000;
+    // The server may hold far fewer descriptors than there are idle
+    // connections: straight to it, they would exhaust its limit.
+    const SERVER_FILES: u64 = 512;
+    rlimit::increase_nofile_limit(u64::MAX).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let served = {
+        let path = dir.path().to_owned();
+        blocking(move || {
+            Served::spawn(
+                Command::new("prlimit")
+                    .arg(format!("--nofile={SERVER_FILES}:{SERVER_FILES}"))
+                    .arg("--")
+                    .arg(common::BIN)
+                    .args([
+                        "serve",
+                        "--bind",
+                        "127.0.0.1:0",
+                        "--admin-bind",
+                        "127.0.0.1:0",
+                    ])
+                    .current_dir(&path)
+                    .env("PETSTORE_API_KEYS", KEY),
+            )
+        })
+        .await
+    };
+    let (ca, cert, key) = certificate_authority(dir.path(), "proxy");
+    let proxy = petstore_support::free_loopback_addr().unwrap();
+    let site = std::fs::read_to_string(format!("{DEPLOY}/nginx-petstore.conf")).unwrap();
+    let mut local_site = site.clone();
+    for (from, to) in [
+        (
+            "server 127.0.0.1:8080;",
+            format!("server {};", served.address),
+        ),
+        ("listen 443 ssl;", format!("listen {proxy} ssl;")),
+        (
+            "/etc/petstore/tls/fullchain.pem",
+            cert.display().to_string(),
+        ),
+        ("/etc/petstore/tls/privkey.pem", key.display().to_string()),
+    ] {
+        assert!(local_site.contains(from), "the shipped file has {from}");
+        local_site = local_site.replace(from, &to);
+    }
+    let prefix = dir.path();
+    std::fs::write(prefix.join("petstore.conf"), local_site).unwrap();
+    let temp = |name: &str| format!("{name}_temp_path {};", prefix.join(name).display());
+    std::fs::write(
+        prefix.join("nginx.conf"),
+        format!(
+            // One process, so that stopping it leaves nothing behind.
+            "daemon off;\nmaster_process off;\n\
+             pid {pid};\nerror_log stderr crit;\nworker_rlimit_nofile 16384;\n\
+             events {{ worker_connections 8192; }}\n\
+             http {{\n  access_log off;\n  {} {} {} {} {}\n  include {site};\n}}\n",
+            temp("client_body"),
+            temp("proxy"),
+            temp("fastcgi"),
+            temp("uwsgi"),
+            temp("scgi"),
+            pid = prefix.join("nginx.pid").display(),
+            site = prefix.join("petstore.conf").display(),
+        ),
+    )
+    .unwrap();
+    let _nginx = petstore_support::ChildGuard::spawn(
+        "nginx",
+        Command::new(nginx)
+            .arg("-p")
+            .arg(prefix)
+            .arg("-c")
+            .arg(prefix.join("nginx.conf")),
+    )
+    .unwrap();
+    let client = trusting(&ca);
+    let url = format!("https://{proxy}/v1/pets");
+    eventually("nginx answers", || {
+        std::net::TcpStream::connect(proxy).is_ok()
+    })
+    .await;
+    let ok = |client: reqwest::Client, url: String| async move {
+        client.get(&url).send().await.map(|r| r.status().as_u16())
+    };
+    assert_eq!(ok(client.clone(), url.clone()).await.unwrap(), 200);
+
+    let idle: Vec<std::net::TcpStream> = blocking(move || {
+        (0..IDLE)
+            .map(|_| std::net::TcpStream::connect(proxy).expect("nginx accepts"))
+            .collect()
+    })
+    .await;
+    // A new client, on new connections, is still served, and the server
+    // itself holds far fewer sockets than the idle peers.
+    let fresh = trusting(&ca);
+    assert_eq!(ok(fresh, url.clone()).await.unwrap(), 200);
+    let admin = served.admin_address.clone().unwrap();
+    let (_, metrics) = get(&admin, "/metrics", None);
+    let gauge = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(&format!("{name} ")))
+            .and_then(|value| value.parse().ok())
+            .unwrap()
+    };
+    assert_eq!(gauge("petstore_max_fds"), SERVER_FILES as f64);
+    assert!(gauge("petstore_open_sockets") < SERVER_FILES as f64 / 2.0);
+    // nginx's own refusals keep the contract's error shape.
+    let big = client
+        .post(&url)
+        .body(vec![b'x'; 100 * 1024])
+        .header("content-type", "application/json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(big.status(), 413);
+    let body: serde_json::Value = big.json().await.unwrap();
+    assert_eq!(body["code"], "payload_too_large");
+    drop(idle);
+}

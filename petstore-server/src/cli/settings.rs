@@ -351,11 +351,14 @@ pub struct ServeSettings {
     pub access_log: Setting<Switch>,
     /// The shutdown deadline, seconds.
     pub shutdown_timeout: Setting<u64>,
+    /// The configuration file, if one was read.
+    pub file: Option<PathBuf>,
 }
 
 impl ServeSettings {
     /// Resolves the settings of `serve` (or of `config check`, with no flags).
     pub fn resolve(args: ServeArgs, matches: Option<&ArgMatches>) -> anyhow::Result<Self> {
+        let config_file = args.database.config.clone();
         let (file, path) = read_file(args.database.config.as_deref())?;
         let database = DatabaseSettings::from_layers(args.database, matches, &file, &path)?;
         let shutdown = file.shutdown_timeout.map(|n| n.to_string());
@@ -429,6 +432,7 @@ impl ServeSettings {
                 },
                 || 30,
             )?,
+            file: config_file,
         };
         settings.tls()?;
         Ok(settings)
@@ -442,7 +446,21 @@ impl ServeSettings {
                 cert: cert.value.clone(),
                 key: key.value.clone(),
             })),
-            _ => bail!("TLS needs both a certificate and a key: set tls_cert and tls_key together"),
+            (cert, key) => {
+                let (set, unset, source) = match (cert, key) {
+                    (Some(cert), _) => ("tls_cert", "tls_key", cert.source),
+                    (_, Some(key)) => ("tls_key", "tls_cert", key.source),
+                    _ => unreachable!("one of the two is set"),
+                };
+                let from = match (source, &self.file) {
+                    (Source::File, Some(file)) => format!(" (in {})", file.display()),
+                    _ => String::new(),
+                };
+                bail!(
+                    "TLS needs both a certificate and a key: {set} is set{from} but {unset} \
+                     is not (--tls-cert and --tls-key go together)"
+                )
+            }
         }
     }
 

@@ -50,20 +50,25 @@ pub struct Served {
 
 impl Served {
     pub fn start(dir: &Path, extra: &[&str]) -> Served {
+        let admin: &[&str] = if extra.contains(&"--admin-bind") {
+            &[]
+        } else {
+            &["--admin-bind", "127.0.0.1:0"]
+        };
+        Served::spawn(
+            petstore(dir)
+                .args(["serve", "--bind", "127.0.0.1:0"])
+                .args(admin)
+                .args(extra)
+                .env("PETSTORE_API_KEYS", KEY),
+        )
+    }
+
+    /// Runs `command` (which starts a server) and waits until it serves.
+    pub fn spawn(command: &mut Command) -> Served {
         let mut child = ChildGuard::spawn(
             "petstore-server",
-            petstore(dir)
-                .args([
-                    "serve",
-                    "--bind",
-                    "127.0.0.1:0",
-                    "--admin-bind",
-                    "127.0.0.1:0",
-                ])
-                .args(extra)
-                .env("PETSTORE_API_KEYS", KEY)
-                .stderr(Stdio::piped())
-                .stdout(Stdio::null()),
+            command.stderr(Stdio::piped()).stdout(Stdio::null()),
         )
         .expect("serve starts");
         let stderr = child.child_mut().stderr.take().unwrap();
@@ -154,9 +159,13 @@ pub fn logged_field(record: &str, key: &str) -> Option<String> {
         .split_once(&json)
         .or_else(|| record.split_once(&text))
         .map(|(_, after)| after)?;
-    let start = after.find(|c: char| c.is_ascii_digit())?;
+    // A JSON string or a bare text value; anything else (null) is no address.
+    let value = after.trim_start_matches('"');
+    if !value.starts_with(|c: char| c.is_ascii_digit()) {
+        return None;
+    }
     Some(
-        after[start..]
+        value
             .chars()
             .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
             .collect(),
