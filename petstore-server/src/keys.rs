@@ -195,7 +195,10 @@ impl KeySet {
         if key.expires_at.is_some_and(|at| at <= now) {
             return Err(AuthFailure::Expired);
         }
-        key.last_used.fetch_max(now, Ordering::Relaxed);
+        // Written once a second at most: most requests only read it.
+        if key.last_used.load(Ordering::Relaxed) < now {
+            key.last_used.fetch_max(now, Ordering::Relaxed);
+        }
         Ok(key)
     }
 }

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -20,17 +20,27 @@ use crate::store::{PetStore, StoreMetrics};
 /// The content type of [`Metrics::render`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+/// An operationId as a label value, shared rather than copied per request.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct Operation(Arc<str>);
+
+impl EncodeLabelValue for Operation {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        EncodeLabelValue::encode(&&*self.0, encoder)
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
     /// The operationId, or `none` for a request no operation matched.
-    operation: String,
+    operation: Operation,
     /// The response status; 499 for a request whose client hung up first.
     status: u16,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OperationLabels {
-    operation: String,
+    operation: Operation,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -57,6 +67,8 @@ struct BuildLabels {
 /// Every metric the server keeps.
 pub struct Metrics {
     registry: Registry,
+    /// The operation label of requests no operation matched.
+    none: Arc<str>,
     requests: Family<RequestLabels, Counter>,
     latency: Family<OperationLabels, Histogram>,
     auth_rejected: Family<ReasonLabels, Counter>,
@@ -105,6 +117,7 @@ impl Metrics {
             max_fds: Gauge::default(),
             open_sockets: Gauge::default(),
             store,
+            none: Arc::from("none"),
             registry: Registry::default(),
         };
         let build_info = Family::<BuildLabels, Gauge>::default();
@@ -199,8 +212,8 @@ impl Metrics {
     }
 
     /// Counts a request answered with `status` after `seconds`.
-    pub fn request_done(&self, operation: Option<&str>, status: u16, seconds: f64) {
-        let operation = operation.unwrap_or("none").to_owned();
+    pub fn request_done(&self, operation: Option<&Arc<str>>, status: u16, seconds: f64) {
+        let operation = Operation(operation.map_or_else(|| Arc::clone(&self.none), Arc::clone));
         self.latency
             .get_or_create(&OperationLabels {
                 operation: operation.clone(),

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use slog::{Drain, Key, OwnedKVList, Record, Serializer};
 
@@ -25,7 +25,7 @@ const MAX_PENDING_NOTES: usize = 100_000;
 /// What the authentication extractor learned about one request.
 #[derive(Clone, Debug)]
 struct Note {
-    operation: String,
+    operation: Arc<str>,
     key: Option<Arc<str>>,
 }
 
@@ -33,23 +33,34 @@ struct Note {
 #[derive(Debug, Default)]
 pub struct RequestNotes {
     pending: Mutex<HashMap<String, Note>>,
+    /// Each operationId once, shared by every note and metric label.
+    operations: RwLock<HashMap<String, Arc<str>>>,
 }
 
 impl RequestNotes {
     /// Notes the operation a request is for and, once authenticated, the
     /// name of its key.
     pub fn note(&self, request_id: &str, operation: &str, key: Option<Arc<str>>) {
+        let operation = self.intern(operation);
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         if pending.len() >= MAX_PENDING_NOTES {
             pending.clear();
         }
-        pending.insert(
-            request_id.to_owned(),
-            Note {
-                operation: operation.to_owned(),
-                key,
-            },
-        );
+        pending.insert(request_id.to_owned(), Note { operation, key });
+    }
+
+    fn intern(&self, operation: &str) -> Arc<str> {
+        let known = self.operations.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(operation) = known.get(operation) {
+            return Arc::clone(operation);
+        }
+        drop(known);
+        let mut known = self.operations.write().unwrap_or_else(|e| e.into_inner());
+        Arc::clone(
+            known
+                .entry(operation.to_owned())
+                .or_insert_with(|| operation.into()),
+        )
     }
 
     fn take(&self, request_id: &str) -> Option<Note> {
@@ -93,25 +104,27 @@ impl Drain for ObservingDrain {
         if message != Some(COMPLETED) && !cancelled {
             return Drain::log(&self.inner, record, values);
         }
-        let mut fields = Fields::default();
+        let mut fields = Fields {
+            notes: &self.notes,
+            note: None,
+            status: 0,
+            latency_us: 0,
+        };
         let _ = slog::KV::serialize(values, record, &mut fields);
         let _ = slog::KV::serialize(&record.kv(), record, &mut fields);
-        let note = fields
-            .request_id
-            .as_deref()
-            .and_then(|id| self.notes.take(id));
+        let note = fields.note.take();
         if let Some(metrics) = &self.metrics {
             let status = if cancelled { 499 } else { fields.status };
             metrics.request_done(
-                note.as_ref().map(|note| note.operation.as_str()),
+                note.as_ref().map(|note| &note.operation),
                 status,
                 fields.latency_us as f64 / 1e6,
             );
         }
         match note {
             Some(Note { operation, key }) => {
-                let key = key.as_deref().unwrap_or("-");
-                let extra = slog::o!("operation_id" => operation, "key" => key.to_owned());
+                let key = key.unwrap_or_else(|| Arc::from("-"));
+                let extra = slog::o!("operation_id" => operation, "key" => key);
                 let kv = (record.kv(), extra);
                 let record_static = slog::RecordStatic {
                     location: record.location(),
@@ -126,22 +139,23 @@ impl Drain for ObservingDrain {
     }
 }
 
-/// The fields of a completion record the observer needs.
-#[derive(Default)]
-struct Fields {
-    request_id: Option<String>,
+/// The fields of a completion record the observer needs; the note is
+/// taken as soon as the request id is seen.
+struct Fields<'a> {
+    notes: &'a RequestNotes,
+    note: Option<Note>,
     status: u16,
     latency_us: u128,
 }
 
-impl Serializer for Fields {
+impl Serializer for Fields<'_> {
     fn emit_arguments(&mut self, _key: Key, _value: &std::fmt::Arguments<'_>) -> slog::Result {
         Ok(())
     }
 
     fn emit_str(&mut self, key: Key, value: &str) -> slog::Result {
         if key == "req_id" {
-            self.request_id = Some(value.to_owned());
+            self.note = self.notes.take(value);
         }
         Ok(())
     }

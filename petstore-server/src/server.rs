@@ -200,8 +200,10 @@ impl TlsFiles {
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// The address cannot be listened on (e.g. the port is in use).
-    #[error("cannot listen on {address}: {source}")]
+    #[error("cannot listen on {address} ({listener}): {source}")]
     Listen {
+        /// Which listener: the API's, or the management one.
+        listener: &'static str,
         /// The address asked for.
         address: SocketAddr,
         /// Why not.
@@ -330,21 +332,25 @@ impl RunningServer {
     }
 }
 
+const API_LISTENER: &str = "the API, --bind";
+const ADMIN_LISTENER: &str = "the management listener, --admin-bind; `off` disables it";
+
 /// Opens the database (creating or migrating its schema), loads the keys
 /// and starts serving, with the management listener if asked for.
 ///
 /// The addresses are tried first, so that a port in use is reported before
 /// any database file is created.
 pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningServer, StartError> {
-    let listen_error = |address| {
+    let listen_error = |listener, address| {
         move |source| StartError::Listen {
+            listener,
             address,
             source: Box::new(source),
         }
     };
-    std::net::TcpListener::bind(config.bind).map_err(listen_error(config.bind))?;
+    std::net::TcpListener::bind(config.bind).map_err(listen_error(API_LISTENER, config.bind))?;
     if let Some(admin) = config.admin_bind {
-        std::net::TcpListener::bind(admin).map_err(listen_error(admin))?;
+        std::net::TcpListener::bind(admin).map_err(listen_error(ADMIN_LISTENER, admin))?;
     }
     let tls = config.tls.as_ref().map(TlsFiles::load).transpose()?;
     // A database yet to be created holds no keys: refuse before creating it.
@@ -410,6 +416,7 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
         Ok(http) => http,
         Err(e) => {
             let error = StartError::Listen {
+                listener: API_LISTENER,
                 address: config.bind,
                 source: Box::new(e),
             };
@@ -470,6 +477,7 @@ fn start_admin(
     .config(config)
     .start()
     .map_err(|source| StartError::Listen {
+        listener: ADMIN_LISTENER,
         address,
         source: Box::new(source),
     })

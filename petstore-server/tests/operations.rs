@@ -708,7 +708,7 @@ fn the_systemd_unit_passes_systemd_analyze_verify() {
     };
     let unit = std::fs::read_to_string(format!("{DEPLOY}/petstore-server.service")).unwrap();
     for directive in [
-        "DynamicUser=yes",
+        "User=petstore",
         "ProtectSystem=strict",
         "StateDirectory=petstore",
         "Restart=on-failure",
