@@ -93,6 +93,9 @@ fn fail(message: String) -> ExitCode {
 }
 
 async fn serve(settings: ServeSettings) -> anyhow::Result<()> {
+    // Taken first: SIGHUP's default action would end the process, and a
+    // reload may come while a large catalogue is still loading.
+    let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let log = logging::logger(settings.log(), std::io::stderr());
     raise_open_file_limit(&log);
     let api_keys = ApiKeys::parse(&std::env::var("PETSTORE_API_KEYS").unwrap_or_default())?;
@@ -111,7 +114,6 @@ async fn serve(settings: ServeSettings) -> anyhow::Result<()> {
         log.clone(),
     )
     .await?;
-    let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let stop = shutdown_signal();
     tokio::pin!(stop);
     let fatal = loop {
