@@ -21,7 +21,7 @@ use crate::metrics::Metrics;
 use crate::store::{KeyStore, StoreError, StoredKey};
 
 /// How often each instance re-reads the stored keys. A change takes effect
-/// everywhere within this plus the time of one read (documented: 5 s).
+/// everywhere within this plus the time of one read (documented: 2 s).
 pub const REFRESH_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Unix seconds now.
@@ -169,22 +169,36 @@ impl Keyring {
         }
     }
 
+    /// Reloads the keys first, so that a change never waits behind the
+    /// record of last use; then records the uses taken just before the
+    /// reload (so that a key revoked by it keeps its last use). Either
+    /// failing is reported, and neither stops the other.
     async fn refresh_once(
         &self,
         store: &dyn KeyStore,
         flushed: &mut HashMap<Arc<str>, i64>,
     ) -> Result<(), StoreError> {
         let uses = self.uses_since(flushed);
-        if !uses.is_empty()
-            && let Err(error) = store.record_key_use(uses).await
-        {
-            // Recorded again at the next successful flush.
-            flushed.clear();
-            return Err(error);
+        let reloaded = store.list_keys().await.map(|stored| self.replace(&stored));
+        let recorded = if uses.is_empty() {
+            Ok(())
+        } else {
+            store.record_key_use(uses).await.inspect_err(|_| {
+                // Recorded again at the next successful flush.
+                flushed.clear();
+            })
+        };
+        reloaded.and(recorded)
+    }
+
+    /// Records the last use of every stored key that has one (at shutdown,
+    /// so that the last second of use is not lost).
+    pub async fn record_all_uses(&self, store: &dyn KeyStore) -> Result<(), StoreError> {
+        let uses = self.uses_since(&mut HashMap::new());
+        if uses.is_empty() {
+            return Ok(());
         }
-        let stored = store.list_keys().await?;
-        self.replace(&stored);
-        Ok(())
+        store.record_key_use(uses).await
     }
 }
 

@@ -249,9 +249,11 @@ impl Metrics {
     }
 
     /// The metrics as text, after reading the figures read at scrape time.
-    /// A store that cannot answer leaves its figures as they were.
+    /// A store that cannot answer within a second leaves its figures as
+    /// they were: a scrape never waits for a database outage.
     pub async fn render(&self, store: &Arc<dyn PetStore>, keyring: &Keyring) -> String {
-        if let Ok(stats) = store.stats().await {
+        let stats = tokio::time::timeout(std::time::Duration::from_secs(1), store.stats()).await;
+        if let Ok(Ok(stats)) = stats {
             self.pets.set(i64::try_from(stats.pets).unwrap_or(i64::MAX));
             if let Some(pool) = stats.pool {
                 self.pool_max.set(pool.max as i64);
@@ -276,7 +278,10 @@ impl Metrics {
                 .get_or_create(&StateLabels { state })
                 .set(count as i64);
         }
-        let (fds, sockets) = open_files();
+        // One system call per descriptor: off the async workers.
+        let (fds, sockets) = tokio::task::spawn_blocking(open_files)
+            .await
+            .unwrap_or((0, 0));
         self.open_fds.set(fds);
         self.open_sockets.set(sockets);
         if let Ok((soft, _hard)) = rlimit::getrlimit(rlimit::Resource::NOFILE) {

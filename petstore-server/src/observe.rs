@@ -18,9 +18,6 @@ use crate::metrics::Metrics;
 
 const COMPLETED: &str = "request completed";
 const CANCELLED: &str = "request handling cancelled (client disconnected)";
-/// A bound on notes whose request never logged completion (a handler that
-/// panicked): past it, the notes are dropped rather than kept for ever.
-const MAX_PENDING_NOTES: usize = 100_000;
 
 /// What the authentication extractor learned about one request.
 #[derive(Clone, Debug)]
@@ -42,11 +39,13 @@ impl RequestNotes {
     /// name of its key.
     pub fn note(&self, request_id: &str, operation: &str, key: Option<Arc<str>>) {
         let operation = self.intern(operation);
-        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        if pending.len() >= MAX_PENDING_NOTES {
-            pending.clear();
-        }
-        pending.insert(request_id.to_owned(), Note { operation, key });
+        // Every noted request logs its completion or its cancellation (dropshot
+        // logs the latter from a guard, also when a handler panics), and
+        // either takes the note back: nothing stays behind.
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(request_id.to_owned(), Note { operation, key });
     }
 
     fn intern(&self, operation: &str) -> Arc<str> {

@@ -26,7 +26,9 @@ use crate::keys::ApiKeys;
 use crate::metrics::Metrics;
 use crate::model::{NewPet, Pet};
 use crate::observe::{ObservingDrain, RequestNotes};
-use crate::store::{self, DatabaseUrl, ListQuery, OpenError, PetStore, StoreError, StoreMetrics};
+use crate::store::{
+    self, DatabaseUrl, KeyStore, ListQuery, OpenError, PetStore, StoreError, StoreMetrics,
+};
 
 // Every page the contract allows, the store can serve.
 const _: () = assert!(LIMIT_MAX as u32 <= store::LIST_MAX);
@@ -256,6 +258,8 @@ pub struct RunningServer {
     store: Arc<dyn PetStore>,
     requests: Requests,
     fatal: watch::Receiver<Option<String>>,
+    keys: Arc<Keyring>,
+    key_store: Arc<dyn KeyStore>,
     key_refresh: JoinHandle<()>,
     tls: Option<TlsFiles>,
 }
@@ -324,6 +328,11 @@ impl RunningServer {
             let _ = tokio::time::timeout(Duration::from_secs(1), admin.close()).await;
         }
         self.key_refresh.abort();
+        let recorded = tokio::time::timeout(
+            Duration::from_secs(2),
+            self.keys.record_all_uses(&*self.key_store),
+        );
+        let _ = recorded.await;
         self.store.close().await;
         match closed {
             Ok(Err(e)) => Err(ShutdownError::Http(e)),
@@ -435,7 +444,8 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
         }
         _ => None,
     };
-    let key_refresh = tokio::spawn(Arc::clone(&keys).refresh(database.keys, log.clone(), metrics));
+    let key_refresh =
+        tokio::spawn(Arc::clone(&keys).refresh(Arc::clone(&database.keys), log.clone(), metrics));
     slog::info!(log, "serving";
         "address" => %http.local_addr(),
         "scheme" => if config.tls.is_some() { "https" } else { "http" },
@@ -448,6 +458,8 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
         store,
         requests,
         fatal,
+        keys,
+        key_store: database.keys,
         key_refresh,
         tls: config.tls,
     })

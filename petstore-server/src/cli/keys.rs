@@ -67,12 +67,17 @@ pub async fn run(command: KeysCommand, matches: Option<&clap::ArgMatches>) -> an
     }
 }
 
+/// The key store of the database the settings name, which is said on
+/// stderr (password masked), so that a key never lands unnoticed in the
+/// wrong database.
 async fn open(
     database: DatabaseArgs,
     matches: Option<&clap::ArgMatches>,
 ) -> anyhow::Result<std::sync::Arc<dyn store::KeyStore>> {
-    let settings = DatabaseSettings::resolve(database, matches)?;
-    Ok(store::open_keys(&settings.database()).await?)
+    let url = DatabaseSettings::resolve(database, matches)?.database();
+    let keys = store::open_keys(&url).await?;
+    eprintln!("database: {url}");
+    Ok(keys)
 }
 
 async fn create(
@@ -86,6 +91,8 @@ async fn create(
             "invalid key name {name:?}: use 1 to 64 letters, digits, dots, underscores or hyphens"
         );
     }
+    let keys = open(database, matches).await?;
+    // Counted from when the key is stored, not from when the command began.
     let now = unix_now();
     let expires_at = match expires_in {
         None => None,
@@ -97,7 +104,6 @@ async fn create(
                 .context("the expiry is too far in the future")?,
         ),
     };
-    let keys = open(database, matches).await?;
     let key = generate().context("cannot get random bytes from the operating system")?;
     keys.create_key(StoredKey {
         name: name.clone(),

@@ -163,6 +163,17 @@ pub enum OpenError {
         /// The newest version this server knows.
         known: usize,
     },
+    /// A `keys` command on a SQLite file that does not exist: most likely
+    /// not the database the server uses.
+    #[error(
+        "the database {path} does not exist: create it with `petstore-server migrate` (with \
+         the same --database or --config as the server), or check that it is the database \
+         the server uses"
+    )]
+    NoDatabase {
+        /// The file.
+        path: PathBuf,
+    },
     /// A server serves the SQLite file at another schema version than this
     /// program's, so a `keys` command cannot migrate it.
     #[error(
@@ -374,8 +385,29 @@ impl std::fmt::Debug for PostgresUrl {
     }
 }
 
-/// `scheme://user:secret@host/...` → `scheme://user:***@host/...`.
+/// `scheme://user:secret@host/...?password=secret` →
+/// `scheme://user:***@host/...?password=***`.
 fn redact_password(url: &str) -> String {
+    let (url, query) = match url.split_once('?') {
+        Some((url, query)) => (url, Some(query)),
+        None => (url, None),
+    };
+    let mut redacted = redact_userinfo(url);
+    if let Some(query) = query {
+        let parameters: Vec<String> = query
+            .split('&')
+            .map(|parameter| match parameter.split_once('=') {
+                Some((name, _)) if name.eq_ignore_ascii_case("password") => format!("{name}=***"),
+                _ => parameter.to_owned(),
+            })
+            .collect();
+        redacted.push('?');
+        redacted.push_str(&parameters.join("&"));
+    }
+    redacted
+}
+
+fn redact_userinfo(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
@@ -521,6 +553,13 @@ mod tests {
             .parse()
             .unwrap();
         assert_eq!(url.to_string(), "postgres://pets:***@db.internal:5432/pets");
+        let query: DatabaseUrl = "postgres://pets@db/pets?sslmode=disable&password=hunter2"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            query.to_string(),
+            "postgres://pets@db/pets?sslmode=disable&password=***"
+        );
         assert!(!format!("{url:?}").contains("hunter2"));
         let DatabaseUrl::Postgres(pg) = url else {
             panic!("not postgres")

@@ -51,9 +51,14 @@ const CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
 
 const SELECT_PET: &str = "SELECT id, name, category_id, status FROM pets";
 
-/// The PostgreSQL implementation of [`PetStore`].
+/// The PostgreSQL implementation of [`PetStore`] and [`KeyStore`].
 pub struct PostgresStore {
+    /// Connections for requests.
     pool: Pool,
+    /// One connection for everything else — readiness, figures, the key
+    /// reload — so that a pool saturated by requests never makes a busy
+    /// instance look unready, nor delays a revocation.
+    admin: Pool,
 }
 
 /// Whether a PostgreSQL failure is the database's being unavailable — no
@@ -103,24 +108,8 @@ impl PostgresStore {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECTION_TIMEOUT);
         }
-        let manager = Manager::from_config(
-            config,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(url.pool_size())
-            .runtime(Runtime::Tokio1)
-            .wait_timeout(Some(CONNECTION_TIMEOUT))
-            .create_timeout(Some(CONNECTION_TIMEOUT))
-            .recycle_timeout(Some(CONNECTION_TIMEOUT))
-            .build()
-            .map_err(|e| OpenError::Io {
-                doing: format!("creating the connection pool for {url}"),
-                source: std::io::Error::other(e.to_string()),
-            })?;
+        let pool = build_pool(config.clone(), url.pool_size(), url)?;
+        let admin = build_pool(config, 1, url)?;
         let mut client = pool
             .get()
             .await
@@ -130,7 +119,7 @@ impl PostgresStore {
             Migration::Store(e) => in_database(e),
             Migration::Refused(e) => e,
         })?;
-        Ok(PostgresStore { pool })
+        Ok(PostgresStore { pool, admin })
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Client, StoreError> {
@@ -139,6 +128,39 @@ impl PostgresStore {
             .await
             .map_err(postgres("getting a connection"))
     }
+
+    async fn admin_client(&self) -> Result<deadpool_postgres::Client, StoreError> {
+        self.admin
+            .get()
+            .await
+            .map_err(postgres("getting a connection"))
+    }
+}
+
+/// A connection pool of at most `size` connections.
+fn build_pool(
+    config: tokio_postgres::Config,
+    size: usize,
+    url: &PostgresUrl,
+) -> Result<Pool, OpenError> {
+    let manager = Manager::from_config(
+        config,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(size)
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(CONNECTION_TIMEOUT))
+        .create_timeout(Some(CONNECTION_TIMEOUT))
+        .recycle_timeout(Some(CONNECTION_TIMEOUT))
+        .build()
+        .map_err(|e| OpenError::Io {
+            doing: format!("creating the connection pool for {url}"),
+            source: std::io::Error::other(e.to_string()),
+        })
 }
 
 /// Why migrating failed: the database, or a refusal.
@@ -282,7 +304,7 @@ impl PetStore for PostgresStore {
     }
 
     async fn check_ready(&self) -> Result<(), StoreError> {
-        let client = self.client().await?;
+        let client = self.admin_client().await?;
         client
             .simple_query("SELECT 1")
             .await
@@ -291,7 +313,7 @@ impl PetStore for PostgresStore {
     }
 
     async fn stats(&self) -> Result<StoreStats, StoreError> {
-        let client = self.client().await?;
+        let client = self.admin_client().await?;
         // Exact while small; above that the planner's estimate, since an
         // exact count would scan the whole table on every scrape.
         let row = client
@@ -319,6 +341,7 @@ impl PetStore for PostgresStore {
 
     async fn close(&self) {
         self.pool.close();
+        self.admin.close();
     }
 }
 
@@ -344,7 +367,7 @@ fn key_from_row(row: &Row) -> Result<StoredKey, StoreError> {
 impl KeyStore for PostgresStore {
     async fn create_key(&self, key: StoredKey) -> Result<(), KeyError> {
         let sql = postgres("storing a key");
-        let client = self.client().await?;
+        let client = self.admin_client().await?;
         let inserted = client
             .execute(
                 "INSERT INTO api_keys (name, digest, created_at, expires_at)
@@ -373,7 +396,7 @@ impl KeyStore for PostgresStore {
 
     async fn list_keys(&self) -> Result<Vec<StoredKey>, StoreError> {
         let sql = postgres("reading the keys");
-        let client = self.client().await?;
+        let client = self.admin_client().await?;
         let select = client
             .prepare_cached(
                 "SELECT name, digest, created_at, expires_at, last_used_at, revoked_at
@@ -387,7 +410,7 @@ impl KeyStore for PostgresStore {
 
     async fn revoke_key(&self, name: &str, at: i64) -> Result<Revoked, KeyError> {
         let sql = postgres("revoking a key");
-        let mut client = self.client().await?;
+        let mut client = self.admin_client().await?;
         let tx = client.transaction().await.map_err(&sql)?;
         let row = tx
             .query_opt(
@@ -417,7 +440,7 @@ impl KeyStore for PostgresStore {
 
     async fn record_key_use(&self, uses: Vec<(String, i64)>) -> Result<(), StoreError> {
         let sql = postgres("recording key use");
-        let client = self.client().await?;
+        let client = self.admin_client().await?;
         let (names, times): (Vec<String>, Vec<i64>) = uses.into_iter().unzip();
         client
             .execute(

@@ -32,9 +32,11 @@ impl SqliteKeys {
     }
 
     /// Opens the keys of the database at `path` for the `keys` commands,
-    /// whether or not a server is serving it. With no server, the database
-    /// is created or migrated as `migrate` would; with one, it must already
-    /// be at this program's schema version (the server migrated it).
+    /// whether or not a server is serving it. The file must exist (a key
+    /// stored in a new file would most likely be in the wrong place). With no
+    /// server, the database is migrated as `migrate` would; with one, it
+    /// must already be at this program's schema version (the server
+    /// migrated it).
     pub async fn open(path: PathBuf) -> Result<SqliteKeys, OpenError> {
         tokio::task::spawn_blocking(move || SqliteKeys::open_blocking(&path))
             .await
@@ -45,6 +47,11 @@ impl SqliteKeys {
     }
 
     fn open_blocking(path: &Path) -> Result<SqliteKeys, OpenError> {
+        if !path.exists() {
+            return Err(OpenError::NoDatabase {
+                path: path.to_owned(),
+            });
+        }
         let in_file = |source: StoreError| OpenError::Store {
             database: path.display().to_string(),
             source,
