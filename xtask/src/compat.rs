@@ -253,10 +253,16 @@ mod tests {
     /// Released documents are frozen: each is pinned to the SHA-256 of its
     /// bytes as released. A changed digest means a released file was
     /// edited; undo the edit (releases are never changed).
-    const RELEASED: &[(&str, &str)] = &[(
-        "petstore-1.0.0.yaml",
-        "47289000aff3a8661f7752e2a0b616e013f0f9fde5227e38c56f051de257d007",
-    )];
+    const RELEASED: &[(&str, &str)] = &[
+        (
+            "petstore-1.0.0.yaml",
+            "47289000aff3a8661f7752e2a0b616e013f0f9fde5227e38c56f051de257d007",
+        ),
+        (
+            "petstore-1.1.0.yaml",
+            "4b3407b0d98458c0f2a7820a6bb26e181fb9e6ae33262bfdfb06384a5c81e1c2",
+        ),
+    ];
 
     fn sha256(path: &Path) -> String {
         use sha2::Digest;

@@ -527,14 +527,24 @@ fn reordered_required_lists_and_enums_are_semantic_free() {
 // The semver rule, on files.
 
 /// Runs the gate on the released 1.0.0 edited by `edit`, at `version`.
+/// The gate's failures for 1.0.0 changed by `edit` and versioned `version`,
+/// against 1.0.0 as the only release (the rules are about one release;
+/// later ones are covered by the committed contract's own test).
 fn gate_with(version: &str, edit: impl FnOnce(&mut Value)) -> Vec<String> {
     let dir = tempfile::tempdir().unwrap();
+    let releases = dir.path().join("released");
+    std::fs::create_dir(&releases).unwrap();
+    std::fs::copy(
+        released_dir().join("petstore-1.0.0.yaml"),
+        releases.join("petstore-1.0.0.yaml"),
+    )
+    .unwrap();
     let mut doc = released();
     edit(&mut doc);
     doc["info"]["version"] = version.into();
     let contract = dir.path().join("petstore.yaml");
     std::fs::write(&contract, serde_yaml::to_string(&doc).unwrap()).unwrap();
-    gate(&contract, &released_dir()).unwrap().failures
+    gate(&contract, &releases).unwrap().failures
 }
 
 fn add_optional_parameter(doc: &mut Value) {
@@ -582,6 +592,23 @@ fn a_semantic_free_change_needs_only_a_patch_bump_and_versions_only_grow() {
     let failures = gate_with("0.9.0", reword);
     assert!(
         failures[0].contains("not greater than the released 1.0.0"),
+        "{failures:?}"
+    );
+}
+
+#[test]
+fn every_release_is_checked_so_dropping_what_1_1_0_added_is_breaking() {
+    // 1.0.0's document as 1.2.0: compatible with 1.0.0, but it removes the
+    // `after` parameter and the `Link` header that 1.1.0 released.
+    let dir = tempfile::tempdir().unwrap();
+    let mut doc = released();
+    doc["info"]["version"] = "1.2.0".into();
+    let contract = dir.path().join("petstore.yaml");
+    std::fs::write(&contract, serde_yaml::to_string(&doc).unwrap()).unwrap();
+    let failures = gate(&contract, &released_dir()).unwrap().failures;
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert!(
+        failures[0].contains("against released 1.1.0") && failures[0].contains("major"),
         "{failures:?}"
     );
 }
