@@ -46,7 +46,6 @@ pub struct KeyCounts {
 pub struct Keyring {
     current: ArcSwap<KeySet>,
     environment: ApiKeys,
-    revoked: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for Keyring {
@@ -61,7 +60,6 @@ impl Keyring {
         let keyring = Keyring {
             current: ArcSwap::from_pointee(KeySet::default()),
             environment,
-            revoked: Default::default(),
         };
         keyring.replace(stored);
         keyring
@@ -83,7 +81,7 @@ impl Keyring {
         KeyCounts {
             usable,
             expired: set.keys().len() - usable,
-            revoked: self.revoked.load(Ordering::Relaxed),
+            revoked: set.revoked(),
         }
     }
 
@@ -115,17 +113,16 @@ impl Keyring {
                 last_used: last_used.remove(key.name.as_str()).unwrap_or_default(),
             });
         }
-        self.revoked.store(revoked, Ordering::Relaxed);
-        self.current.store(Arc::new(KeySet::new(keys)));
+        self.current.store(Arc::new(KeySet::new(keys, revoked)));
     }
 
     /// The stored keys' uses since the last call, as `(name, time)`.
     fn uses_since(&self, flushed: &mut HashMap<Arc<str>, i64>) -> Vec<(String, i64)> {
         let set = self.current.load();
-        let environment = self.environment.accepted().count();
+        // The environment's keys come first and are not stored.
         set.keys()
             .iter()
-            .skip(environment)
+            .skip(self.environment.len())
             .filter_map(|key| {
                 let used = key.last_used.load(Ordering::Relaxed);
                 let before = flushed.insert(Arc::clone(&key.name), used);

@@ -154,12 +154,19 @@ pub struct AcceptedKey {
 #[derive(Debug, Default)]
 pub struct KeySet {
     keys: Vec<AcceptedKey>,
+    /// How many stored keys were left out as revoked (for monitoring).
+    revoked: usize,
 }
 
 impl KeySet {
-    /// A set of exactly these keys.
-    pub fn new(keys: Vec<AcceptedKey>) -> KeySet {
-        KeySet { keys }
+    /// A set of exactly these keys, `revoked` more having been left out.
+    pub fn new(keys: Vec<AcceptedKey>, revoked: usize) -> KeySet {
+        KeySet { keys, revoked }
+    }
+
+    /// How many stored keys were left out as revoked.
+    pub fn revoked(&self) -> usize {
+        self.revoked
     }
 
     /// The keys.
@@ -266,6 +273,11 @@ impl ApiKeys {
         self.digests.is_empty()
     }
 
+    /// How many keys the list holds.
+    pub fn len(&self) -> usize {
+        self.digests.len()
+    }
+
     /// The keys as accepted keys that never expire.
     pub fn accepted(&self) -> impl Iterator<Item = AcceptedKey> + '_ {
         self.digests
@@ -330,7 +342,7 @@ mod tests {
     }
 
     fn set(list: &str) -> KeySet {
-        KeySet::new(ApiKeys::parse(list).unwrap().accepted().collect())
+        KeySet::new(ApiKeys::parse(list).unwrap().accepted().collect(), 0)
     }
 
     fn check(keys: &KeySet, key: &str) -> Result<String, AuthFailure> {
@@ -377,7 +389,7 @@ mod tests {
             expires_at: Some(2_000),
             last_used: Arc::default(),
         };
-        let keys = KeySet::new(vec![key]);
+        let keys = KeySet::new(vec![key], 0);
         let request = headers(&["Bearer k1"]);
         assert!(keys.authenticate(&request, 1_999).is_ok());
         assert_eq!(keys.keys()[0].last_used.load(Ordering::Relaxed), 1_999);

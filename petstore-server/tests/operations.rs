@@ -26,31 +26,15 @@ fn migrate(dir: &Path, database: &str) {
     assert!(output.status.success(), "{stderr}");
 }
 
-/// A raw HTTP/1.1 GET to `address`, with a key unless `None`; the status
-/// code and the body.
+/// A GET to `address`, with a key unless `None`: the status code and body.
 fn get(address: &str, path: &str, key: Option<&str>) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(address).unwrap();
-    let auth = key.map_or(String::new(), |key| {
-        format!("Authorization: Bearer {key}\r\n")
-    });
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {address}\r\n{auth}Connection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response
+    let (status, body) = common::raw_request(address, "GET", path, key, "");
+    let code = status
         .split(' ')
         .nth(1)
         .and_then(|code| code.parse().ok())
         .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_owned())
-        .unwrap_or_default();
-    (status, body)
+    (code, body)
 }
 
 fn start(dir: &Path, database: &str) -> Served {
@@ -516,12 +500,7 @@ async fn https_through_the_client_and_curl_and_a_renewed_certificate_without_a_r
     std::fs::copy(&second_cert, &live_cert).unwrap();
     std::fs::copy(&second_key, &live_key).unwrap();
     served.child.signal("HUP").unwrap();
-    let served = blocking(move || {
-        let mut served = served;
-        served.wait_for("reloaded the TLS certificate");
-        served
-    })
-    .await;
+    let served = served.log_line("reloaded the TLS certificate").await;
     let output = curl(&second_ca);
     assert!(
         output.status.success(),
@@ -544,12 +523,7 @@ async fn https_through_the_client_and_curl_and_a_renewed_certificate_without_a_r
     // A broken renewal keeps the certificate in use.
     std::fs::write(&live_cert, "garbage").unwrap();
     served.child.signal("HUP").unwrap();
-    let served = blocking(move || {
-        let mut served = served;
-        served.wait_for("was not reloaded");
-        served
-    })
-    .await;
+    let served = served.log_line("was not reloaded").await;
     assert!(curl(&second_ca).status.success());
     drop(served);
 }

@@ -24,6 +24,15 @@ pub struct StoredKey {
     pub revoked_at: Option<i64>,
 }
 
+/// A stored digest as the 32 bytes it must be; a row holding anything
+/// else is reported with the key's name.
+pub(super) fn stored_digest(name: &str, bytes: &[u8]) -> Result<[u8; 32], StoreError> {
+    <[u8; 32]>::try_from(bytes).map_err(|_| StoreError::BadKey {
+        name: name.to_owned(),
+        reason: format!("its digest has {} bytes instead of 32", bytes.len()),
+    })
+}
+
 /// Why a key operation was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::{NoTls, Row};
 
-use super::keys::{KeyError, KeyStore, Revoked, StoredKey};
+use super::keys::{KeyError, KeyStore, Revoked, StoredKey, stored_digest};
 use super::{
     ListQuery, OpenError, Page, PetStore, PoolStats, PostgresFailure, PostgresUrl, StoreError,
     StoreStats,
@@ -348,11 +348,7 @@ impl PetStore for PostgresStore {
 fn key_from_row(row: &Row) -> Result<StoredKey, StoreError> {
     let decode = postgres("decoding a key");
     let name: String = row.try_get(0).map_err(&decode)?;
-    let digest: &[u8] = row.try_get(1).map_err(&decode)?;
-    let digest = <[u8; 32]>::try_from(digest).map_err(|_| StoreError::BadKey {
-        name: name.clone(),
-        reason: format!("its digest has {} bytes instead of 32", digest.len()),
-    })?;
+    let digest = stored_digest(&name, row.try_get(1).map_err(&decode)?)?;
     Ok(StoredKey {
         name,
         digest,

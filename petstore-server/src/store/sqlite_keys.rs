@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 
-use super::keys::{KeyError, KeyStore, Revoked, StoredKey};
+use super::keys::{KeyError, KeyStore, Revoked, StoredKey, stored_digest};
 use super::lock::DatabaseLock;
 use super::sqlite::{MIGRATIONS, configure_and_migrate, schema_version, sqlite};
 use super::{OpenError, StoreError};
@@ -106,10 +106,7 @@ type KeyRow = (String, Vec<u8>, i64, Option<i64>, Option<i64>, Option<i64>);
 fn key_from_row(
     (name, digest, created_at, expires_at, last_used_at, revoked_at): KeyRow,
 ) -> Result<StoredKey, StoreError> {
-    let digest = <[u8; 32]>::try_from(digest.as_slice()).map_err(|_| StoreError::BadKey {
-        name: name.clone(),
-        reason: format!("its digest has {} bytes instead of 32", digest.len()),
-    })?;
+    let digest = stored_digest(&name, &digest)?;
     Ok(StoredKey {
         name,
         digest,

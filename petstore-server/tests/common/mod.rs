@@ -119,24 +119,16 @@ impl Served {
 
     /// A raw HTTP/1.1 request; returns the status line and the body.
     pub fn request(&self, method: &str, path: &str, key: &str, body: &str) -> (String, String) {
-        let mut stream = TcpStream::connect(&self.address).unwrap();
-        write!(
-            stream,
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {key}\r\n\
-             Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            self.address,
-            body.len()
-        )
-        .unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
-        let status = response.lines().next().unwrap_or_default().to_owned();
-        let body = response
-            .split("\r\n\r\n")
-            .nth(1)
-            .unwrap_or_default()
-            .to_owned();
-        (status, body)
+        raw_request(&self.address, method, path, Some(key), body)
+    }
+
+    /// Waits, off the async workers, for a stderr line containing `needle`.
+    pub async fn log_line(mut self, needle: &'static str) -> Served {
+        petstore_support::blocking(move || {
+            self.wait_for(needle);
+            self
+        })
+        .await
     }
 
     /// Sends SIGTERM and returns the exit status and the rest of the log.
@@ -144,6 +136,36 @@ impl Served {
         self.child.signal("TERM").expect("SIGTERM sent");
         self.wait_for_exit()
     }
+}
+
+/// A raw HTTP/1.1 request to `address`, with a bearer key unless `None`;
+/// returns the status line and the body.
+pub fn raw_request(
+    address: &str,
+    method: &str,
+    path: &str,
+    key: Option<&str>,
+    body: &str,
+) -> (String, String) {
+    let mut stream = TcpStream::connect(address).unwrap();
+    let auth = key.map_or(String::new(), |key| {
+        format!("Authorization: Bearer {key}\r\n")
+    });
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\n{auth}\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response.lines().next().unwrap_or_default().to_owned();
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default();
+    (status, body)
 }
 
 /// The `address` of a "serving" record, in the JSON or the text format.
