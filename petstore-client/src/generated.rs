@@ -10,12 +10,80 @@ use progenitor_client::{encode_path, ClientHooks, OperationInfo, RequestBuilderE
 /// Types used as operation parameters and responses.
 #[allow(clippy::all)]
 pub mod types {
+    ///`CreatePetIdempotencyKey`
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct CreatePetIdempotencyKey(::std::string::String);
+    impl ::std::ops::Deref for CreatePetIdempotencyKey {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+
+    impl ::std::convert::From<CreatePetIdempotencyKey> for ::std::string::String {
+        fn from(value: CreatePetIdempotencyKey) -> Self {
+            value.0
+        }
+    }
+
+    impl ::std::str::FromStr for CreatePetIdempotencyKey {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            if value.chars().count() > 255usize {
+                return Err("longer than 255 characters".into());
+            }
+            if value.chars().count() < 1usize {
+                return Err("shorter than 1 characters".into());
+            }
+            static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
+            { ::regress::Regex::new("^[\\x21-\\x7E]+$").unwrap() });
+            if PATTERN.find(value).is_none() {
+                return Err("doesn't match pattern \"^[\\x21-\\x7E]+$\"".into());
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+
+    impl ::std::convert::TryFrom<&str> for CreatePetIdempotencyKey {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+
+    impl ::std::convert::TryFrom<::std::string::String> for CreatePetIdempotencyKey {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+
+    impl<'de> ::serde::Deserialize<'de> for CreatePetIdempotencyKey {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
+
     ///The body of every error response.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
     pub struct Error {
         /**Machine-readable error code: `bad_request`, `unauthorized`,
-`not_found`, `payload_too_large`, `internal_error` or
-`service_unavailable`.
+`not_found`, `idempotency_key_in_use`, `payload_too_large`,
+`idempotency_key_reused`, `internal_error` or `service_unavailable`.
 */
         pub code: ::std::string::String,
         ///Human-readable description.
@@ -577,8 +645,8 @@ pub mod types {
 /**Client for Pet Store
 
 A pet store's catalogue of animals: list animals (with a page-size limit, a
-status filter and keyset pagination), add an animal, and read one animal by
-identifier.
+status filter and keyset pagination), add an animal (exactly once, with an
+idempotency key), and read one animal by identifier.
 
 This document is hand-written and is the source of truth for the service. The
 server re-emits its own document from code and CI compares the two.
@@ -593,9 +661,10 @@ Decisions where the interface specification is silent:
   API.
 - **Error codes.** Every error response of these operations carries the
   `Error` body. Its `code` is one of `bad_request` (400), `unauthorized`
-  (401), `not_found` (404), `payload_too_large` (413), `internal_error`
-  (500) and `service_unavailable` (503). Clients should treat an unknown
-  code like the generic error of its HTTP status. Requests for paths or
+  (401), `not_found` (404), `idempotency_key_in_use` (409),
+  `payload_too_large` (413), `idempotency_key_reused` (422),
+  `internal_error` (500) and `service_unavailable` (503). Clients should
+  treat an unknown code like the generic error of its HTTP status. Requests for paths or
   methods this document does not define get the HTTP framework's own `404`
   or `405` (with `Allow`), whose body is not an `Error`.
 - **Invalid query parameters.** A `limit` outside 1..100 or not an integer, and a
@@ -623,10 +692,27 @@ Decisions where the interface specification is silent:
   dropped.
 - **Request size.** A request body larger than 16384 bytes gets `413` with code
   `payload_too_large`.
+- **Idempotent creates (since 1.2.0).** `POST /pets` takes an optional
+  `Idempotency-Key` header (1 to 255 visible ASCII characters), after the IETF
+  HTTPAPI draft "The Idempotency-Key HTTP Header Field". Keys are scoped to the
+  API key that sends them: one client can neither replay nor block another's.
+  The first request with a key is processed normally, and its `201` is stored
+  in the same transaction as the animal. A later request with the same key and
+  the same body (the same `name`, `categoryId` and `status`; formatting and
+  field order do not matter) gets that same `201` again, with the same `id`
+  and the header `Idempotent-Replayed: true`, and creates nothing. The same key
+  with a different body is `422` (`idempotency_key_reused`); a key whose
+  request is still being processed is `409` (`idempotency_key_in_use`), never
+  a second create. Only a `201` is remembered: after any other answer (`400`,
+  `413`, `500`, `503`, ...) the key is free and a retry can succeed. A stored
+  response is kept for at least 24 hours after it was first sent; after that
+  the key may be used again for a new animal. A client that did not get an
+  answer (timeout, dropped connection, `503`, `409`) retries with the same
+  key and body until it gets a `201`: the animal is then stored exactly once.
 - **Rate limits.** None.
 
 
-Version: 1.1.0*/
+Version: 1.2.0*/
 pub struct Client {
     pub(crate) baseurl: String,
     pub(crate) client: reqwest::Client,
@@ -666,7 +752,7 @@ impl Client {
 
 impl ClientInfo<()> for Client {
     fn api_version() -> &'static str {
-        "1.1.0"
+        "1.2.0"
     }
 
     fn baseurl(&self) -> &str {
@@ -721,11 +807,23 @@ Adds an animal to the catalogue. The `201` response carries the stored
 animal with the `id` the service assigned. The animal is stored durably
 before the response is sent.
 
+With an `Idempotency-Key` header the create happens at most once per key:
+a retry with the same key and body gets the first `201` again (marked
+`Idempotent-Replayed: true`) instead of creating a second animal.
+
 
 Sends a `POST` request to `/pets`
 
+Arguments:
+- `idempotency_key`: A key chosen by the client (a UUID v4 is a good choice) that makes the
+create safe to retry: 1 to 255 visible ASCII characters (`!` to `~`).
+Scoped to the API key; kept for at least 24 hours after the first
+`201`.
+
+- `body`
 ```ignore
 let response = client.create_pet()
+    .idempotency_key(idempotency_key)
     .body(body)
     .send()
     .await;
@@ -755,7 +853,7 @@ let response = client.get_pet()
     .await;
 ```*/
     #[deprecated(
-        since = "1.1.0",
+        since = "1.2.0",
         note = "this operation will be removed on 5 December 2030; use list_pets with the status filter instead"
     )]
     #[allow(deprecated)]
@@ -909,6 +1007,7 @@ pub mod builder {
     #[derive(Debug, Clone)]
     pub struct CreatePet<'a> {
         client: &'a super::Client,
+        idempotency_key: Result<Option<types::CreatePetIdempotencyKey>, String>,
         body: Result<types::builder::NewPet, String>,
     }
 
@@ -916,8 +1015,23 @@ pub mod builder {
         pub fn new(client: &'a super::Client) -> Self {
             Self {
                 client: client,
+                idempotency_key: Ok(None),
                 body: Ok(::std::default::Default::default()),
             }
+        }
+
+        pub fn idempotency_key<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::CreatePetIdempotencyKey>,
+        {
+            self.idempotency_key = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `CreatePetIdempotencyKey` for idempotency_key failed"
+                        .to_string()
+                });
+            self
         }
 
         pub fn body<V>(mut self, value: V) -> Self
@@ -944,12 +1058,13 @@ pub mod builder {
         pub async fn send(
             self,
         ) -> Result<ResponseValue<types::Pet>, Error<types::Error>> {
-            let Self { client, body } = self;
+            let Self { client, idempotency_key, body } = self;
+            let idempotency_key = idempotency_key.map_err(Error::InvalidRequest)?;
             let body = body
                 .and_then(|v| types::NewPet::try_from(v).map_err(|e| e.to_string()))
                 .map_err(Error::InvalidRequest)?;
             let url = format!("{}/pets", client.baseurl,);
-            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
             header_map
                 .append(
                     ::reqwest::header::HeaderName::from_static("api-version"),
@@ -957,6 +1072,9 @@ pub mod builder {
                         super::Client::api_version(),
                     ),
                 );
+            if let Some(value) = idempotency_key {
+                header_map.append("Idempotency-Key", value.to_string().try_into()?);
+            }
             #[allow(unused_mut)]
             let mut request = client
                 .client
@@ -991,7 +1109,21 @@ pub mod builder {
                         ),
                     )
                 }
+                409u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
                 413u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                422u16 => {
                     Err(
                         Error::ErrorResponse(
                             ResponseValue::from_response(response).await?,
@@ -1022,7 +1154,7 @@ pub mod builder {
 [`Client::get_pet`]: super::Client::get_pet*/
     #[derive(Debug, Clone)]
     #[deprecated(
-        since = "1.1.0",
+        since = "1.2.0",
         note = "this operation will be removed on 5 December 2030; use list_pets with the status filter instead"
     )]
     pub struct GetPet<'a> {

@@ -38,6 +38,15 @@
 //!     println!("{}: {}", pet.id, pet.name.as_str());
 //! }
 //!
+//! // Create exactly once: an idempotency key, retried through timeouts,
+//! // dropped connections and 503s until the service answers 201.
+//! let max = client
+//!     .create_pet_once(NewPet::builder().name("Max").category_id(1).try_into()?)
+//!     .send()
+//!     .await?
+//!     .pet;
+//! println!("created {} with id {}", max.name.as_str(), max.id);
+//!
 //! // Walk the whole catalogue (or one status), page by page.
 //! use futures::TryStreamExt;
 //! let mut pets = client.walk_pets().page_size(50).stream();
@@ -72,7 +81,10 @@
 //! - [`Error::InvalidRequest`]: the request was not sent because a value does
 //!   not fit the contract (for example a name with a control character, or a
 //!   missing required parameter).
-//! - [`Error::CommunicationError`]: the service could not be reached.
+//! - [`Error::CommunicationError`]: the service could not be reached, or
+//!   the connection broke. A create that fails so (or with 503) may or may
+//!   not have stored the animal: [`Client::create_pet_once`] retries it
+//!   with an idempotency key, so that it is stored exactly once.
 //! - [`Error::UnexpectedResponse`]: a status the contract does not declare.
 //!
 //! # Features
@@ -89,8 +101,10 @@ use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 #[rustfmt::skip]
 #[allow(missing_docs, clippy::all)]
 mod generated;
+mod once;
 mod walk;
 
+pub use once::{CreatePetOnce, CreatedOnce, RetryPolicy};
 pub use walk::{PAGE_SIZE_MAX, PetWalk};
 
 pub use generated::{

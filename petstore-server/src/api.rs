@@ -14,6 +14,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use crate::auth::Authenticated;
 use crate::body::StrictJson;
 use crate::error::ApiError;
+use crate::idempotency::{CreatedHeaders, IdempotencyKey};
 use crate::model::{NewPet, Pet, PetStatus};
 
 /// The most animals one `GET /pets` returns.
@@ -24,7 +25,7 @@ pub const LIMIT_DEFAULT: i32 = 20;
 pub const REQUEST_BODY_MAX_BYTES: usize = 16 * 1024;
 
 /// The contract version this interface implements (`info.version`).
-pub const CONTRACT_VERSION: semver::Version = semver::Version::new(1, 1, 0);
+pub const CONTRACT_VERSION: semver::Version = semver::Version::new(1, 2, 0);
 
 /// The pet store API.
 #[dropshot::api_description]
@@ -57,6 +58,11 @@ pub trait PetstoreApi {
     /// Adds an animal to the catalogue. The `201` response carries the stored
     /// animal with the `id` the service assigned. The animal is stored durably
     /// before the response is sent.
+    ///
+    /// With an `Idempotency-Key` header the create happens at most once per
+    /// key: a retry with the same key and body gets the first `201` again
+    /// (marked `Idempotent-Replayed: true`) instead of creating a second
+    /// animal.
     #[endpoint {
         method = POST,
         path = "/v1/pets",
@@ -66,8 +72,9 @@ pub trait PetstoreApi {
     async fn create_pet(
         rqctx: RequestContext<Self::Context>,
         auth: Authenticated,
+        idempotency_key: IdempotencyKey,
         body: StrictJson<NewPet>,
-    ) -> Result<HttpResponseCreated<Pet>, ApiError>;
+    ) -> Result<HttpResponseHeaders<HttpResponseCreated<Pet>, CreatedHeaders>, ApiError>;
 
     /// Get an animal (deprecated)
     ///

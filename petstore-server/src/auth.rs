@@ -6,6 +6,7 @@ use dropshot::{
 };
 
 use crate::context::{ApiContext, InFlight};
+use crate::keys::KeyDigest;
 
 /// Proof that the request carried a valid API key.
 ///
@@ -20,7 +21,16 @@ use crate::context::{ApiContext, InFlight};
 /// the access log and the metrics (see `observe.rs`).
 #[derive(Debug)]
 pub struct Authenticated {
+    digest: KeyDigest,
     _in_flight: InFlight,
+}
+
+impl Authenticated {
+    /// The digest of the key the request carried: the scope of its
+    /// idempotency key.
+    pub fn key_digest(&self) -> KeyDigest {
+        self.digest
+    }
 }
 
 #[async_trait::async_trait]
@@ -38,9 +48,12 @@ impl SharedExtractor for Authenticated {
         };
         let operation = &rqctx.endpoint.operation_id;
         match context.keys.authenticate(rqctx.request.headers()) {
-            Ok(key) => {
-                context.notes.note(&rqctx.request_id, operation, Some(key));
+            Ok(caller) => {
+                context
+                    .notes
+                    .note(&rqctx.request_id, operation, Some(caller.name));
                 Ok(Authenticated {
+                    digest: caller.digest,
                     _in_flight: context.requests.start(),
                 })
             }

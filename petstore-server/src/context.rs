@@ -24,6 +24,8 @@ pub struct ApiContext {
     pub store: Arc<dyn PetStore>,
     /// Requests past authentication whose handler has not finished.
     pub requests: Requests,
+    /// How long the first `201` of an idempotency key is kept, in seconds.
+    pub idempotency_retention_secs: i64,
 }
 
 /// Counts requests in flight.

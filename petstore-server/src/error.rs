@@ -12,8 +12,8 @@ use serde::Serialize;
 #[schemars(rename = "Error")]
 pub struct ApiError {
     /// Machine-readable error code: `bad_request`, `unauthorized`,
-    /// `not_found`, `payload_too_large`, `internal_error` or
-    /// `service_unavailable`.
+    /// `not_found`, `idempotency_key_in_use`, `payload_too_large`,
+    /// `idempotency_key_reused`, `internal_error` or `service_unavailable`.
     pub code: String,
     /// Human-readable description.
     pub message: String,
@@ -51,6 +51,28 @@ impl ApiError {
     /// 404: no such resource.
     pub fn not_found(message: impl Into<String>) -> ApiError {
         ApiError::new(ErrorStatusCode::NOT_FOUND, message)
+    }
+
+    /// 409: another request with the same idempotency key is in progress.
+    pub fn idempotency_key_in_use() -> ApiError {
+        let mut error = ApiError::new(
+            ErrorStatusCode::CONFLICT,
+            "another request with this Idempotency-Key is still being processed; nothing was \
+             created: retry later with the same key and body",
+        );
+        error.code = "idempotency_key_in_use".into();
+        error
+    }
+
+    /// 422: the idempotency key was used for another body.
+    pub fn idempotency_key_reused() -> ApiError {
+        let mut error = ApiError::new(
+            ErrorStatusCode::UNPROCESSABLE_ENTITY,
+            "this Idempotency-Key was already used for a create with a different body; nothing \
+             was created: use a new key for a new animal",
+        );
+        error.code = "idempotency_key_reused".into();
+        error
     }
 
     /// 503: the database is unavailable. The client sees a generic message;

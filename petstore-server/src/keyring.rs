@@ -31,6 +31,16 @@ pub fn unix_now() -> i64 {
         .map_or(0, |elapsed| elapsed.as_secs() as i64)
 }
 
+/// Who sent an accepted request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Caller {
+    /// The key's name, as the access log shows it.
+    pub name: Arc<str>,
+    /// The key's digest: what stays the same for one key across reloads,
+    /// restarts and instances.
+    pub digest: KeyDigest,
+}
+
 /// How many keys of each state the server holds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KeyCounts {
@@ -66,12 +76,15 @@ impl Keyring {
     }
 
     /// Checks a request's `Authorization` header now; the accepted key's
-    /// name, for the access log. An in-memory lookup: never waits.
-    pub fn authenticate(&self, headers: &HeaderMap) -> Result<Arc<str>, AuthFailure> {
+    /// name (for the access log) and digest. An in-memory lookup: never waits.
+    pub fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, AuthFailure> {
         self.current
             .load()
             .authenticate(headers, unix_now())
-            .map(|key| Arc::clone(&key.name))
+            .map(|key| Caller {
+                name: Arc::clone(&key.name),
+                digest: key.digest,
+            })
     }
 
     /// How many keys of each state the server holds now.
@@ -231,9 +244,10 @@ mod tests {
             ApiKeys::parse("dev").unwrap(),
             &[stored("ci", "k-ci", false), stored("old", "k-old", true)],
         );
-        assert_eq!(&*keyring.authenticate(&bearer("k-ci")).unwrap(), "ci");
+        let ci = keyring.authenticate(&bearer("k-ci")).unwrap();
+        assert_eq!((&*ci.name, ci.digest), ("ci", KeyDigest::of("k-ci")));
         assert_eq!(
-            &*keyring.authenticate(&bearer("dev")).unwrap(),
+            &*keyring.authenticate(&bearer("dev")).unwrap().name,
             "PETSTORE_API_KEYS[1]"
         );
         assert_eq!(

@@ -27,7 +27,7 @@ const CHECKSUM_CHARS: usize = 6;
 const BASE62: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 
 /// The SHA-256 digest of a key: all that is ever kept of it.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct KeyDigest(pub [u8; 32]);
 
 impl KeyDigest {

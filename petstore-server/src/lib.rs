@@ -4,9 +4,9 @@
 //! - [`api`]: the interface, as a dropshot API trait.
 //! - [`server`]: its implementation and the running server.
 //! - [`model`], [`error`]: the contract's types and its error body.
-//! - [`keys`], [`keyring`], [`auth`], [`body`]: API keys and the live set
-//!   of accepted keys, the bearer-key extractor and the strict JSON body
-//!   extractor the interface uses.
+//! - [`keys`], [`keyring`], [`auth`], [`body`], [`idempotency`]: API keys
+//!   and the live set of accepted keys, the bearer-key extractor, the strict
+//!   JSON body extractor and the `Idempotency-Key` header the interface uses.
 //! - [`context`]: what every handler can reach.
 //! - [`admin`], [`metrics`], [`observe`]: the management listener (health,
 //!   readiness, metrics) and what feeds the metrics and the access log.
@@ -20,6 +20,7 @@ pub mod auth;
 pub mod body;
 pub mod context;
 pub mod error;
+pub mod idempotency;
 pub mod keyring;
 pub mod keys;
 pub mod logging;
@@ -30,6 +31,6 @@ pub mod server;
 pub mod store;
 
 pub use server::{
-    RunningServer, ServerConfig, ShutdownError, ShutdownReport, StartError, TlsError, TlsFiles,
-    start,
+    IDEMPOTENCY_RETENTION_MIN, RunningServer, ServerConfig, ShutdownError, ShutdownReport,
+    StartError, TlsError, TlsFiles, start,
 };

@@ -110,6 +110,7 @@ async fn serve(settings: ServeSettings) -> anyhow::Result<()> {
                 AdminBind::Off => None,
             },
             tls: settings.tls()?,
+            idempotency_retention: settings.idempotency_retention.value,
         },
         log.clone(),
     )

@@ -54,6 +54,11 @@ struct KindLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
     state: &'static str,
 }
@@ -74,6 +79,8 @@ pub struct Metrics {
     auth_rejected: Family<ReasonLabels, Counter>,
     database_errors: Family<KindLabels, Counter>,
     key_refresh_failures: Counter,
+    idempotent_creates: Family<OutcomeLabels, Counter>,
+    idempotency_purged: Counter,
     keys: Family<StateLabels, Gauge>,
     pets: Gauge,
     pool_max: Gauge,
@@ -108,6 +115,8 @@ impl Metrics {
             auth_rejected: Family::default(),
             database_errors: Family::default(),
             key_refresh_failures: Counter::default(),
+            idempotent_creates: Family::default(),
+            idempotency_purged: Counter::default(),
             keys: Family::default(),
             pets: Gauge::default(),
             pool_max: Gauge::default(),
@@ -158,6 +167,17 @@ impl Metrics {
             "api_key_refresh_failures",
             "Failed reloads of the stored API keys (the last loaded set stays in force)",
             metrics.key_refresh_failures.clone(),
+        );
+        r.register(
+            "idempotent_creates",
+            "Creates with an Idempotency-Key, by outcome (created, replayed, reused: 422, \
+             in_use: 409)",
+            metrics.idempotent_creates.clone(),
+        );
+        r.register(
+            "idempotency_records_purged",
+            "Idempotency records deleted once past their retention",
+            metrics.idempotency_purged.clone(),
         );
         r.register(
             "api_keys",
@@ -241,6 +261,18 @@ impl Metrics {
         self.database_errors
             .get_or_create(&KindLabels { kind })
             .inc();
+    }
+
+    /// Counts a create with an idempotency key that came to `outcome`.
+    pub fn idempotent_create(&self, outcome: &'static str) {
+        self.idempotent_creates
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
+
+    /// Counts idempotency records purged.
+    pub fn idempotency_purged(&self, records: usize) {
+        self.idempotency_purged.inc_by(records as u64);
     }
 
     /// Counts a failed reload of the stored keys.

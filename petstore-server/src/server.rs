@@ -21,13 +21,15 @@ use crate::auth::Authenticated;
 use crate::body::StrictJson;
 use crate::context::{ApiContext, Requests};
 use crate::error::ApiError;
-use crate::keyring::Keyring;
+use crate::idempotency::{CreatedHeaders, IdempotencyKey};
+use crate::keyring::{Keyring, unix_now};
 use crate::keys::ApiKeys;
 use crate::metrics::Metrics;
 use crate::model::{NewPet, Pet};
 use crate::observe::{ObservingDrain, RequestNotes};
 use crate::store::{
-    self, DatabaseUrl, KeyStore, ListQuery, OpenError, PetStore, StoreError, StoreMetrics,
+    self, CreateOutcome, DatabaseUrl, Idempotency, KeyStore, ListQuery, OpenError, PURGE_BATCH,
+    PetStore, StoreError, StoreMetrics,
 };
 
 // Every page the contract allows, the store can serve.
@@ -82,16 +84,57 @@ impl PetstoreApi for PetstoreImpl {
 
     async fn create_pet(
         rqctx: RequestContext<ApiContext>,
-        _auth: Authenticated,
+        auth: Authenticated,
+        idempotency_key: IdempotencyKey,
         body: StrictJson<NewPet>,
-    ) -> Result<HttpResponseCreated<Pet>, ApiError> {
+    ) -> Result<HttpResponseHeaders<HttpResponseCreated<Pet>, CreatedHeaders>, ApiError> {
         let context = rqctx.context();
-        let pet = context
+        let pet = body.into_inner();
+        let created =
+            |pet, headers| Ok(HttpResponseHeaders::new(HttpResponseCreated(pet), headers));
+        let Some(key) = idempotency_key.into_inner() else {
+            let pet = context
+                .store
+                .create(pet)
+                .await
+                .map_err(store_failure(context))?;
+            return created(pet, CreatedHeaders::default());
+        };
+        let once = Idempotency::new(
+            auth.key_digest().0,
+            key,
+            &pet,
+            unix_now(),
+            context.idempotency_retention_secs,
+        );
+        let outcome = context
             .store
-            .create(body.into_inner())
+            .create_idempotent(pet, once)
             .await
             .map_err(store_failure(context))?;
-        Ok(HttpResponseCreated(pet))
+        let count = |outcome| {
+            if let Some(metrics) = &context.metrics {
+                metrics.idempotent_create(outcome);
+            }
+        };
+        match outcome {
+            CreateOutcome::Created(pet) => {
+                count("created");
+                created(pet, CreatedHeaders::default())
+            }
+            CreateOutcome::Replayed(pet) => {
+                count("replayed");
+                created(pet, CreatedHeaders::replayed())
+            }
+            CreateOutcome::KeyReused => {
+                count("reused");
+                Err(ApiError::idempotency_key_reused())
+            }
+            CreateOutcome::KeyInUse => {
+                count("in_use");
+                Err(ApiError::idempotency_key_in_use())
+            }
+        }
     }
 
     async fn get_pet(
@@ -130,7 +173,18 @@ pub struct ServerConfig {
     pub admin_bind: Option<SocketAddr>,
     /// Serve HTTPS with this certificate and key instead of HTTP.
     pub tls: Option<TlsFiles>,
+    /// How long the first `201` of an idempotency key is kept (and so
+    /// replayed); the contract promises at least
+    /// [`IDEMPOTENCY_RETENTION_MIN`].
+    pub idempotency_retention: Duration,
 }
+
+/// The shortest retention of idempotency keys the contract allows, and the
+/// default: 24 hours.
+pub const IDEMPOTENCY_RETENTION_MIN: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// How often expired idempotency records are looked for, at most.
+const PURGE_INTERVAL_MAX: Duration = Duration::from_secs(60);
 
 /// A PEM certificate chain and its PEM private key.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -261,6 +315,7 @@ pub struct RunningServer {
     keys: Arc<Keyring>,
     key_store: Arc<dyn KeyStore>,
     key_refresh: JoinHandle<()>,
+    purge: JoinHandle<()>,
     tls: Option<TlsFiles>,
 }
 
@@ -328,6 +383,7 @@ impl RunningServer {
             let _ = tokio::time::timeout(Duration::from_secs(1), admin.close()).await;
         }
         self.key_refresh.abort();
+        self.purge.abort();
         let recorded = tokio::time::timeout(
             Duration::from_secs(2),
             self.keys.record_all_uses(&*self.key_store),
@@ -416,6 +472,8 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
         metrics: metrics.clone(),
         store: Arc::clone(&store),
         requests: requests.clone(),
+        idempotency_retention_secs: i64::try_from(config.idempotency_retention.as_secs())
+            .unwrap_or(i64::MAX),
     };
     let http = match ServerBuilder::new(api, context, api_log)
         .config(dropshot_config)
@@ -444,6 +502,12 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
         }
         _ => None,
     };
+    let purge = tokio::spawn(purge_expired_idempotency(
+        Arc::clone(&store),
+        config.idempotency_retention,
+        log.clone(),
+        metrics.clone(),
+    ));
     let key_refresh =
         tokio::spawn(Arc::clone(&keys).refresh(Arc::clone(&database.keys), log.clone(), metrics));
     slog::info!(log, "serving";
@@ -461,8 +525,48 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
         keys,
         key_store: database.keys,
         key_refresh,
+        purge,
         tls: config.tls,
     })
+}
+
+/// Deletes idempotency records past `retention`, in short batches (each a
+/// transaction of its own) so that creates are never held up for long;
+/// runs until aborted. A failure is logged and tried again next round.
+async fn purge_expired_idempotency(
+    store: Arc<dyn PetStore>,
+    retention: Duration,
+    log: slog::Logger,
+    metrics: Option<Arc<Metrics>>,
+) {
+    let interval = retention.clamp(Duration::from_secs(1), PURGE_INTERVAL_MAX);
+    let retention_secs = i64::try_from(retention.as_secs()).unwrap_or(i64::MAX);
+    loop {
+        tokio::time::sleep(interval).await;
+        let before = unix_now().saturating_sub(retention_secs);
+        let mut purged = 0;
+        loop {
+            match store.purge_idempotency(before, PURGE_BATCH).await {
+                Ok(deleted) => {
+                    purged += deleted;
+                    if let Some(metrics) = &metrics {
+                        metrics.idempotency_purged(deleted);
+                    }
+                    if deleted < PURGE_BATCH {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    slog::warn!(log, "purging expired idempotency records failed; \
+                        trying again later"; "error" => crate::error::chain(&e));
+                    break;
+                }
+            }
+        }
+        if purged > 0 {
+            slog::info!(log, "purged expired idempotency records"; "records" => purged);
+        }
+    }
 }
 
 fn start_admin(

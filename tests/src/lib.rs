@@ -12,7 +12,7 @@ use std::time::Duration;
 use petstore_server::keys::ApiKeys;
 use petstore_server::logging::{self, LogFormat, LogSettings};
 use petstore_server::store::DatabaseUrl;
-use petstore_server::{RunningServer, ServerConfig};
+use petstore_server::{IDEMPOTENCY_RETENTION_MIN, RunningServer, ServerConfig};
 pub use petstore_support::{blocking, eventually, postgres};
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde_json::Value;
@@ -117,7 +117,9 @@ pub struct TestServer {
     /// Everything the server logged, as JSON lines.
     log: LogBuffer,
     addr: SocketAddr,
+    admin_addr: Option<SocketAddr>,
     client: reqwest::Client,
+    idempotency_retention: Duration,
     // Dropped after the server (fields drop in order).
     database: TestDatabase,
 }
@@ -138,15 +140,32 @@ impl TestServer {
 
     /// Starts a server on `database`, which it keeps as long as it lives.
     pub async fn start_on(database: TestDatabase) -> TestServer {
+        TestServer::start_keeping_idempotency_keys(database, IDEMPOTENCY_RETENTION_MIN).await
+    }
+
+    /// Starts a server on `database` that keeps idempotency keys for
+    /// `retention` (the command line refuses less than 24 hours; tests of
+    /// expiry need less).
+    pub async fn start_keeping_idempotency_keys(
+        database: TestDatabase,
+        retention: Duration,
+    ) -> TestServer {
         let log = LogBuffer::default();
-        let server = launch(&database.url, &log).await;
+        let server = launch(&database.url, &log, retention).await;
         TestServer {
             addr: server.local_addr(),
+            admin_addr: server.admin_addr(),
             server: Some(server),
             database,
             log,
             client: reqwest::Client::new(),
+            idempotency_retention: retention,
         }
+    }
+
+    /// The management listener's address (`/metrics`).
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_addr
     }
 
     /// The database the server serves.
@@ -158,8 +177,9 @@ impl TestServer {
     /// database (and a new port).
     pub async fn restart(&mut self) {
         self.stop().await;
-        let server = launch(&self.database.url, &self.log).await;
+        let server = launch(&self.database.url, &self.log, self.idempotency_retention).await;
         self.addr = server.local_addr();
+        self.admin_addr = server.admin_addr();
         self.server = Some(server);
     }
 
@@ -289,13 +309,14 @@ impl TestServer {
     }
 }
 
-async fn launch(database: &DatabaseUrl, log: &LogBuffer) -> RunningServer {
+async fn launch(database: &DatabaseUrl, log: &LogBuffer, retention: Duration) -> RunningServer {
     let config = ServerConfig {
         bind: "127.0.0.1:0".parse().expect("an address"),
         database: database.clone(),
         api_keys: ApiKeys::parse(&format!("{KEY},{OTHER_KEY}")).expect("valid keys"),
         admin_bind: Some("127.0.0.1:0".parse().expect("an address")),
         tls: None,
+        idempotency_retention: retention,
     };
     let settings = LogSettings {
         format: LogFormat::Json,

@@ -10,13 +10,14 @@
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::ValueEnum;
 use clap::parser::{ArgMatches, ValueSource};
-use petstore_server::TlsFiles;
 use petstore_server::logging::{LogFormat, LogSettings};
 use petstore_server::store::{DatabaseUrl, PostgresUrl};
+use petstore_server::{IDEMPOTENCY_RETENTION_MIN, TlsFiles};
 
 /// The database flags every command that opens the database takes.
 #[derive(clap::Args, Clone, Debug)]
@@ -72,6 +73,22 @@ pub struct ServeArgs {
         value_parser = clap::value_parser!(u64).range(0..=3600)
     )]
     pub shutdown_timeout: Option<u64>,
+    /// How long the first 201 of each Idempotency-Key is kept and replayed, at least 24h
+    /// (the contract's promise), e.g. 48h or 7d [default: 24h]
+    #[arg(long, env = "PETSTORE_IDEMPOTENCY_RETENTION", value_parser = parse_retention)]
+    pub idempotency_retention: Option<Duration>,
+}
+
+fn parse_retention(text: &str) -> Result<Duration, String> {
+    let retention = humantime::parse_duration(text)
+        .map_err(|e| format!("{e}; expected a duration such as 24h, 48h or 7d"))?;
+    if retention < IDEMPOTENCY_RETENTION_MIN {
+        return Err(format!(
+            "{text} is shorter than 24h: the contract promises clients that an idempotency key \
+             is kept for at least 24 hours"
+        ));
+    }
+    Ok(retention)
 }
 
 /// `--admin-bind`: an address, or off.
@@ -164,6 +181,7 @@ struct FileSettings {
     log_format: Option<String>,
     access_log: Option<String>,
     shutdown_timeout: Option<u64>,
+    idempotency_retention: Option<String>,
     /// Only to refuse it with a reason.
     api_keys: Option<toml::Value>,
 }
@@ -351,6 +369,8 @@ pub struct ServeSettings {
     pub access_log: Setting<Switch>,
     /// The shutdown deadline, seconds.
     pub shutdown_timeout: Setting<u64>,
+    /// How long idempotency keys are kept.
+    pub idempotency_retention: Setting<Duration>,
     /// The configuration file, if one was read.
     pub file: Option<PathBuf>,
 }
@@ -431,6 +451,14 @@ impl ServeSettings {
                     _ => Err(format!("{text} is not in 0..=3600")),
                 },
                 || 30,
+            )?,
+            idempotency_retention: layer(
+                "idempotency_retention",
+                args.idempotency_retention,
+                matches,
+                at(&file.idempotency_retention, &path),
+                parse_retention,
+                || IDEMPOTENCY_RETENTION_MIN,
             )?,
             file: config_file,
         };
@@ -528,6 +556,13 @@ impl ServeSettings {
             "shutdown_timeout",
             self.shutdown_timeout.value.to_string(),
             self.shutdown_timeout.source,
+        );
+        line(
+            "idempotency_retention",
+            quoted(&humantime::format_duration(
+                self.idempotency_retention.value,
+            )),
+            self.idempotency_retention.source,
         );
         out
     }

@@ -9,12 +9,14 @@ use std::sync::Arc;
 use crate::model::{NewPet, Pet, PetStatus};
 
 mod catalogue;
+pub mod idempotency;
 pub mod keys;
 mod lock;
 mod postgres;
 mod sqlite;
 mod sqlite_keys;
 
+pub use idempotency::{CreateOutcome, Idempotency, PURGE_BATCH};
 pub use keys::{KeyError, KeyStore, Revoked, StoredKey};
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
@@ -81,6 +83,9 @@ pub enum StoreError {
         /// What is wrong with it.
         reason: String,
     },
+    /// Something that cannot happen did (a bug in us).
+    #[error("a broken invariant: {0}")]
+    Invariant(&'static str),
     /// The SQLite writer thread is gone (it panicked): nothing can be written.
     #[error("the SQLite writer thread stopped: {0}")]
     WriterStopped(String),
@@ -110,6 +115,7 @@ impl StoreError {
             StoreError::FileReplaced { .. } | StoreError::Closed => true,
             StoreError::Undecodable { .. }
             | StoreError::BadKey { .. }
+            | StoreError::Invariant(_)
             | StoreError::WriterStopped(_) => false,
         }
     }
@@ -243,6 +249,22 @@ pub trait PetStore: Send + Sync + 'static {
     /// Stores `pet` under a new identifier. Returns only once the pet is
     /// durable: an `Ok` is a promise that it survives a crash.
     async fn create(&self, pet: NewPet) -> Result<Pet, StoreError>;
+
+    /// Stores `pet` under a new identifier unless the idempotency key
+    /// already holds a live record (see [`CreateOutcome`]). The pet and the
+    /// key's record are committed in one transaction: an `Ok(Created)` is a
+    /// promise that both survive a crash, and no crash leaves one without
+    /// the other. Never creates while another request holds the key.
+    async fn create_idempotent(
+        &self,
+        pet: NewPet,
+        idempotency: Idempotency,
+    ) -> Result<CreateOutcome, StoreError>;
+
+    /// Deletes at most `limit` idempotency records made before `made_before`
+    /// (Unix seconds); returns how many it deleted. Each call is short, so
+    /// purging never holds up creates for long.
+    async fn purge_idempotency(&self, made_before: i64, limit: usize) -> Result<usize, StoreError>;
 
     /// A page of pets in ascending `id` order (see [`ListQuery`]), and
     /// whether more follow it. Costs the same at any depth.

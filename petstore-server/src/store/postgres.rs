@@ -13,6 +13,7 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::{NoTls, Row};
 
+use super::idempotency::{CreateOutcome, Idempotency};
 use super::keys::{KeyError, KeyStore, Revoked, StoredKey, stored_digest};
 use super::{
     ListQuery, OpenError, Page, PetStore, PoolStats, PostgresFailure, PostgresUrl, StoreError,
@@ -40,6 +41,20 @@ const MIGRATIONS: &[&str] = &[
         last_used_at BIGINT,
         revoked_at   BIGINT
     );",
+    // Idempotency keys (see `idempotency.rs`): the first 201 of each key,
+    // a copy of the pet it answered, committed with the pet.
+    "CREATE TABLE idempotency_keys (
+        scope       BYTEA  NOT NULL,
+        key         TEXT   NOT NULL,
+        fingerprint BYTEA  NOT NULL,
+        created_at  BIGINT NOT NULL,
+        pet_id      BIGINT NOT NULL,
+        name        TEXT   NOT NULL,
+        category_id BIGINT NOT NULL,
+        status      TEXT,
+        PRIMARY KEY (scope, key)
+    );
+    CREATE INDEX idempotency_keys_by_age ON idempotency_keys (created_at);",
 ];
 
 /// Serialises migrations between instances starting at the same time.
@@ -211,11 +226,16 @@ async fn migrate(client: &mut deadpool_postgres::Client) -> Result<(), Migration
 /// Decodes a row into a pet, never panicking: a column of an unexpected
 /// type or value is reported with the row's id and the column's name.
 fn pet_from_row(row: &Row) -> Result<Pet, StoreError> {
+    pet_from_columns(row, 0)
+}
+
+/// [`pet_from_row`] for a pet whose four columns start at `first`.
+fn pet_from_columns(row: &Row, first: usize) -> Result<Pet, StoreError> {
     let decode = postgres("decoding a row");
-    let id: i64 = row.try_get(0).map_err(&decode)?;
-    let name: String = row.try_get(1).map_err(&decode)?;
-    let category_id: i64 = row.try_get(2).map_err(&decode)?;
-    let status = match row.try_get::<_, Option<&str>>(3).map_err(&decode)? {
+    let id: i64 = row.try_get(first).map_err(&decode)?;
+    let name: String = row.try_get(first + 1).map_err(&decode)?;
+    let category_id: i64 = row.try_get(first + 2).map_err(&decode)?;
+    let status = match row.try_get::<_, Option<&str>>(first + 3).map_err(&decode)? {
         None => None,
         Some(text) => Some(
             PetStatus::parse(text).ok_or_else(|| StoreError::Undecodable {
@@ -252,6 +272,115 @@ impl PetStore for PostgresStore {
             .map_err(&sql)?;
         let id = row.try_get(0).map_err(&sql)?;
         Ok(Pet::from_new(id, pet))
+    }
+
+    /// One transaction: the key's advisory lock (not free: another request,
+    /// on any instance, holds the key: 409), then its live record (a replay
+    /// or a reuse), else the pet and the record together. The record is
+    /// read only once the lock is held, so a request that committed the
+    /// key before is always seen.
+    async fn create_idempotent(
+        &self,
+        pet: NewPet,
+        once: Idempotency,
+    ) -> Result<CreateOutcome, StoreError> {
+        let sql = postgres("creating a pet with an idempotency key");
+        let mut client = self.client().await?;
+        let try_lock = client
+            .prepare_cached("SELECT pg_try_advisory_xact_lock($1)")
+            .await
+            .map_err(&sql)?;
+        let select = client
+            .prepare_cached(
+                "SELECT fingerprint, created_at, pet_id, name, category_id, status
+                 FROM idempotency_keys WHERE scope = $1 AND key = $2",
+            )
+            .await
+            .map_err(&sql)?;
+        // Replaces an expired record of the key, if one is left.
+        let insert = client
+            .prepare_cached(
+                "WITH pet AS (
+                     INSERT INTO pets (name, category_id, status) VALUES ($1, $2, $3)
+                     RETURNING id, name, category_id, status)
+                 INSERT INTO idempotency_keys
+                     (scope, key, fingerprint, created_at, pet_id, name, category_id, status)
+                 SELECT $4, $5, $6, $7, id, name, category_id, status FROM pet
+                 ON CONFLICT (scope, key) DO UPDATE SET
+                     fingerprint = excluded.fingerprint, created_at = excluded.created_at,
+                     pet_id = excluded.pet_id, name = excluded.name,
+                     category_id = excluded.category_id, status = excluded.status
+                 RETURNING pet_id",
+            )
+            .await
+            .map_err(&sql)?;
+        let tx = client.transaction().await.map_err(&sql)?;
+        let locked: bool = tx
+            .query_one(&try_lock, &[&once.lock_id()])
+            .await
+            .and_then(|row| row.try_get(0))
+            .map_err(&sql)?;
+        if !locked {
+            tx.rollback().await.map_err(&sql)?;
+            return Ok(CreateOutcome::KeyInUse);
+        }
+        let scope = &once.scope[..];
+        let found = tx
+            .query_opt(&select, &[&scope, &once.key])
+            .await
+            .map_err(&sql)?;
+        if let Some(record) = found {
+            let created_at: i64 = record.try_get(1).map_err(&sql)?;
+            if once.is_live(created_at) {
+                let fingerprint: &[u8] = record.try_get(0).map_err(&sql)?;
+                let outcome = if fingerprint == once.fingerprint {
+                    CreateOutcome::Replayed(pet_from_columns(&record, 2)?)
+                } else {
+                    CreateOutcome::KeyReused
+                };
+                tx.rollback().await.map_err(&sql)?;
+                return Ok(outcome);
+            }
+        }
+        let status = pet.status.map(PetStatus::as_str);
+        let fingerprint = &once.fingerprint[..];
+        let row = tx
+            .query_one(
+                &insert,
+                &[
+                    &pet.name,
+                    &pet.category_id,
+                    &status,
+                    &scope,
+                    &once.key,
+                    &fingerprint,
+                    &once.now,
+                ],
+            )
+            .await
+            .map_err(&sql)?;
+        let id: i64 = row.try_get(0).map_err(&sql)?;
+        tx.commit().await.map_err(&sql)?;
+        Ok(CreateOutcome::Created(Pet::from_new(id, pet)))
+    }
+
+    async fn purge_idempotency(&self, made_before: i64, limit: usize) -> Result<usize, StoreError> {
+        let sql = postgres("purging idempotency records");
+        let client = self.admin_client().await?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        // By `ctid`, re-checking the age: a record a request renewed in the
+        // meantime is a new row version, and stays.
+        let deleted = client
+            .execute(
+                "DELETE FROM idempotency_keys
+                 WHERE ctid = ANY(ARRAY(SELECT ctid FROM idempotency_keys
+                                        WHERE created_at < $1 LIMIT $2))
+                   AND created_at < $1",
+                &[&made_before, &limit],
+            )
+            .await
+            .map_err(&sql)?;
+        Ok(usize::try_from(deleted).unwrap_or(usize::MAX))
     }
 
     async fn list(&self, query: ListQuery) -> Result<Page, StoreError> {

@@ -25,6 +25,7 @@ use rusqlite::{Connection, ErrorCode, TransactionBehavior, params};
 use tokio::sync::oneshot;
 
 use super::catalogue::Catalogue;
+use super::idempotency::{Claim, Claims, CreateOutcome, Idempotency};
 use super::lock::DatabaseLock;
 use super::sqlite_keys::SqliteKeys;
 use super::{
@@ -50,6 +51,20 @@ pub(super) const MIGRATIONS: &[&str] = &[
         last_used_at INTEGER,
         revoked_at   INTEGER
     );",
+    // Idempotency keys (see `idempotency.rs`): the first 201 of each key,
+    // a copy of the pet it answered, committed with the pet.
+    "CREATE TABLE idempotency_keys (
+        scope       BLOB    NOT NULL,
+        key         TEXT    NOT NULL,
+        fingerprint BLOB    NOT NULL,
+        created_at  INTEGER NOT NULL,
+        pet_id      INTEGER NOT NULL,
+        name        TEXT    NOT NULL,
+        category_id INTEGER NOT NULL,
+        status      TEXT,
+        PRIMARY KEY (scope, key)
+    );
+    CREATE INDEX idempotency_keys_by_age ON idempotency_keys (created_at);",
 ];
 
 /// The most creates one transaction commits.
@@ -63,11 +78,29 @@ const FILE_CHECK_INTERVAL: Duration = Duration::from_secs(2);
 
 const SELECT_PET: &str = "SELECT id, name, category_id, status FROM pets";
 
-type Reply = oneshot::Sender<Result<Pet, StoreError>>;
+type Reply = oneshot::Sender<Result<CreateOutcome, StoreError>>;
 
 enum WriteJob {
-    Create(NewPet, Reply),
+    Create(CreateJob),
+    /// Delete at most this many idempotency records made before this time.
+    Purge(i64, usize, oneshot::Sender<Result<usize, StoreError>>),
     Close(oneshot::Sender<()>),
+}
+
+/// A create waiting for the writer, with its idempotency key if it has one.
+struct CreateJob {
+    pet: NewPet,
+    once: Option<(Idempotency, Claim)>,
+    reply: Reply,
+}
+
+/// What the writer's transaction did for one create.
+enum Applied {
+    Created(i64),
+    /// The key's live record, for the same pet (or a record that does not
+    /// decode).
+    Replayed(Result<Pet, StoreError>),
+    KeyReused,
 }
 
 /// The SQLite implementation of [`PetStore`].
@@ -75,6 +108,8 @@ pub struct SqliteStore {
     writer: mpsc::Sender<WriteJob>,
     writer_thread: Mutex<Option<JoinHandle<()>>>,
     catalogue: Arc<SharedCatalogue>,
+    /// The idempotency keys whose creates are with the writer.
+    claims: Arc<Claims>,
     /// Set when the store is being closed. A writer that is gone without
     /// that has died: creates then fail as internal errors, not as 503s.
     closing: AtomicBool,
@@ -191,12 +226,26 @@ impl SqliteStore {
             writer,
             writer_thread: Mutex::new(Some(writer_thread)),
             catalogue,
+            claims: Arc::default(),
             closing: AtomicBool::new(false),
             path,
             identity,
             replaced,
         };
         Ok((store, SqliteKeys::on(keys_conn)))
+    }
+
+    /// Hands a create to the writer and waits for its commit.
+    async fn write(
+        &self,
+        pet: NewPet,
+        once: Option<(Idempotency, Claim)>,
+    ) -> Result<CreateOutcome, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.writer
+            .send(WriteJob::Create(CreateJob { pet, once, reply }))
+            .map_err(|_| self.writer_gone())?;
+        answer.await.map_err(|_| self.writer_gone())?
     }
 
     /// Why a create could not reach the writer: it died, or the store closed.
@@ -363,10 +412,15 @@ impl Writer {
             };
             let mut group = Vec::new();
             let mut close = None;
+            let mut purge = None;
             let mut next = Some(first);
             while let Some(job) = next.take() {
                 match job {
-                    WriteJob::Create(pet, reply) => group.push((pet, reply)),
+                    WriteJob::Create(job) => group.push(job),
+                    WriteJob::Purge(before, limit, reply) => {
+                        purge = Some((before, limit, reply));
+                        break;
+                    }
                     WriteJob::Close(done) => {
                         close = Some(done);
                         break;
@@ -377,6 +431,11 @@ impl Writer {
                 }
             }
             self.commit_group(group, catalogue);
+            if let Some((before, limit, reply)) = purge {
+                let purged = purge_records(&self.conn, before, limit)
+                    .map_err(sqlite("purging idempotency records"));
+                let _ = reply.send(purged);
+            }
             if let Some(done) = close {
                 drop(self);
                 let _ = done.send(());
@@ -414,15 +473,19 @@ impl Writer {
     /// Commits the group, checks that the committed file is still the
     /// database's, then makes the group visible to readers, then answers:
     /// a pet is never acknowledged before it is durable and readable.
-    fn commit_group(&mut self, group: Vec<(NewPet, Reply)>, catalogue: &SharedCatalogue) {
+    ///
+    /// A create with an idempotency key first looks for the key's live
+    /// record in the same transaction, so a retry queued behind the first
+    /// request finds the first one's record even within one group.
+    fn commit_group(&mut self, group: Vec<CreateJob>, catalogue: &SharedCatalogue) {
         if group.is_empty() {
             return;
         }
         if !self.check_file() {
             return fail_all(group, || self.file_replaced());
         }
-        let ids = match insert_all(&mut self.conn, group.iter().map(|(pet, _)| pet)) {
-            Ok(ids) => ids,
+        let applied = match apply_all(&mut self.conn, &group) {
+            Ok(applied) => applied,
             Err(e) => {
                 let source = Arc::new(e);
                 return fail_all(group, || StoreError::Sqlite {
@@ -436,48 +499,121 @@ impl Writer {
         if !self.check_file() {
             return fail_all(group, || self.file_replaced());
         }
-        let pets: Vec<(Pet, Reply)> = group
+        // The claims go before the answers: once a request is answered, a
+        // retry with its key must find the committed record, not a claim.
+        let answers: Vec<(Result<CreateOutcome, StoreError>, Reply)> = group
             .into_iter()
-            .zip(ids)
-            .map(|((pet, reply), id)| (Pet::from_new(id, pet), reply))
+            .zip(applied)
+            .map(|(CreateJob { pet, once, reply }, applied)| {
+                drop(once);
+                let outcome = match applied {
+                    Applied::Created(id) => Ok(CreateOutcome::Created(Pet::from_new(id, pet))),
+                    Applied::Replayed(pet) => pet.map(CreateOutcome::Replayed),
+                    Applied::KeyReused => Ok(CreateOutcome::KeyReused),
+                };
+                (outcome, reply)
+            })
             .collect();
+        let created = answers.iter().filter_map(|(outcome, _)| match outcome {
+            Ok(CreateOutcome::Created(pet)) => Some(pet),
+            _ => None,
+        });
         if let Some(catalogue) = write(catalogue).as_mut() {
-            pets.iter().for_each(|(pet, _)| catalogue.push(pet));
+            created.for_each(|pet| catalogue.push(pet));
         }
-        self.metrics.commit_group_size.observe(pets.len() as f64);
-        for (pet, reply) in pets {
-            let _ = reply.send(Ok(pet));
+        self.metrics.commit_group_size.observe(answers.len() as f64);
+        for (outcome, reply) in answers {
+            let _ = reply.send(outcome);
         }
     }
 }
 
 /// Answers every create of the group with the error `error` makes.
-fn fail_all(group: Vec<(NewPet, Reply)>, error: impl Fn() -> StoreError) {
-    for (_, reply) in group {
-        let _ = reply.send(Err(error()));
+fn fail_all(group: Vec<CreateJob>, error: impl Fn() -> StoreError) {
+    for job in group {
+        let _ = job.reply.send(Err(error()));
     }
 }
 
-/// Inserts the pets in one transaction; all or none are stored.
-fn insert_all<'a>(
-    conn: &mut Connection,
-    pets: impl Iterator<Item = &'a NewPet>,
-) -> rusqlite::Result<Vec<i64>> {
+/// Applies the creates in one transaction; all or none are stored. A
+/// create with an idempotency key whose live record exists creates nothing.
+fn apply_all(conn: &mut Connection, jobs: &[CreateJob]) -> rusqlite::Result<Vec<Applied>> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let mut ids = Vec::new();
-    {
-        let mut insert = tx.prepare_cached(
-            "INSERT INTO pets (name, category_id, status) VALUES (?1, ?2, ?3) RETURNING id",
-        )?;
-        for pet in pets {
-            let status = pet.status.map(PetStatus::as_str);
-            ids.push(
-                insert.query_row(params![pet.name, pet.category_id, status], |row| row.get(0))?,
-            );
+    let mut applied = Vec::with_capacity(jobs.len());
+    let mut insert = tx.prepare_cached(
+        "INSERT INTO pets (name, category_id, status) VALUES (?1, ?2, ?3) RETURNING id",
+    )?;
+    for job in jobs {
+        let once = job.once.as_ref().map(|(once, _)| once);
+        if let Some(once) = once
+            && let Some(found) = live_record(&tx, once)?
+        {
+            applied.push(found);
+            continue;
         }
+        let status = job.pet.status.map(PetStatus::as_str);
+        let id = insert.query_row(params![job.pet.name, job.pet.category_id, status], |row| {
+            row.get(0)
+        })?;
+        if let Some(once) = once {
+            // Replaces an expired record of the key, if one is left.
+            tx.prepare_cached(
+                "INSERT INTO idempotency_keys
+                     (scope, key, fingerprint, created_at, pet_id, name, category_id, status)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                 ON CONFLICT (scope, key) DO UPDATE SET
+                     fingerprint = excluded.fingerprint, created_at = excluded.created_at,
+                     pet_id = excluded.pet_id, name = excluded.name,
+                     category_id = excluded.category_id, status = excluded.status",
+            )?
+            .execute(params![
+                &once.scope[..],
+                once.key,
+                &once.fingerprint[..],
+                once.now,
+                id,
+                job.pet.name,
+                job.pet.category_id,
+                status
+            ])?;
+        }
+        applied.push(Applied::Created(id));
     }
+    drop(insert);
     tx.commit()?;
-    Ok(ids)
+    Ok(applied)
+}
+
+/// The key's live record, as what a create with it comes to: a replay of
+/// the same pet, or a reuse of the key for another.
+fn live_record(tx: &Connection, once: &Idempotency) -> rusqlite::Result<Option<Applied>> {
+    let mut select = tx.prepare_cached(
+        "SELECT fingerprint, created_at, pet_id, name, category_id, status
+         FROM idempotency_keys WHERE scope = ?1 AND key = ?2",
+    )?;
+    let mut rows = select.query(params![&once.scope[..], once.key])?;
+    let Some(row) = rows.next()? else {
+        return Ok(None);
+    };
+    let created_at: i64 = row.get(1)?;
+    if !once.is_live(created_at) {
+        return Ok(None);
+    }
+    let fingerprint: Vec<u8> = row.get(0)?;
+    if fingerprint != once.fingerprint {
+        return Ok(Some(Applied::KeyReused));
+    }
+    let stored = (row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?);
+    Ok(Some(Applied::Replayed(pet_from_row(stored))))
+}
+
+/// Deletes at most `limit` idempotency records made before `before`.
+fn purge_records(conn: &Connection, before: i64, limit: usize) -> rusqlite::Result<usize> {
+    conn.prepare_cached(
+        "DELETE FROM idempotency_keys WHERE rowid IN
+             (SELECT rowid FROM idempotency_keys WHERE created_at < ?1 LIMIT ?2)",
+    )?
+    .execute(params![before, limit as i64])
 }
 
 /// A row as stored, before it is checked.
@@ -537,9 +673,29 @@ fn describe(value: &rusqlite::types::Value) -> String {
 #[async_trait::async_trait]
 impl PetStore for SqliteStore {
     async fn create(&self, pet: NewPet) -> Result<Pet, StoreError> {
+        match self.write(pet, None).await? {
+            CreateOutcome::Created(pet) => Ok(pet),
+            _ => Err(StoreError::Invariant(
+                "a create without an idempotency key came to something else than a create",
+            )),
+        }
+    }
+
+    async fn create_idempotent(
+        &self,
+        pet: NewPet,
+        idempotency: Idempotency,
+    ) -> Result<CreateOutcome, StoreError> {
+        let Some(claim) = self.claims.claim(&idempotency) else {
+            return Ok(CreateOutcome::KeyInUse);
+        };
+        self.write(pet, Some((idempotency, claim))).await
+    }
+
+    async fn purge_idempotency(&self, made_before: i64, limit: usize) -> Result<usize, StoreError> {
         let (reply, answer) = oneshot::channel();
         self.writer
-            .send(WriteJob::Create(pet, reply))
+            .send(WriteJob::Purge(made_before, limit, reply))
             .map_err(|_| self.writer_gone())?;
         answer.await.map_err(|_| self.writer_gone())?
     }

@@ -376,15 +376,14 @@ impl Prober<'_> {
                 continue;
             }
             let location = format!("{}.parameters.{}", op.location, param.name);
+            let flavor = if param.location == "header" {
+                Flavor::Header
+            } else {
+                Flavor::Text
+            };
             let cases = [
-                (
-                    values::violations(self.yaml, &param.schema, Flavor::Text),
-                    true,
-                ),
-                (
-                    values::boundaries(self.yaml, &param.schema, Flavor::Text),
-                    false,
-                ),
+                (values::violations(self.yaml, &param.schema, flavor), true),
+                (values::boundaries(self.yaml, &param.schema, flavor), false),
             ];
             for (cases, invalid) in cases {
                 for Case { what, value } in cases {

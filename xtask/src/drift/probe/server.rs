@@ -92,6 +92,7 @@ impl Harness {
             api_keys: ApiKeys::parse(&key).context("the generated key")?,
             admin_bind: None,
             tls: None,
+            idempotency_retention: petstore_server::IDEMPOTENCY_RETENTION_MIN,
         };
         let log = slog::Logger::root(slog::Discard, slog::o!());
         let server = petstore_server::start(config, log)

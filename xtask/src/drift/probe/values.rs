@@ -36,8 +36,11 @@ fn case(what: impl Into<String>, value: Value) -> Case {
 pub enum Flavor {
     /// A JSON body.
     Json,
-    /// A query, path or header parameter.
+    /// A query or path parameter.
     Text,
+    /// A header parameter: text that HTTP can carry in a header value
+    /// (visible ASCII and inner spaces; no control characters).
+    Header,
 }
 
 /// A value the schema accepts.
@@ -253,7 +256,8 @@ fn string_violations(schema: &Value, flavor: Flavor, cases: &mut Vec<Case>) {
     if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
         let fits = |c: &&&str| {
             let length = c.chars().count() as u64;
-            length >= min && max.is_none_or(|max| length <= max)
+            let sendable = flavor != Flavor::Header || is_header_value(c);
+            sendable && length >= min && max.is_none_or(|max| length <= max)
         };
         let breaker = PATTERN_BREAKERS
             .iter()
@@ -266,6 +270,12 @@ fn string_violations(schema: &Value, flavor: Flavor, cases: &mut Vec<Case>) {
             ));
         }
     }
+}
+
+/// Whether `text` can be sent as an HTTP header value as it is: visible
+/// ASCII with inner spaces (a leading or trailing one would be trimmed).
+fn is_header_value(text: &str) -> bool {
+    text.bytes().all(|b| b == b' ' || b.is_ascii_graphic()) && text.trim() == text
 }
 
 /// Whether `text` matches the schema's pattern; `None` when there is no
@@ -321,7 +331,7 @@ pub fn int_bounds(schema: &Value) -> (Bound, Bound) {
 /// An integer as JSON (when JSON can hold it) or as text.
 fn encode_int(value: i128, flavor: Flavor) -> Option<Value> {
     match flavor {
-        Flavor::Text => Some(json!(value.to_string())),
+        Flavor::Text | Flavor::Header => Some(json!(value.to_string())),
         Flavor::Json => int_json(value),
     }
 }
@@ -336,7 +346,7 @@ fn int_json(value: i128) -> Option<Value> {
 fn text(value: Value, flavor: Flavor) -> Value {
     match flavor {
         Flavor::Json => value,
-        Flavor::Text => json!(value.to_string()),
+        Flavor::Text | Flavor::Header => json!(value.to_string()),
     }
 }
 

@@ -1,0 +1,243 @@
+//! [`Client::create_pet_once`]: a create that stores the animal exactly
+//! once, however often the network or the service fails along the way.
+//!
+//! Every attempt carries the same `Idempotency-Key` and the same body, so
+//! the service creates the animal at most once and answers every retry
+//! after the first success with that same animal (`Idempotent-Replayed:
+//! true`). Retrying until a `201` comes then makes it exactly once.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+
+use crate::{Client, Error, types};
+
+/// How [`Client::create_pet_once`] retries: capped exponential backoff with
+/// full jitter (each wait is random between zero and the current cap, so
+/// that clients failed by the same outage do not retry in lockstep).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RetryPolicy {
+    /// The most attempts, the first included (at least 1).
+    pub max_attempts: u32,
+    /// The cap of the wait before the second attempt; it doubles with each
+    /// attempt after that.
+    pub initial_backoff: Duration,
+    /// The largest cap a wait can reach.
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    /// 10 attempts, waits capped at 100 ms doubling up to 5 s: about half a
+    /// minute of retrying at most.
+    fn default() -> RetryPolicy {
+        RetryPolicy {
+            max_attempts: 10,
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(5),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The default policy with at most `max_attempts` attempts.
+    pub fn with_max_attempts(max_attempts: u32) -> RetryPolicy {
+        RetryPolicy {
+            max_attempts,
+            ..RetryPolicy::default()
+        }
+    }
+
+    /// The same policy with waits capped at `initial` doubling up to `max`.
+    pub fn backoff(self, initial: Duration, max: Duration) -> RetryPolicy {
+        RetryPolicy {
+            initial_backoff: initial,
+            max_backoff: max,
+            ..self
+        }
+    }
+
+    /// The cap of the wait after failed attempt number `attempt` (1-based).
+    fn cap(&self, attempt: u32) -> Duration {
+        let doublings = attempt.saturating_sub(1).min(31);
+        self.initial_backoff
+            .saturating_mul(1 << doublings)
+            .min(self.max_backoff)
+    }
+
+    /// A random wait between zero and the cap after failed attempt `attempt`.
+    fn wait(&self, attempt: u32) -> Duration {
+        let cap = self.cap(attempt);
+        let fraction = getrandom::u64().unwrap_or(u64::MAX / 2) as f64 / u64::MAX as f64;
+        cap.mul_f64(fraction)
+    }
+}
+
+/// An animal stored by [`Client::create_pet_once`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct CreatedOnce {
+    /// The stored animal, with the `id` the service assigned.
+    pub pet: types::Pet,
+    /// The idempotency key every attempt carried.
+    pub idempotency_key: String,
+    /// How many attempts it took.
+    pub attempts: u32,
+    /// Whether the `201` that ended it was a replay: an earlier attempt had
+    /// stored the animal, but its answer was lost.
+    pub replayed: bool,
+}
+
+/// Builder for [`Client::create_pet_once`].
+#[derive(Debug)]
+pub struct CreatePetOnce<'a> {
+    client: &'a Client,
+    pet: types::NewPet,
+    idempotency_key: String,
+    policy: RetryPolicy,
+}
+
+impl Client {
+    /// Adds `pet` to the catalogue exactly once.
+    ///
+    /// Generates an idempotency key (a UUID v4; choose your own with
+    /// [`CreatePetOnce::idempotency_key`], e.g. one saved with the work it
+    /// belongs to, so that even a restarted process retries with it), sends
+    /// the create, and retries with the same key and body on every failure
+    /// after which the animal may or may not have been stored: a
+    /// communication error or timeout, a `503`, a `502` or `504` from a
+    /// proxy, and a `409` (an earlier attempt is still being processed).
+    /// Any other error is returned at once. When the attempts run out (see
+    /// [`RetryPolicy`]), the last error is returned: the animal was then
+    /// stored at most once, and a later retry with the same key and body
+    /// ([`CreatePetOnce::key`], read before sending) finishes the job, for
+    /// 24 hours at least.
+    ///
+    /// ```no_run
+    /// use petstore_client::{Client, NewPet, RetryPolicy};
+    ///
+    /// # async fn example() -> Result<(), petstore_client::Error<petstore_client::types::Error>> {
+    /// let client = Client::with_api_key("http://127.0.0.1:8080/v1", "my-api-key");
+    /// let pet = NewPet::builder().name("Rex").category_id(1).try_into().unwrap();
+    /// let created = client
+    ///     .create_pet_once(pet)
+    ///     .retry(RetryPolicy::with_max_attempts(20))
+    ///     .send()
+    ///     .await?;
+    /// println!("stored as {} after {} attempt(s)", created.pet.id, created.attempts);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn create_pet_once(&self, pet: types::NewPet) -> CreatePetOnce<'_> {
+        CreatePetOnce {
+            client: self,
+            pet,
+            idempotency_key: uuid::Uuid::new_v4().to_string(),
+            policy: RetryPolicy::default(),
+        }
+    }
+}
+
+impl CreatePetOnce<'_> {
+    /// Uses `key` instead of a generated one (1 to 255 visible ASCII
+    /// characters; the service refuses anything else with `400`).
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.idempotency_key = key.into();
+        self
+    }
+
+    /// Retries as `policy` says instead of [`RetryPolicy::default`].
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The key every attempt will carry.
+    pub fn key(&self) -> &str {
+        &self.idempotency_key
+    }
+
+    /// Creates the animal, retrying as the policy says.
+    pub async fn send(self) -> Result<CreatedOnce, Error<types::Error>> {
+        let mut attempt = 1;
+        loop {
+            let sent = self
+                .client
+                .create_pet()
+                .idempotency_key(self.idempotency_key.as_str())
+                .body(self.pet.clone())
+                .send()
+                .await;
+            match sent {
+                Ok(response) => {
+                    let replayed = response
+                        .headers()
+                        .get("idempotent-replayed")
+                        .is_some_and(|value| value == "true");
+                    return Ok(CreatedOnce {
+                        pet: response.into_inner(),
+                        idempotency_key: self.idempotency_key,
+                        attempts: attempt,
+                        replayed,
+                    });
+                }
+                Err(error) if is_retryable(&error) && attempt < self.policy.max_attempts => {
+                    tokio::time::sleep(self.policy.wait(attempt)).await;
+                    attempt += 1;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+}
+
+/// Whether the animal may or may not have been stored, so that a retry with
+/// the same key is the way to find out (and to finish the job).
+fn is_retryable(error: &Error<types::Error>) -> bool {
+    let retry_status = |status: StatusCode| {
+        matches!(
+            status,
+            StatusCode::CONFLICT
+                | StatusCode::BAD_GATEWAY
+                | StatusCode::SERVICE_UNAVAILABLE
+                | StatusCode::GATEWAY_TIMEOUT
+        )
+    };
+    match error {
+        Error::CommunicationError(_) | Error::ResponseBodyError(_) => true,
+        Error::ErrorResponse(response) => retry_status(response.status()),
+        Error::UnexpectedResponse(response) => retry_status(response.status()),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits_double_up_to_the_cap_and_stay_below_it() {
+        let policy = RetryPolicy::default();
+        let caps: Vec<u64> = (1..=8).map(|a| policy.cap(a).as_millis() as u64).collect();
+        assert_eq!(caps, [100, 200, 400, 800, 1600, 3200, 5000, 5000]);
+        assert_eq!(policy.cap(u32::MAX), Duration::from_secs(5));
+        for attempt in 1..=8 {
+            assert!(policy.wait(attempt) <= policy.cap(attempt));
+        }
+    }
+
+    #[test]
+    fn generated_keys_are_fresh_uuids() {
+        let client = Client::new("http://127.0.0.1:1/v1");
+        let pet: types::NewPet = types::NewPet::builder()
+            .name("Rex")
+            .category_id(1)
+            .try_into()
+            .unwrap();
+        let a = client.create_pet_once(pet.clone());
+        let b = client.create_pet_once(pet);
+        assert_ne!(a.key(), b.key());
+        let uuid = uuid::Uuid::parse_str(a.key()).unwrap();
+        assert_eq!(uuid.get_version_num(), 4);
+    }
+}

@@ -1,0 +1,190 @@
+//! Creates a client can retry safely: what the stores need to know of an
+//! idempotency key, and what a create with one can come to.
+//!
+//! A record of the first `201` for a key is committed in the same
+//! transaction as the pet, so no crash can leave one without the other. The
+//! record keeps a copy of the response (the pet as it was created), so that
+//! a replay answers exactly what the first request was answered.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use sha2::{Digest, Sha256};
+
+use crate::model::{NewPet, Pet};
+
+/// How many expired records one purge call deletes at most: small enough
+/// that a purge never holds the database for long.
+pub const PURGE_BATCH: usize = 1000;
+
+/// A create made with an idempotency key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Idempotency {
+    /// Whose key it is: the SHA-256 digest of the API key that sent it, so
+    /// that one client can neither replay nor block another's.
+    pub scope: [u8; 32],
+    /// The client's key, as sent.
+    pub key: String,
+    /// The SHA-256 of the new pet, to tell a retry (the same pet) from a
+    /// reuse of the key (another pet).
+    pub fingerprint: [u8; 32],
+    /// When the request came (Unix seconds): the time its record is made.
+    pub now: i64,
+    /// Records made at or before this time (Unix seconds) have expired:
+    /// their key is free again.
+    pub expired_at_or_before: i64,
+}
+
+impl Idempotency {
+    /// The idempotency of creating `pet` with `key`, sent with the API key
+    /// whose digest is `scope`, at `now`, records being kept for
+    /// `retention_secs`.
+    pub fn new(
+        scope: [u8; 32],
+        key: String,
+        pet: &NewPet,
+        now: i64,
+        retention_secs: i64,
+    ) -> Idempotency {
+        Idempotency {
+            scope,
+            key,
+            fingerprint: fingerprint(pet),
+            now,
+            expired_at_or_before: now.saturating_sub(retention_secs),
+        }
+    }
+
+    /// Whether a record made at `created_at` still holds the key.
+    pub fn is_live(&self, created_at: i64) -> bool {
+        created_at > self.expired_at_or_before
+    }
+
+    /// A 64-bit name for the key in its scope (PostgreSQL's advisory locks
+    /// take one): the first 8 bytes of a SHA-256 of both. Two keys sharing
+    /// it only make each other wait (409), never share a record.
+    pub fn lock_id(&self) -> i64 {
+        let mut hash = Sha256::new();
+        hash.update(self.scope);
+        hash.update(self.key.as_bytes());
+        let digest = hash.finalize();
+        i64::from_be_bytes(digest[..8].try_into().expect("a SHA-256 has 32 bytes"))
+    }
+}
+
+/// The SHA-256 of a new pet's fields in a fixed encoding: the same pet
+/// gives the same fingerprint however its JSON was formatted or ordered.
+pub fn fingerprint(pet: &NewPet) -> [u8; 32] {
+    let mut hash = Sha256::new();
+    let encoded = serde_json::to_vec(pet).expect("a NewPet always serialises");
+    hash.update(&encoded);
+    hash.finalize().into()
+}
+
+/// What a create with an idempotency key came to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CreateOutcome {
+    /// The pet was created, and the key's record with it.
+    Created(Pet),
+    /// The key already had a record for the same pet: nothing was created;
+    /// this is the pet the first request was answered with.
+    Replayed(Pet),
+    /// The key already had a record for another pet: nothing was created.
+    KeyReused,
+    /// Another request with the key is still being processed: nothing was
+    /// created.
+    KeyInUse,
+}
+
+/// The keys whose requests a store is processing now, for a store that is
+/// the only writer of its database (SQLite): the second request with a key
+/// in flight is told so (409) instead of waiting.
+#[derive(Default)]
+pub struct Claims(Mutex<HashSet<([u8; 32], String)>>);
+
+impl Claims {
+    /// Claims the key of `idempotency` until the returned claim is dropped;
+    /// `None` when a request holds it already.
+    pub fn claim(self: &Arc<Claims>, idempotency: &Idempotency) -> Option<Claim> {
+        let entry = (idempotency.scope, idempotency.key.clone());
+        let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if !held.insert(entry.clone()) {
+            return None;
+        }
+        Some(Claim {
+            claims: Arc::clone(self),
+            entry,
+        })
+    }
+}
+
+/// A key claimed by one request; released when dropped.
+pub struct Claim {
+    claims: Arc<Claims>,
+    entry: ([u8; 32], String),
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        let mut held = self.claims.0.lock().unwrap_or_else(|e| e.into_inner());
+        held.remove(&self.entry);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::PetStatus;
+
+    fn pet(name: &str) -> NewPet {
+        NewPet {
+            name: name.into(),
+            category_id: 1,
+            status: Some(PetStatus::Sold),
+        }
+    }
+
+    #[test]
+    fn the_same_pet_has_the_same_fingerprint_however_it_was_written() {
+        let a: NewPet =
+            serde_json::from_str(r#"{"name":"Rex","categoryId":1,"status":"sold"}"#).unwrap();
+        let b: NewPet =
+            serde_json::from_str(r#"{ "status": "sold", "categoryId": 1, "name": "Rex" }"#)
+                .unwrap();
+        assert_eq!(fingerprint(&a), fingerprint(&b));
+        assert_ne!(fingerprint(&a), fingerprint(&pet("Rexx")));
+        let no_status = NewPet {
+            status: None,
+            ..pet("Rex")
+        };
+        assert_ne!(fingerprint(&a), fingerprint(&no_status));
+    }
+
+    #[test]
+    fn records_live_for_the_retention_and_no_longer() {
+        let once = Idempotency::new([0; 32], "k".into(), &pet("Rex"), 1_000, 100);
+        assert!(once.is_live(1_000));
+        assert!(once.is_live(901));
+        assert!(!once.is_live(900));
+    }
+
+    #[test]
+    fn lock_ids_differ_by_scope_and_key() {
+        let once = |scope, key: &str| Idempotency::new(scope, key.into(), &pet("Rex"), 0, 0);
+        assert_eq!(once([1; 32], "a").lock_id(), once([1; 32], "a").lock_id());
+        assert_ne!(once([1; 32], "a").lock_id(), once([2; 32], "a").lock_id());
+        assert_ne!(once([1; 32], "a").lock_id(), once([1; 32], "b").lock_id());
+    }
+
+    #[test]
+    fn a_claimed_key_is_refused_until_released() {
+        let claims = Arc::new(Claims::default());
+        let once = |scope, key: &str| Idempotency::new(scope, key.into(), &pet("Rex"), 0, 0);
+        let first = claims.claim(&once([1; 32], "a")).expect("free");
+        assert!(claims.claim(&once([1; 32], "a")).is_none());
+        let other_scope = claims.claim(&once([2; 32], "a")).expect("another client's");
+        drop(first);
+        assert!(claims.claim(&once([1; 32], "a")).is_some());
+        drop(other_scope);
+    }
+}
