@@ -4,62 +4,17 @@
 
 mod common;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
-use common::{KEY, Served};
+use common::{Backend, KEY, client, fresh_database, names_in_database, serve, stop};
 use petstore_support::Tmpfs;
 use petstore_support::blocking;
 use serde_json::{Value, json};
 
 /// Concurrent writers while the server is killed.
 const WRITERS: usize = 16;
-
-/// A client whose timeout only guards against hangs: these machines are
-/// shared, so nothing here measures speed.
-fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(60))
-        .build()
-        .unwrap()
-}
-
-/// A database for one test: a SQLite file in `dir`, or a fresh PostgreSQL
-/// database; `None` only when PostgreSQL is unavailable and the developer
-/// opted out.
-struct Database {
-    /// The `--database` argument.
-    url: String,
-    dir: tempfile::TempDir,
-    _postgres: Option<petstore_support::postgres::TestDatabase>,
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Backend {
-    Sqlite,
-    Postgres,
-}
-
-async fn fresh_database(backend: Backend) -> Option<Database> {
-    let dir = tempfile::tempdir().unwrap();
-    Some(match backend {
-        Backend::Sqlite => Database {
-            url: format!("sqlite://{}", dir.path().join("petstore.db").display()),
-            dir,
-            _postgres: None,
-        },
-        Backend::Postgres => {
-            let pg = petstore_support::postgres::fresh_database().await?;
-            Database {
-                url: pg.url().to_owned(),
-                dir,
-                _postgres: Some(pg),
-            }
-        }
-    })
-}
 
 /// Creates pets through `base_url` until a request fails; returns every pet
 /// acknowledged with 201, counting them in `count` as they come. Names are
@@ -105,33 +60,6 @@ async fn get_pet(base_url: &str, id: &Value) -> Value {
         .unwrap();
     assert_eq!(response.status(), 200, "pet {id} through {base_url}");
     response.json().await.unwrap()
-}
-
-/// How many rows carry each name, read straight from the database.
-async fn names_in_database(url: &str) -> HashMap<String, usize> {
-    let names: Vec<String> = match url.strip_prefix("sqlite://") {
-        Some(path) => {
-            let conn = rusqlite::Connection::open(path).unwrap();
-            let mut stmt = conn.prepare("SELECT name FROM pets").unwrap();
-            stmt.query_map([], |row| row.get(0))
-                .unwrap()
-                .map(Result::unwrap)
-                .collect()
-        }
-        None => {
-            let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-                .await
-                .unwrap();
-            tokio::spawn(connection);
-            let rows = client.query("SELECT name FROM pets", &[]).await.unwrap();
-            rows.iter().map(|row| row.get(0)).collect()
-        }
-    };
-    let mut counts = HashMap::new();
-    for name in names {
-        *counts.entry(name).or_default() += 1;
-    }
-    counts
 }
 
 async fn acknowledged_pets_survive_sigkill(backend: Backend) {
@@ -257,22 +185,6 @@ async fn two_instances_on_one_postgres_serve_one_catalogue() {
         let (status, _) = stop(served).await;
         assert!(status.success());
     }
-}
-
-/// `Served::start`, off the async workers: it waits for the process.
-async fn serve(dir: &std::path::Path, args: &[&str]) -> Served {
-    let dir = dir.to_owned();
-    let args: Vec<String> = args.iter().map(ToString::to_string).collect();
-    blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        Served::start(&dir, &args)
-    })
-    .await
-}
-
-/// `Served::terminate`, off the async workers.
-async fn stop(served: Served) -> (std::process::ExitStatus, String) {
-    blocking(move || served.terminate()).await
 }
 
 /// `POST /pets` with `body` through `base_url`: the status and the JSON body.

@@ -13,7 +13,7 @@ use petstore_server::keys::ApiKeys;
 use petstore_server::logging::{self, LogFormat, LogSettings};
 use petstore_server::store::DatabaseUrl;
 use petstore_server::{IDEMPOTENCY_RETENTION_MIN, RunningServer, ServerConfig};
-pub use petstore_support::{blocking, eventually, postgres};
+pub use petstore_support::{blocking, eventually, eventually_async, postgres};
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde_json::Value;
 

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)] // each test binary uses part of this module
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -204,4 +205,112 @@ impl Served {
     pub fn kill(mut self) {
         self.child.kill().expect("SIGKILL");
     }
+}
+
+/// A client whose timeout only guards against hangs: these machines are
+/// shared, so nothing here measures speed.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
+
+/// A database for one test: a SQLite file in `dir`, or a fresh PostgreSQL
+/// database.
+pub struct Database {
+    /// The `--database` argument.
+    pub url: String,
+    pub dir: tempfile::TempDir,
+    _postgres: Option<petstore_support::postgres::TestDatabase>,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// A fresh database of `backend`; `None` only when PostgreSQL is
+/// unavailable and the developer opted out.
+pub async fn fresh_database(backend: Backend) -> Option<Database> {
+    let dir = tempfile::tempdir().unwrap();
+    Some(match backend {
+        Backend::Sqlite => Database {
+            url: format!("sqlite://{}", dir.path().join("petstore.db").display()),
+            dir,
+            _postgres: None,
+        },
+        Backend::Postgres => {
+            let pg = petstore_support::postgres::fresh_database().await?;
+            Database::on_postgres(pg)
+        }
+    })
+}
+
+impl Database {
+    /// `database`, on PostgreSQL.
+    pub fn on_postgres(database: petstore_support::postgres::TestDatabase) -> Database {
+        Database {
+            url: database.url().to_owned(),
+            dir: tempfile::tempdir().unwrap(),
+            _postgres: Some(database),
+        }
+    }
+}
+
+/// The ids stored under each name, read straight from the database (from
+/// another process than the server's, for SQLite).
+pub async fn stored_pets(url: &str) -> HashMap<String, Vec<i64>> {
+    let rows: Vec<(String, i64)> = match url.strip_prefix("sqlite://") {
+        Some(path) => {
+            let conn = rusqlite::Connection::open(path).unwrap();
+            let mut stmt = conn.prepare("SELECT name, id FROM pets").unwrap();
+            stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect()
+        }
+        None => {
+            let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(connection);
+            let rows = client
+                .query("SELECT name, id FROM pets", &[])
+                .await
+                .unwrap();
+            rows.iter().map(|row| (row.get(0), row.get(1))).collect()
+        }
+    };
+    let mut pets: HashMap<String, Vec<i64>> = HashMap::new();
+    for (name, id) in rows {
+        pets.entry(name).or_default().push(id);
+    }
+    pets
+}
+
+/// How many rows carry each name, read straight from the database.
+pub async fn names_in_database(url: &str) -> HashMap<String, usize> {
+    stored_pets(url)
+        .await
+        .into_iter()
+        .map(|(name, ids)| (name, ids.len()))
+        .collect()
+}
+
+/// `Served::start`, off the async workers: it waits for the process.
+pub async fn serve(dir: &Path, args: &[&str]) -> Served {
+    let dir = dir.to_owned();
+    let args: Vec<String> = args.iter().map(ToString::to_string).collect();
+    petstore_support::blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Served::start(&dir, &args)
+    })
+    .await
+}
+
+/// `Served::terminate`, off the async workers.
+pub async fn stop(served: Served) -> (std::process::ExitStatus, String) {
+    petstore_support::blocking(move || served.terminate()).await
 }

@@ -4,8 +4,11 @@
 //! - [`free_loopback_addr`]: a port to listen on.
 //! - [`generate_key`]: a fresh API key for one run.
 //! - [`ChildGuard`]: a child process that never outlives its owner.
-//! - [`eventually`]: waiting for a condition instead of for time.
+//! - [`eventually`], [`eventually_async`]: waiting for a condition instead
+//!   of for time.
 //! - [`Tmpfs`]: a small file system to fill up or make read-only.
+//! - [`FaultProxy`]: a TCP proxy that loses responses and follows a
+//!   restarted server.
 //! - [`postgres`]: throwaway PostgreSQL clusters and test databases.
 //!
 //! It depends on nothing of the project, so every crate can use it.
@@ -13,9 +16,11 @@
 mod mount;
 pub mod postgres;
 mod process;
+mod proxy;
 
 pub use mount::Tmpfs;
 pub use process::ChildGuard;
+pub use proxy::FaultProxy;
 
 use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
@@ -30,6 +35,21 @@ const HANG: Duration = Duration::from_secs(300);
 pub async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
     let deadline = Instant::now() + HANG;
     while !condition() {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: still not so after {HANG:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// [`eventually`] for a condition that must await (a request, a query).
+pub async fn eventually_async<F: Future<Output = bool>>(
+    what: &str,
+    mut condition: impl FnMut() -> F,
+) {
+    let deadline = Instant::now() + HANG;
+    while !condition().await {
         assert!(
             Instant::now() < deadline,
             "{what}: still not so after {HANG:?}"
