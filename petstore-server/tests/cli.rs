@@ -38,7 +38,7 @@ fn version_is_the_interface_version() {
     let dir = tempfile::tempdir().unwrap();
     let (output, stdout, _) = run(petstore(dir.path()).arg("--version"));
     assert!(output.status.success());
-    assert_eq!(stdout.trim(), "petstore-server 1.1.0");
+    assert_eq!(stdout.trim(), "petstore-server 1.2.0");
 }
 
 #[test]
@@ -156,7 +156,7 @@ fn openapi_prints_the_emitted_document() {
     let (output, stdout, _) = run(petstore(dir.path()).arg("openapi"));
     assert!(output.status.success());
     let document: serde_json::Value = serde_json::from_str(&stdout).expect("JSON on stdout");
-    assert_eq!(document["info"]["version"], "1.1.0");
+    assert_eq!(document["info"]["version"], "1.2.0");
     let operation_ids: Vec<&str> = ["/v1/pets", "/v1/pets/{petId}"]
         .iter()
         .flat_map(|path| document["paths"][path].as_object().unwrap().values())

@@ -11,6 +11,9 @@ pub enum Scenario {
     GetById,
     /// `POST /v1/pets` with a small JSON body.
     Create,
+    /// `POST /v1/pets` with the same body and a new `Idempotency-Key` per
+    /// request: every request creates, through the idempotent path.
+    CreateIdempotent,
     /// `GET /v1/pets?limit=100&status=available`.
     List100Available,
     /// `GET /v1/pets?status=pending&limit=20&after=ID`, `ID` 90 % into the
@@ -23,10 +26,11 @@ pub const CREATE_BODY: &str = r#"{"name":"bench","categoryId":1,"status":"availa
 
 impl Scenario {
     /// Every scenario, in the order they run.
-    pub const ALL: [Scenario; 5] = [
+    pub const ALL: [Scenario; 6] = [
         Scenario::List20,
         Scenario::GetById,
         Scenario::Create,
+        Scenario::CreateIdempotent,
         Scenario::List100Available,
         Scenario::List20Deep,
     ];
@@ -37,6 +41,7 @@ impl Scenario {
             Scenario::List20 => "list20",
             Scenario::GetById => "get_by_id",
             Scenario::Create => "create",
+            Scenario::CreateIdempotent => "create_idempotent",
             Scenario::List100Available => "list100_available",
             Scenario::List20Deep => "list20_deep",
         }
@@ -56,7 +61,7 @@ impl Scenario {
     /// Whether the scenario leaves the catalogue as it is (the scaling
     /// dataset runs only these).
     pub fn reads_only(self) -> bool {
-        self != Scenario::Create
+        !matches!(self, Scenario::Create | Scenario::CreateIdempotent)
     }
 
     /// The wrk Lua script sending this scenario's requests with `key`, ids
@@ -71,6 +76,12 @@ impl Scenario {
                 "{}wrk.headers[\"Content-Type\"] = \"application/json\"\n\
                  wrk.body = '{CREATE_BODY}'\n",
                 static_request("POST", "/v1/pets")
+            ),
+            Scenario::CreateIdempotent => format!(
+                "{}wrk.headers[\"Content-Type\"] = \"application/json\"\n\
+                 wrk.body = '{CREATE_BODY}'\n{}",
+                static_request("POST", "/v1/pets"),
+                IDEMPOTENT_REQUEST
             ),
             Scenario::GetById => random_id_request(max_id),
             Scenario::List20Deep => static_request("GET", &deep_path(max_id)),
@@ -116,6 +127,28 @@ end
     )
 }
 
+/// A new `Idempotency-Key` per request: a prefix random per thread and run,
+/// and a counter. (`wrk.format` with headers of its own ignores
+/// `wrk.headers`, so they are copied in.)
+const IDEMPOTENT_REQUEST: &str = r#"local threads_started = 0
+function setup(thread)
+  threads_started = threads_started + 1
+  thread:set("thread_number", threads_started)
+end
+function init(args)
+  math.randomseed(os.time() * 100 + thread_number)
+  prefix = string.format("bench-%d-%d-%d-", os.time(), thread_number, math.random(1, 1000000000))
+  counter = 0
+end
+function request()
+  counter = counter + 1
+  local headers = {}
+  for name, value in pairs(wrk.headers) do headers[name] = value end
+  headers["Idempotency-Key"] = prefix .. counter
+  return wrk.format("POST", "/v1/pets", headers, wrk.body)
+end
+"#;
+
 /// Prints one machine-readable line when wrk is done: the request count,
 /// latency percentiles (µs) and every kind of error. `status` counts the
 /// responses wrk saw with a status of 400 or more (what its own summary calls
@@ -150,6 +183,9 @@ mod tests {
         assert!(script.contains("wrk.method = \"POST\""));
         assert!(script.contains(CREATE_BODY));
         assert!(script.ends_with(DONE_HOOK));
+        let script = Scenario::CreateIdempotent.wrk_script("k-1", 1000);
+        assert!(script.contains("\"Bearer k-1\"") && script.contains(CREATE_BODY));
+        assert!(script.contains("headers[\"Idempotency-Key\"] = prefix .. counter"));
         let script = Scenario::GetById.wrk_script("k", 1_000_000);
         assert!(script.contains("math.random(1, 1000000)"));
         let script = Scenario::List100Available.wrk_script("k", 1);
