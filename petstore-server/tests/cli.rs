@@ -46,7 +46,9 @@ fn serve_refuses_to_start_without_a_key() {
     let dir = tempfile::tempdir().unwrap();
     for keys in [None, Some(""), Some(" , ")] {
         let mut command = petstore(dir.path());
-        command.args(["serve", "--bind", "127.0.0.1:0"]);
+        // The management listener off: tests run in parallel, and the
+        // default port would be one that all of them try.
+        command.args(["serve", "--bind", "127.0.0.1:0", "--admin-bind", "off"]);
         if let Some(keys) = keys {
             command.env("PETSTORE_API_KEYS", keys);
         }
@@ -85,7 +87,8 @@ fn invalid_settings_fail_with_a_clear_message() {
 /// Runs `serve` on `database`, insisting that it fails; returns its stderr.
 fn serve_fails(dir: &std::path::Path, database: &str) -> String {
     let (output, _, stderr) = run(petstore(dir)
-        .args(["serve", "--bind", "127.0.0.1:0", "--database", database])
+        .args(["serve", "--bind", "127.0.0.1:0", "--admin-bind", "off"])
+        .args(["--database", database])
         .env("PETSTORE_API_KEYS", KEY));
     assert!(!output.status.success(), "serve on {database} started");
     stderr
@@ -210,7 +213,8 @@ fn a_second_server_on_the_same_sqlite_file_refuses_to_start_and_the_first_keeps_
     let before = database_files(dir.path());
 
     let holder = format!("pid {}", first.child.pid());
-    for command in [&["serve", "--bind", "127.0.0.1:0"][..], &["migrate"]] {
+    let serve = ["serve", "--bind", "127.0.0.1:0", "--admin-bind", "off"];
+    for command in [&serve[..], &["migrate"]] {
         let (output, _, stderr) = run(petstore(dir.path())
             .args(command)
             .env("PETSTORE_API_KEYS", KEY));
