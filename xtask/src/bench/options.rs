@@ -12,7 +12,8 @@ pub const USAGE: &str = "usage: cargo xtask bench [OPTIONS]
 options:
   --duration SECS      seconds wrk drives each run (default 10)
   --rounds N           rounds per scenario, ceiling and server alternating (default 3)
-  --scenario NAME      run only NAME: list20, get_by_id, create, list100_available, list20_deep
+  --scenario NAME      run only NAME: list20, get_by_id, create, create_idempotent,
+                       list100_available, list20_deep
   --postgres           also run the 1k scenarios on a throwaway PostgreSQL cluster
   --scaling-pets N     pets in the scaling dataset (default 1000000; 0 skips it)
   --log-level LEVEL    pass --log-level to the server (default: the server's own, info),
