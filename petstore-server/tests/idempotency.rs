@@ -8,7 +8,6 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -54,6 +53,13 @@ async fn assert_stored_exactly_once(database: &Database, told: &[(String, i64)])
         assert_eq!(stored.get(name), Some(&vec![*id]), "{name}");
     }
     assert_eq!(stored.len(), told.len(), "animals nobody asked for");
+}
+
+/// Stops `served` cleanly, then checks the store against `told`.
+async fn stop_and_check(served: Served, database: &Database, told: &[(String, i64)]) {
+    let (status, log) = stop(served).await;
+    assert!(status.success(), "{log}");
+    assert_stored_exactly_once(database, told).await;
 }
 
 /// `POST /pets` with an idempotency key through `base_url`: the status, the
@@ -130,9 +136,7 @@ async fn lost_answers_are_replayed_to_the_retry(backend: Backend) {
             .unwrap();
         told.push((name, created.pet.id));
     }
-    let (status, log) = stop(served).await;
-    assert!(status.success(), "{log}");
-    assert_stored_exactly_once(&database, &told).await;
+    stop_and_check(served, &database, &told).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -206,9 +210,7 @@ async fn sigkill_under_retrying_clients_stores_each_animal_once(backend: Backend
 
     let told = told(writers).await;
     assert_eq!(told.len(), WRITERS * PETS_PER_WRITER);
-    let (status, log) = stop(served).await;
-    assert!(status.success(), "{log}");
-    assert_stored_exactly_once(&database, &told).await;
+    stop_and_check(served, &database, &told).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -255,9 +257,7 @@ async fn postgres_restarted_under_16_retrying_clients_stores_each_animal_once() 
 
     let told = told(writers).await;
     assert_eq!(told.len(), WRITERS * PETS_PER_WRITER);
-    let (status, log) = stop(served).await;
-    assert!(status.success(), "{log}");
-    assert_stored_exactly_once(&database, &told).await;
+    stop_and_check(served, &database, &told).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -313,7 +313,7 @@ async fn assert_in_use_then_replayed(
     first: tokio::task::JoinHandle<(u16, Option<String>, Value)>,
     refused: (u16, Option<String>, Value),
     release: impl AsyncFnOnce(),
-) -> HashMap<String, i64> {
+) -> Vec<(String, i64)> {
     let (status, _, error) = refused;
     assert_eq!(status, 409, "{error}");
     assert_eq!(error["code"], "idempotency_key_in_use", "{error}");
@@ -335,7 +335,7 @@ async fn assert_in_use_then_replayed(
         assert!(retry.replayed);
         assert_eq!(retry.pet.id, pet["id"].as_i64().unwrap());
     }
-    HashMap::from([("in-use".to_owned(), retry.pet.id)])
+    vec![("in-use".to_owned(), retry.pet.id)]
 }
 
 fn pet_named(name: &str) -> types::NewPet {
@@ -389,12 +389,9 @@ async fn postgres_answers_409_while_the_key_is_in_use_on_any_instance() {
         pg.batch_execute("ROLLBACK").await.unwrap();
     })
     .await;
-    for served in [served, other] {
-        let (status, log) = stop(served).await;
-        assert!(status.success(), "{log}");
-    }
-    let told: Vec<(String, i64)> = told.into_iter().collect();
-    assert_stored_exactly_once(&database, &told).await;
+    let (status, log) = stop(other).await;
+    assert!(status.success(), "{log}");
+    stop_and_check(served, &database, &told).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -428,8 +425,5 @@ async fn sqlite_answers_409_while_the_key_is_in_use() {
     })
     .await;
     drop(holder);
-    let (status, log) = stop(served).await;
-    assert!(status.success(), "{log}");
-    let told: Vec<(String, i64)> = told.into_iter().collect();
-    assert_stored_exactly_once(&database, &told).await;
+    stop_and_check(served, &database, &told).await;
 }

@@ -81,7 +81,7 @@ impl Scenario {
                 "{}wrk.headers[\"Content-Type\"] = \"application/json\"\n\
                  wrk.body = '{CREATE_BODY}'\n{}",
                 static_request("POST", "/v1/pets"),
-                IDEMPOTENT_REQUEST
+                format_args!("{NUMBERED_THREADS}{IDEMPOTENT_REQUEST}")
             ),
             Scenario::GetById => random_id_request(max_id),
             Scenario::List20Deep => static_request("GET", &deep_path(max_id)),
@@ -108,16 +108,20 @@ fn static_request(method: &str, path: &str) -> String {
     format!("wrk.method = \"{method}\"\nwrk.path = \"{path}\"\n")
 }
 
-/// A new random id per request. Each wrk thread has its own Lua state, so
-/// each gets its own seed (set from `setup`, which runs before `init`).
-fn random_id_request(max_id: i64) -> String {
-    format!(
-        r#"local threads_started = 0
+/// Gives each wrk thread its number, `thread_number` (`setup` runs for each
+/// thread before its `init`).
+const NUMBERED_THREADS: &str = r#"local threads_started = 0
 function setup(thread)
   threads_started = threads_started + 1
   thread:set("thread_number", threads_started)
 end
-function init(args)
+"#;
+
+/// A new random id per request. Each wrk thread has its own Lua state, so
+/// each gets its own seed (set from `setup`, which runs before `init`).
+fn random_id_request(max_id: i64) -> String {
+    format!(
+        r#"{NUMBERED_THREADS}function init(args)
   math.randomseed(os.time() * 100 + thread_number)
 end
 function request()
@@ -130,12 +134,7 @@ end
 /// A new `Idempotency-Key` per request: a prefix random per thread and run,
 /// and a counter. (`wrk.format` with headers of its own ignores
 /// `wrk.headers`, so they are copied in.)
-const IDEMPOTENT_REQUEST: &str = r#"local threads_started = 0
-function setup(thread)
-  threads_started = threads_started + 1
-  thread:set("thread_number", threads_started)
-end
-function init(args)
+const IDEMPOTENT_REQUEST: &str = r#"function init(args)
   math.randomseed(os.time() * 100 + thread_number)
   prefix = string.format("bench-%d-%d-%d-", os.time(), thread_number, math.random(1, 1000000000))
   counter = 0
