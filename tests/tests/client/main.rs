@@ -2,12 +2,15 @@
 //! operation and every declared error through the typed API, as a user of the
 //! crate would write it. `declared_errors` covers the statuses the real server
 //! cannot be made to return (413 from the client, 500, 503) with a stub.
+//! `mocked` is code of a user of the crate, tested against the crate's
+//! generated `httpmock` mocks (feature `mock`) instead of a server.
 
 mod authentication;
 mod create_pet;
 mod declared_errors;
 mod get_pet;
 mod list_pets;
+mod mocked;
 mod stub;
 mod walk;
 
