@@ -675,6 +675,12 @@ fn configuration_mistakes_name_the_key_and_the_file() {
         ("api_keys = [\"secret\"]\n", "`api_keys` is not a setting"),
         ("tls_cert = \"/x.pem\"\n", "both a certificate and a key"),
         ("bind = [\n", "petstore.toml"),
+        // The contract promises clients 24 hours.
+        ("idempotency_retention = \"1h\"\n", "shorter than 24h"),
+        (
+            "idempotency_retention = \"soon\"\n",
+            "key `idempotency_retention`",
+        ),
     ] {
         let file = dir.path().join("petstore.toml");
         std::fs::write(&file, text).unwrap();
