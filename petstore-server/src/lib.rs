@@ -12,6 +12,7 @@
 //!   readiness, metrics) and what feeds the metrics and the access log.
 //! - [`store`]: the storage interface and its SQLite and PostgreSQL
 //!   implementations; it knows nothing of HTTP.
+//! - [`docs`]: the committed contract and an interactive page, served.
 //! - [`logging`]: structured logs.
 
 pub mod admin;
@@ -19,6 +20,7 @@ pub mod api;
 pub mod auth;
 pub mod body;
 pub mod context;
+pub mod docs;
 pub mod error;
 pub mod idempotency;
 pub mod keyring;

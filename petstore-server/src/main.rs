@@ -111,6 +111,7 @@ async fn serve(settings: ServeSettings) -> anyhow::Result<()> {
             },
             tls: settings.tls()?,
             idempotency_retention: settings.idempotency_retention.value,
+            docs: settings.docs.value == cli::settings::Switch::On,
         },
         log.clone(),
     )

@@ -177,6 +177,9 @@ pub struct ServerConfig {
     /// replayed); the contract promises at least
     /// [`IDEMPOTENCY_RETENTION_MIN`].
     pub idempotency_retention: Duration,
+    /// Serve the contract (`/openapi.yaml`, `/openapi.json`) and the
+    /// interactive page (`/docs/`).
+    pub docs: bool,
 }
 
 /// The shortest retention of idempotency keys the contract allows, and the
@@ -441,10 +444,15 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
     if keys.counts().usable == 0 {
         return fail(StartError::NoKeys).await;
     }
-    let api = match petstore_api_mod::api_description::<PetstoreImpl>() {
+    let mut api = match petstore_api_mod::api_description::<PetstoreImpl>() {
         Ok(api) => api,
         Err(e) => return fail(StartError::Api(e.to_string())).await,
     };
+    if config.docs
+        && let Err(e) = crate::docs::register(&mut api)
+    {
+        return fail(StartError::Api(e)).await;
+    }
     let metrics = config
         .admin_bind
         .map(|_| Arc::new(Metrics::new(store_metrics)));

@@ -885,3 +885,23 @@ async fn behind_nginx_two_thousand_idle_connections_do_not_stop_a_normal_client(
         "the idle connection was not closed by nginx: {closed:?}"
     );
 }
+
+#[test]
+fn the_contract_and_the_docs_page_are_served_unless_turned_off() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, expected) in [(&[][..], "200"), (&["--docs", "off"][..], "404")] {
+        let served = Served::start(dir.path(), args);
+        for path in ["/openapi.yaml", "/openapi.json", "/docs/"] {
+            let (status, body) = common::raw_request(&served.address, "GET", path, None, "");
+            assert!(
+                status.contains(expected),
+                "{args:?} {path}: {status} {body}"
+            );
+        }
+        // The pet API is there either way.
+        let (status, _) = served.request("GET", "/v1/pets", KEY, "");
+        assert!(status.contains("200"), "{status}");
+        let (exit, log) = served.terminate();
+        assert!(exit.success(), "{log}");
+    }
+}

@@ -317,6 +317,7 @@ async fn launch(database: &DatabaseUrl, log: &LogBuffer, retention: Duration) ->
         admin_bind: Some("127.0.0.1:0".parse().expect("an address")),
         tls: None,
         idempotency_retention: retention,
+        docs: true,
     };
     let settings = LogSettings {
         format: LogFormat::Json,

@@ -77,6 +77,10 @@ pub struct ServeArgs {
     /// (the contract's promise), e.g. 48h or 7d [default: 24h]
     #[arg(long, env = "PETSTORE_IDEMPOTENCY_RETENTION", value_parser = parse_retention)]
     pub idempotency_retention: Option<Duration>,
+    /// The contract (/openapi.yaml, /openapi.json) and an interactive page (/docs/),
+    /// no API key needed to read them [default: on]
+    #[arg(long, env = "PETSTORE_DOCS")]
+    pub docs: Option<Switch>,
 }
 
 fn parse_retention(text: &str) -> Result<Duration, String> {
@@ -182,6 +186,7 @@ struct FileSettings {
     access_log: Option<String>,
     shutdown_timeout: Option<u64>,
     idempotency_retention: Option<String>,
+    docs: Option<String>,
     /// Only to refuse it with a reason.
     api_keys: Option<toml::Value>,
 }
@@ -371,6 +376,8 @@ pub struct ServeSettings {
     pub shutdown_timeout: Setting<u64>,
     /// How long idempotency keys are kept.
     pub idempotency_retention: Setting<Duration>,
+    /// Whether the contract and the docs page are served.
+    pub docs: Setting<Switch>,
     /// The configuration file, if one was read.
     pub file: Option<PathBuf>,
 }
@@ -459,6 +466,14 @@ impl ServeSettings {
                 at(&file.idempotency_retention, &path),
                 parse_retention,
                 || IDEMPOTENCY_RETENTION_MIN,
+            )?,
+            docs: layer(
+                "docs",
+                args.docs,
+                matches,
+                at(&file.docs, &path),
+                value_enum,
+                || Switch::On,
             )?,
             file: config_file,
         };
@@ -563,6 +578,11 @@ impl ServeSettings {
                 self.idempotency_retention.value,
             )),
             self.idempotency_retention.source,
+        );
+        line(
+            "docs",
+            name(&|| self.docs.value.to_possible_value()),
+            self.docs.source,
         );
         out
     }

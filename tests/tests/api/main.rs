@@ -4,6 +4,7 @@
 
 mod authentication;
 mod create_pet;
+mod docs;
 mod get_pet;
 mod idempotency;
 mod list_pets;

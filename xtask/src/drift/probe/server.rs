@@ -93,6 +93,7 @@ impl Harness {
             admin_bind: None,
             tls: None,
             idempotency_retention: petstore_server::IDEMPOTENCY_RETENTION_MIN,
+            docs: false,
         };
         let log = slog::Logger::root(slog::Discard, slog::o!());
         let server = petstore_server::start(config, log)
