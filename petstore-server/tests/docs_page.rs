@@ -1,0 +1,279 @@
+//! The docs page in a real browser: headless Chromium, driven through
+//! ChromeDriver (Debian's `chromium` and `chromium-driver`) over the W3C
+//! WebDriver protocol, loads `/docs/` from a server started here, shows
+//! the three operations, and a reader's "Try it out" of `listPets` with a
+//! key typed into "Authorize" gets `200` — read from the page. The page's
+//! screenshot is written to `target/docs-page.png` (the README's).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use common::{KEY, Served};
+use petstore_support::{ChildGuard, blocking, free_loopback_addr};
+use serde_json::{Value, json};
+
+/// How long the page may take to show something. Only a hang guard: each
+/// wait ends as soon as its condition holds.
+const HANG: Duration = Duration::from_secs(120);
+
+/// A tool the CI installs: missing is a failure under `CI=true`, and
+/// outside CI a skip that says so.
+fn tool(path: &str) -> Option<&str> {
+    if std::path::Path::new(path).exists() {
+        return Some(path);
+    }
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    assert!(!ci, "{path} is missing; .ci/run installs it");
+    eprintln!("SKIPPED: {path} is not installed (CI installs it)");
+    None
+}
+
+/// A WebDriver session on a ChromeDriver of its own.
+struct Browser {
+    http: reqwest::Client,
+    /// `http://127.0.0.1:PORT/session/ID`.
+    session: String,
+    driver_addr: String,
+    session_id: String,
+    _driver: ChildGuard,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    async fn start(chromium: &str, chromedriver: &str) -> Browser {
+        let port = free_loopback_addr().unwrap().port();
+        let driver = ChildGuard::spawn(
+            "chromedriver",
+            std::process::Command::new(chromedriver)
+                .arg(format!("--port={port}"))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null()),
+        )
+        .unwrap();
+        let http = reqwest::Client::new();
+        let base = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + HANG;
+        while http.get(format!("{base}/status")).send().await.is_err() {
+            assert!(Instant::now() < deadline, "chromedriver never answered");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let profile = tempfile::tempdir().unwrap();
+        let capabilities = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": chromium,
+                "args": [
+                    "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                    "--disable-quic", "--no-first-run", "--disable-background-networking",
+                    "--disable-component-update", "--disable-sync", "--window-size=1280,1600",
+                    format!("--user-data-dir={}", profile.path().display()),
+                ],
+            },
+        }}});
+        let created: Value = http
+            .post(format!("{base}/session"))
+            .json(&capabilities)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let session = created["value"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no session: {created}"))
+            .to_owned();
+        Browser {
+            http,
+            session: format!("{base}/session/{session}"),
+            driver_addr: format!("127.0.0.1:{port}"),
+            session_id: session,
+            _driver: driver,
+            _profile: profile,
+        }
+    }
+
+    async fn call(&self, method: reqwest::Method, path: &str, body: Value) -> Value {
+        let response: Value = self
+            .http
+            .request(method, format!("{}{path}", self.session))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        response["value"].clone()
+    }
+
+    async fn open(&self, url: &str) {
+        self.call(reqwest::Method::POST, "/url", json!({"url": url}))
+            .await;
+    }
+
+    /// The element `css` selects, once the page shows it.
+    async fn find(&self, css: &str) -> String {
+        let deadline = Instant::now() + HANG;
+        loop {
+            let found = self
+                .call(
+                    reqwest::Method::POST,
+                    "/element",
+                    json!({"using": "css selector", "value": css}),
+                )
+                .await;
+            if let Some(id) = found.as_object().and_then(|o| o.values().next()) {
+                if let Some(id) = id.as_str() {
+                    return id.to_owned();
+                }
+            }
+            assert!(Instant::now() < deadline, "the page never showed {css}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn click(&self, css: &str) {
+        let id = self.find(css).await;
+        self.call(
+            reqwest::Method::POST,
+            &format!("/element/{id}/click"),
+            json!({}),
+        )
+        .await;
+    }
+
+    async fn type_into(&self, css: &str, text: &str) {
+        let id = self.find(css).await;
+        self.call(
+            reqwest::Method::POST,
+            &format!("/element/{id}/value"),
+            json!({"text": text}),
+        )
+        .await;
+    }
+
+    /// The text of the element `css` selects, once it is not empty.
+    async fn text(&self, css: &str) -> String {
+        let deadline = Instant::now() + HANG;
+        loop {
+            let id = self.find(css).await;
+            let text = self
+                .call(
+                    reqwest::Method::GET,
+                    &format!("/element/{id}/text"),
+                    json!({}),
+                )
+                .await;
+            if let Some(text) = text.as_str().filter(|t| !t.trim().is_empty()) {
+                return text.trim().to_owned();
+            }
+            assert!(Instant::now() < deadline, "{css} stayed empty");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn scroll_to(&self, css: &str) {
+        let script = format!("document.querySelector({css:?}).scrollIntoView()");
+        self.call(
+            reqwest::Method::POST,
+            "/execute/sync",
+            json!({"script": script, "args": []}),
+        )
+        .await;
+    }
+
+    async fn screenshot(&self) -> Vec<u8> {
+        let png = self
+            .call(reqwest::Method::GET, "/screenshot", json!({}))
+            .await;
+        base64::engine::general_purpose::STANDARD
+            .decode(png.as_str().unwrap())
+            .unwrap()
+    }
+}
+
+impl Drop for Browser {
+    /// Ends the session, which closes the browser (killing the driver
+    /// alone could leave it running); blocking, as drops are.
+    fn drop(&mut self) {
+        use std::io::{Read, Write};
+        if let Ok(mut stream) = std::net::TcpStream::connect(&self.driver_addr) {
+            let _ = write!(
+                stream,
+                "DELETE /session/{} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+                self.session_id, self.driver_addr
+            );
+            // The answer comes once the browser is closed.
+            let _ = stream.set_read_timeout(Some(HANG));
+            let mut answer = [0u8; 1];
+            let _ = stream.read(&mut answer);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_tries_list_pets_from_the_docs_page_and_gets_200() {
+    let (Some(chromium), Some(chromedriver)) =
+        (tool("/usr/bin/chromium"), tool("/usr/bin/chromedriver"))
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let served = blocking({
+        let dir = dir.path().to_owned();
+        move || Served::start(&dir, &[])
+    })
+    .await;
+    let (status, _) = served.request(
+        "POST",
+        "/v1/pets",
+        KEY,
+        r#"{"name":"Rex","categoryId":1,"status":"available"}"#,
+    );
+    assert!(status.contains("201"), "{status}");
+
+    let browser = Browser::start(chromium, chromedriver).await;
+    browser
+        .open(&format!("http://{}/docs/", served.address))
+        .await;
+    for operation in ["listPets", "createPet", "getPet"] {
+        browser.find(&format!("#operations-Pets-{operation}")).await;
+    }
+
+    // The reader types the key into "Authorize".
+    browser.click(".auth-wrapper .authorize").await;
+    browser.type_into(".auth-container input", KEY).await;
+    browser
+        .click(".auth-btn-wrapper .modal-btn.authorize")
+        .await;
+    browser.click(".auth-btn-wrapper .btn-done").await;
+
+    // Opens listPets and executes it ("Try it out" is on from the start).
+    browser
+        .click("#operations-Pets-listPets .opblock-summary-control")
+        .await;
+    browser.click("#operations-Pets-listPets .execute").await;
+    let status = browser
+        .text("#operations-Pets-listPets .live-responses-table tr.response .response-col_status")
+        .await;
+    assert!(status.starts_with("200"), "the page shows {status:?}");
+    let body = browser
+        .text("#operations-Pets-listPets .live-responses-table tr.response .response-col_description pre")
+        .await;
+    assert!(body.contains("Rex"), "the page shows {body:?}");
+
+    browser
+        .scroll_to("#operations-Pets-listPets .execute")
+        .await;
+    let png = browser.screenshot().await;
+    assert!(png.starts_with(b"\x89PNG"), "a PNG");
+    let target = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
+    std::fs::create_dir_all(&target).unwrap();
+    std::fs::write(target.join("docs-page.png"), png).unwrap();
+    drop(browser);
+    let (exit, log) = blocking(move || served.terminate()).await;
+    assert!(exit.success(), "{log}");
+}
