@@ -125,10 +125,12 @@ impl Browser {
                     json!({"using": "css selector", "value": css}),
                 )
                 .await;
-            if let Some(id) = found.as_object().and_then(|o| o.values().next()) {
-                if let Some(id) = id.as_str() {
-                    return id.to_owned();
-                }
+            if let Some(id) = found
+                .as_object()
+                .and_then(|o| o.values().next())
+                .and_then(Value::as_str)
+            {
+                return id.to_owned();
             }
             assert!(Instant::now() < deadline, "the page never showed {css}");
             tokio::time::sleep(Duration::from_millis(50)).await;
