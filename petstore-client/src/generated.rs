@@ -703,8 +703,10 @@ Decisions where the interface specification is silent:
   and the header `Idempotent-Replayed: true`, and creates nothing. The same key
   with a different body is `422` (`idempotency_key_reused`); a key whose
   request is still being processed is `409` (`idempotency_key_in_use`), never
-  a second create. Only a `201` is remembered: after any other answer (`400`,
-  `413`, `500`, `503`, ...) the key is free and a retry can succeed. A stored
+  a second create. Only a `201` is remembered: a `400` or `413` leaves the key
+  free, and so does a `500` or `503`, unless the animal was stored all the same
+  (the connection to the database was lost while committing), in which case a
+  retry gets its `201`. Either way a retry can succeed. A stored
   response is kept for at least 24 hours after it was first sent; after that
   the key may be used again for a new animal. A client that did not get an
   answer (timeout, dropped connection, `503`, `409`) retries with the same

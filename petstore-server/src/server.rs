@@ -551,7 +551,12 @@ async fn purge_expired_idempotency(
     let retention_secs = i64::try_from(retention.as_secs()).unwrap_or(i64::MAX);
     loop {
         tokio::time::sleep(interval).await;
-        let before = unix_now().saturating_sub(retention_secs);
+        // Past the grace too, twice over: a request that arrived a little
+        // earlier may still count the record as live.
+        let grace = crate::store::idempotency::grace_secs(retention_secs);
+        let before = unix_now()
+            .saturating_sub(retention_secs)
+            .saturating_sub(2 * grace);
         let mut purged = 0;
         loop {
             match store.purge_idempotency(before, PURGE_BATCH).await {

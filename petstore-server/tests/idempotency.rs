@@ -375,9 +375,15 @@ async fn postgres_answers_409_while_the_key_is_in_use_on_any_instance() {
         let base_url = served.base_url();
         async move { post_once(&base_url, "in-use-key", &in_use_body()).await }
     });
+    // Waits until a session waits for this one's transaction (other tests
+    // share the cluster, so any other waiting lock says nothing).
     eventually_async("the first create waits for the test's record", || async {
         let row = pg
-            .query_one("SELECT count(*) FROM pg_locks WHERE NOT granted", &[])
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))",
+                &[],
+            )
             .await
             .unwrap();
         row.get::<_, i64>(0) >= 1

@@ -123,6 +123,15 @@ impl PostgresStore {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECTION_TIMEOUT);
         }
+        // A session cut off from us mid-transaction (a network partition)
+        // would hold its idempotency key's lock until TCP gives up, hours
+        // later; our transactions never idle, so a minute ends such a one.
+        let options = match config.get_options() {
+            // The URL's own options come last, so that they win.
+            Some(given) => format!("-c idle_in_transaction_session_timeout=60s {given}"),
+            None => "-c idle_in_transaction_session_timeout=60s".to_owned(),
+        };
+        config.options(&options);
         let pool = build_pool(config.clone(), url.pool_size(), url)?;
         let admin = build_pool(config, 1, url)?;
         let mut client = pool
@@ -314,14 +323,23 @@ impl PetStore for PostgresStore {
             )
             .await
             .map_err(&sql)?;
-        let tx = client.transaction().await.map_err(&sql)?;
+        // READ COMMITTED whatever the database's default: the record must be
+        // read with a snapshot taken after the lock is held.
+        let tx = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::ReadCommitted)
+            .start()
+            .await
+            .map_err(&sql)?;
         let locked: bool = tx
             .query_one(&try_lock, &[&once.lock_id()])
             .await
             .and_then(|row| row.try_get(0))
             .map_err(&sql)?;
+        // The read-only answers stand even if the rollback fails: nothing
+        // was written, and PostgreSQL ends the transaction with its session.
         if !locked {
-            tx.rollback().await.map_err(&sql)?;
+            let _ = tx.rollback().await;
             return Ok(CreateOutcome::KeyInUse);
         }
         let scope = &once.scope[..];
@@ -338,7 +356,7 @@ impl PetStore for PostgresStore {
                 } else {
                     CreateOutcome::KeyReused
                 };
-                tx.rollback().await.map_err(&sql)?;
+                let _ = tx.rollback().await;
                 return Ok(outcome);
             }
         }
