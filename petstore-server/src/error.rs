@@ -55,24 +55,20 @@ impl ApiError {
 
     /// 409: another request with the same idempotency key is in progress.
     pub fn idempotency_key_in_use() -> ApiError {
-        let mut error = ApiError::new(
+        ApiError::new(
             ErrorStatusCode::CONFLICT,
             "another request with this Idempotency-Key is still being processed; nothing was \
              created: retry later with the same key and body",
-        );
-        error.code = "idempotency_key_in_use".into();
-        error
+        )
     }
 
     /// 422: the idempotency key was used for another body.
     pub fn idempotency_key_reused() -> ApiError {
-        let mut error = ApiError::new(
+        ApiError::new(
             ErrorStatusCode::UNPROCESSABLE_ENTITY,
             "this Idempotency-Key was already used for a create with a different body; nothing \
              was created: use a new key for a new animal",
-        );
-        error.code = "idempotency_key_reused".into();
-        error
+        )
     }
 
     /// 503: the database is unavailable. The client sees a generic message;
@@ -118,7 +114,9 @@ fn code_for(status: ErrorStatusCode) -> &'static str {
         400 => "bad_request",
         401 => "unauthorized",
         404 => "not_found",
+        409 => "idempotency_key_in_use",
         413 => "payload_too_large",
+        422 => "idempotency_key_reused",
         503 => "service_unavailable",
         500..=599 => "internal_error",
         _ => "bad_request",
