@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use crate::keyring::Keyring;
 use crate::metrics::Metrics;
 use crate::observe::RequestNotes;
-use crate::store::PetStore;
+use crate::store::{PetStore, Retention};
 
 /// The server state handed to every endpoint.
 pub struct ApiContext {
@@ -24,8 +24,8 @@ pub struct ApiContext {
     pub store: Arc<dyn PetStore>,
     /// Requests past authentication whose handler has not finished.
     pub requests: Requests,
-    /// How long the first `201` of an idempotency key is kept, in seconds.
-    pub idempotency_retention_secs: i64,
+    /// How long the first `201` of an idempotency key is kept.
+    pub idempotency_retention: Retention,
 }
 
 /// Counts requests in flight.

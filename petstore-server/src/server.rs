@@ -29,7 +29,7 @@ use crate::model::{NewPet, Pet};
 use crate::observe::{ObservingDrain, RequestNotes};
 use crate::store::{
     self, CreateOutcome, DatabaseUrl, Idempotency, KeyStore, ListQuery, OpenError, PURGE_BATCH,
-    PetStore, StoreError, StoreMetrics,
+    PetStore, Retention, StoreError, StoreMetrics,
 };
 
 // Every page the contract allows, the store can serve.
@@ -105,7 +105,7 @@ impl PetstoreApi for PetstoreImpl {
             key,
             &pet,
             unix_now(),
-            context.idempotency_retention_secs,
+            context.idempotency_retention,
         );
         let outcome = context
             .store
@@ -185,9 +185,6 @@ pub struct ServerConfig {
 /// The shortest retention of idempotency keys the contract allows, and the
 /// default: 24 hours.
 pub const IDEMPOTENCY_RETENTION_MIN: Duration = Duration::from_secs(24 * 60 * 60);
-
-/// How often expired idempotency records are looked for, at most.
-const PURGE_INTERVAL_MAX: Duration = Duration::from_secs(60);
 
 /// A PEM certificate chain and its PEM private key.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -480,8 +477,7 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
         metrics: metrics.clone(),
         store: Arc::clone(&store),
         requests: requests.clone(),
-        idempotency_retention_secs: i64::try_from(config.idempotency_retention.as_secs())
-            .unwrap_or(i64::MAX),
+        idempotency_retention: Retention::new(config.idempotency_retention),
     };
     let http = match ServerBuilder::new(api, context, api_log)
         .config(dropshot_config)
@@ -512,7 +508,7 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
     };
     let purge = tokio::spawn(purge_expired_idempotency(
         Arc::clone(&store),
-        config.idempotency_retention,
+        Retention::new(config.idempotency_retention),
         log.clone(),
         metrics.clone(),
     ));
@@ -543,20 +539,13 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
 /// runs until aborted. A failure is logged and tried again next round.
 async fn purge_expired_idempotency(
     store: Arc<dyn PetStore>,
-    retention: Duration,
+    retention: Retention,
     log: slog::Logger,
     metrics: Option<Arc<Metrics>>,
 ) {
-    let interval = retention.clamp(Duration::from_secs(1), PURGE_INTERVAL_MAX);
-    let retention_secs = i64::try_from(retention.as_secs()).unwrap_or(i64::MAX);
     loop {
-        tokio::time::sleep(interval).await;
-        // Past the grace too, twice over: a request that arrived a little
-        // earlier may still count the record as live.
-        let grace = crate::store::idempotency::grace_secs(retention_secs);
-        let before = unix_now()
-            .saturating_sub(retention_secs)
-            .saturating_sub(2 * grace);
+        tokio::time::sleep(retention.purge_interval()).await;
+        let before = retention.purge_before(unix_now());
         let mut purged = 0;
         loop {
             match store.purge_idempotency(before, PURGE_BATCH).await {

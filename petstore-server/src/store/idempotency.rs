@@ -8,6 +8,7 @@
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
@@ -37,25 +38,21 @@ pub struct Idempotency {
 
 impl Idempotency {
     /// The idempotency of creating `pet` with `key`, sent with the API key
-    /// whose digest is `scope`, at `now`, records being kept for
-    /// `retention_secs` — and [`grace_secs`] more: a record's time is the
-    /// request's arrival in whole seconds, and its `201` may leave a little
-    /// later, yet the key must hold for the whole retention after it.
+    /// whose digest is `scope`, at `now`, records being kept as `retention`
+    /// says.
     pub fn new(
         scope: [u8; 32],
         key: String,
         pet: &NewPet,
         now: i64,
-        retention_secs: i64,
+        retention: Retention,
     ) -> Idempotency {
         Idempotency {
             scope,
             key,
             fingerprint: fingerprint(pet),
             now,
-            expired_at_or_before: now
-                .saturating_sub(retention_secs)
-                .saturating_sub(grace_secs(retention_secs)),
+            expired_at_or_before: retention.expired_at_or_before(now),
         }
     }
 
@@ -76,10 +73,49 @@ impl Idempotency {
     }
 }
 
-/// How long a record holds its key past the retention: a minute, or the
-/// retention itself when that is shorter (tests of expiry).
-pub fn grace_secs(retention_secs: i64) -> i64 {
-    retention_secs.clamp(1, 60)
+/// How long idempotency records hold their keys, and what follows from it:
+/// when a record has expired, when it may be deleted, how often to look.
+///
+/// A record holds its key for the retention and a grace more — a minute,
+/// or the retention itself when that is shorter (tests of expiry) — since
+/// its time is its request's arrival in whole seconds and its `201` may
+/// leave a little later, yet the key must hold for the whole retention
+/// after it. It is deleted only past twice the grace, since a request that
+/// arrived a little before the purge's clock may still count it as live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retention {
+    secs: i64,
+}
+
+impl Retention {
+    /// Records kept for `retention`.
+    pub fn new(retention: Duration) -> Retention {
+        Retention {
+            secs: i64::try_from(retention.as_secs()).unwrap_or(i64::MAX),
+        }
+    }
+
+    fn grace(self) -> i64 {
+        self.secs.clamp(1, 60)
+    }
+
+    /// Records made at or before this time (Unix seconds) have expired at
+    /// `now`.
+    pub fn expired_at_or_before(self, now: i64) -> i64 {
+        now.saturating_sub(self.secs).saturating_sub(self.grace())
+    }
+
+    /// Records made before this time (Unix seconds) may be deleted at `now`.
+    pub fn purge_before(self, now: i64) -> i64 {
+        now.saturating_sub(self.secs)
+            .saturating_sub(2 * self.grace())
+    }
+
+    /// How often to look for records to delete: as often as they can
+    /// expire, at most once a minute.
+    pub fn purge_interval(self) -> Duration {
+        Duration::from_secs(self.grace().unsigned_abs())
+    }
 }
 
 /// The SHA-256 of a new pet's fields in a fixed encoding: the same pet
@@ -172,16 +208,30 @@ mod tests {
 
     #[test]
     fn records_live_for_the_retention_and_no_longer() {
-        let once = Idempotency::new([0; 32], "k".into(), &pet("Rex"), 1_000, 100);
-        // 100 s of retention and 60 s of grace.
+        let retention = Retention::new(Duration::from_secs(100));
+        let once = Idempotency::new([0; 32], "k".into(), &pet("Rex"), 1_000, retention);
+        // 100 s of retention and 60 s of grace; deleted past twice that.
         assert!(once.is_live(1_000));
         assert!(once.is_live(841));
         assert!(!once.is_live(840));
+        assert_eq!(retention.purge_before(1_000), 780);
+        assert_eq!(retention.purge_interval(), Duration::from_secs(60));
+        let short = Retention::new(Duration::from_secs(1));
+        assert_eq!(short.expired_at_or_before(1_000), 998);
+        assert_eq!(short.purge_interval(), Duration::from_secs(1));
     }
 
     #[test]
     fn lock_ids_differ_by_scope_and_key() {
-        let once = |scope, key: &str| Idempotency::new(scope, key.into(), &pet("Rex"), 0, 0);
+        let once = |scope, key: &str| {
+            Idempotency::new(
+                scope,
+                key.into(),
+                &pet("Rex"),
+                0,
+                Retention::new(Duration::ZERO),
+            )
+        };
         assert_eq!(once([1; 32], "a").lock_id(), once([1; 32], "a").lock_id());
         assert_ne!(once([1; 32], "a").lock_id(), once([2; 32], "a").lock_id());
         assert_ne!(once([1; 32], "a").lock_id(), once([1; 32], "b").lock_id());
@@ -190,7 +240,15 @@ mod tests {
     #[test]
     fn a_claimed_key_is_refused_until_released() {
         let claims = Arc::new(Claims::default());
-        let once = |scope, key: &str| Idempotency::new(scope, key.into(), &pet("Rex"), 0, 0);
+        let once = |scope, key: &str| {
+            Idempotency::new(
+                scope,
+                key.into(),
+                &pet("Rex"),
+                0,
+                Retention::new(Duration::ZERO),
+            )
+        };
         let first = claims.claim(&once([1; 32], "a")).expect("free");
         assert!(claims.claim(&once([1; 32], "a")).is_none());
         let other_scope = claims.claim(&once([2; 32], "a")).expect("another client's");

@@ -16,7 +16,7 @@ mod postgres;
 mod sqlite;
 mod sqlite_keys;
 
-pub use idempotency::{CreateOutcome, Idempotency, PURGE_BATCH};
+pub use idempotency::{CreateOutcome, Idempotency, PURGE_BATCH, Retention};
 pub use keys::{KeyError, KeyStore, Revoked, StoredKey};
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
