@@ -10,7 +10,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use common::{KEY, Served};
+use common::{KEY, Served, tool};
 use petstore_support::{ChildGuard, blocking, free_loopback_addr};
 use serde_json::{Value, json};
 
@@ -18,23 +18,10 @@ use serde_json::{Value, json};
 /// wait ends as soon as its condition holds.
 const HANG: Duration = Duration::from_secs(120);
 
-/// A tool the CI installs: missing is a failure under `CI=true`, and
-/// outside CI a skip that says so.
-fn tool(path: &str) -> Option<&str> {
-    if std::path::Path::new(path).exists() {
-        return Some(path);
-    }
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    assert!(!ci, "{path} is missing; .ci/run installs it");
-    eprintln!("SKIPPED: {path} is not installed (CI installs it)");
-    None
-}
-
 /// A WebDriver session on a ChromeDriver of its own.
 struct Browser {
     http: reqwest::Client,
-    /// `http://127.0.0.1:PORT/session/ID`.
-    session: String,
+    /// ChromeDriver's `127.0.0.1:PORT`.
     driver_addr: String,
     session_id: String,
     _driver: ChildGuard,
@@ -72,41 +59,33 @@ impl Browser {
                 ],
             },
         }}});
-        let created: Value = http
-            .post(format!("{base}/session"))
-            .json(&capabilities)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let session = created["value"]["sessionId"]
+        let created = webdriver(
+            &http,
+            reqwest::Method::POST,
+            &format!("{base}/session"),
+            capabilities,
+        )
+        .await;
+        let session_id = created["sessionId"]
             .as_str()
             .unwrap_or_else(|| panic!("no session: {created}"))
             .to_owned();
         Browser {
             http,
-            session: format!("{base}/session/{session}"),
             driver_addr: format!("127.0.0.1:{port}"),
-            session_id: session,
+            session_id,
             _driver: driver,
             _profile: profile,
         }
     }
 
+    /// A command of this session.
     async fn call(&self, method: reqwest::Method, path: &str, body: Value) -> Value {
-        let response: Value = self
-            .http
-            .request(method, format!("{}{path}", self.session))
-            .json(&body)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        response["value"].clone()
+        let url = format!(
+            "http://{}/session/{}{path}",
+            self.driver_addr, self.session_id
+        );
+        webdriver(&self.http, method, &url, body).await
     }
 
     async fn open(&self, url: &str) {
@@ -195,6 +174,25 @@ impl Browser {
             .decode(png.as_str().unwrap())
             .unwrap()
     }
+}
+
+/// A WebDriver command: its answer's `value`.
+async fn webdriver(
+    http: &reqwest::Client,
+    method: reqwest::Method,
+    url: &str,
+    body: Value,
+) -> Value {
+    let answer: Value = http
+        .request(method, url)
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    answer["value"].clone()
 }
 
 impl Drop for Browser {

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use common::{KEY, Served, petstore, run};
+use common::{KEY, Served, petstore, run, tool};
 use petstore_support::{blocking, eventually};
 
 /// `petstore-server keys ARGS --database URL`, in `dir`.
@@ -562,18 +562,6 @@ fn unusable_tls_files_are_clear_start_up_errors() {
         !dir.path().join("petstore.db").exists(),
         "nothing was created"
     );
-}
-
-/// A tool the CI installs: missing is a failure under `CI=true`, and
-/// outside CI a skip that says so.
-fn tool(path: &str) -> Option<&str> {
-    if Path::new(path).exists() {
-        return Some(path);
-    }
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    assert!(!ci, "{path} is missing; .ci/run installs it");
-    eprintln!("SKIPPED: {path} is not installed (CI installs it)");
-    None
 }
 
 const DEPLOY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy");

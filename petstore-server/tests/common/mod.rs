@@ -314,3 +314,15 @@ pub async fn serve(dir: &Path, args: &[&str]) -> Served {
 pub async fn stop(served: Served) -> (std::process::ExitStatus, String) {
     petstore_support::blocking(move || served.terminate()).await
 }
+
+/// A tool the CI installs: missing is a failure under `CI=true`, and
+/// outside CI a skip that says so.
+pub fn tool(path: &str) -> Option<&str> {
+    if Path::new(path).exists() {
+        return Some(path);
+    }
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    assert!(!ci, "{path} is missing; .ci/run installs it");
+    eprintln!("SKIPPED: {path} is not installed (CI installs it)");
+    None
+}

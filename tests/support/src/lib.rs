@@ -33,14 +33,7 @@ const HANG: Duration = Duration::from_secs(300);
 /// only if it never does, after a wait long enough to mean a hang (not a
 /// slow machine): tests order their steps by conditions, never by time.
 pub async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + HANG;
-    while !condition() {
-        assert!(
-            Instant::now() < deadline,
-            "{what}: still not so after {HANG:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually_async(what, || std::future::ready(condition())).await;
 }
 
 /// [`eventually`] for a condition that must await (a request, a query).
