@@ -221,17 +221,14 @@ mod tests {
         assert_eq!(short.purge_interval(), Duration::from_secs(1));
     }
 
+    /// A create of Rex with `key` in `scope`.
+    fn once(scope: [u8; 32], key: &str) -> Idempotency {
+        let retention = Retention::new(Duration::ZERO);
+        Idempotency::new(scope, key.into(), &pet("Rex"), 0, retention)
+    }
+
     #[test]
     fn lock_ids_differ_by_scope_and_key() {
-        let once = |scope, key: &str| {
-            Idempotency::new(
-                scope,
-                key.into(),
-                &pet("Rex"),
-                0,
-                Retention::new(Duration::ZERO),
-            )
-        };
         assert_eq!(once([1; 32], "a").lock_id(), once([1; 32], "a").lock_id());
         assert_ne!(once([1; 32], "a").lock_id(), once([2; 32], "a").lock_id());
         assert_ne!(once([1; 32], "a").lock_id(), once([1; 32], "b").lock_id());
@@ -240,15 +237,6 @@ mod tests {
     #[test]
     fn a_claimed_key_is_refused_until_released() {
         let claims = Arc::new(Claims::default());
-        let once = |scope, key: &str| {
-            Idempotency::new(
-                scope,
-                key.into(),
-                &pet("Rex"),
-                0,
-                Retention::new(Duration::ZERO),
-            )
-        };
         let first = claims.claim(&once([1; 32], "a")).expect("free");
         assert!(claims.claim(&once([1; 32], "a")).is_none());
         let other_scope = claims.claim(&once([2; 32], "a")).expect("another client's");
