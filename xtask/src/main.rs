@@ -6,7 +6,8 @@
 //!   OpenAPI 3.0 validator (`openapi-spec-validator`, in a venv under `target/`).
 //! - `openapi check`: the drift check between the contract and the server.
 //! - `openapi compat`: the compatibility gate against the released contracts.
-//! - `client generate` / `client check`: the progenitor-generated client.
+//! - `client generate` / `client check`: the progenitor-generated client, its
+//!   mocks and its command line.
 //! - `conformance`: schemathesis against a server built from the tree.
 
 use std::path::PathBuf;
@@ -30,8 +31,8 @@ commands:
   openapi validate   validate openapi/petstore.yaml with openapi-spec-validator (venv in target/)
   openapi check      fail when openapi/petstore.yaml and the server disagree (the drift check)
   openapi compat     fail when openapi/petstore.yaml breaks a released contract (openapi/released/)
-  client generate    regenerate petstore-client/src/generated.rs from openapi/petstore.yaml
-  client check       fail when the committed client is not what the YAML generates
+  client generate    regenerate the client, its mocks and its CLI from openapi/petstore.yaml
+  client check       fail when the committed client, mocks or CLI are not what the YAML generates
   conformance        run schemathesis against a server built from the tree
   bench [OPTIONS]    wrk load test of the release server next to a hyper ceiling (bench --help)";
 

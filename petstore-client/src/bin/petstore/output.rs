@@ -1,0 +1,211 @@
+//! What the command prints: answers as JSON on stdout, errors as one line
+//! each on stderr, and the exit status.
+
+use std::cell::Cell;
+use std::fmt::Debug;
+use std::io::Write;
+use std::process::ExitCode;
+
+use petstore_client::{Error, ResponseValue, types};
+use serde::Serialize;
+
+use crate::API_KEY_VARIABLE;
+use crate::generated::CliConfig;
+
+/// Prints answers as pretty JSON: one value, or one array however many pages
+/// it takes.
+#[derive(Default)]
+pub struct Json {
+    /// Whether an array has been opened by its first item.
+    array_open: Cell<bool>,
+}
+
+impl CliConfig for Json {
+    fn success_item<T>(&self, value: &ResponseValue<T>)
+    where
+        T: Serialize + Debug,
+    {
+        print(&format!("{}\n", to_json(&**value)));
+    }
+
+    fn success_no_item(&self, _: &ResponseValue<()>) {}
+
+    /// Errors are reported by [`Outcome`], with the exit status.
+    fn error<T>(&self, _: &Error<T>)
+    where
+        T: Serialize + Debug,
+    {
+    }
+
+    fn list_start<T>(&self)
+    where
+        T: Serialize + Debug,
+    {
+        self.array_open.set(false);
+    }
+
+    /// Prints exactly what `serde_json::to_string_pretty` prints for the
+    /// whole array, without holding it.
+    fn list_item<T>(&self, value: &T)
+    where
+        T: Serialize + Debug,
+    {
+        let separator = if self.array_open.replace(true) {
+            ",\n"
+        } else {
+            "[\n"
+        };
+        let item: String = to_json(value)
+            .lines()
+            .map(|line| format!("  {line}"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        print(&format!("{separator}{item}"));
+    }
+
+    fn list_end_success<T>(&self)
+    where
+        T: Serialize + Debug,
+    {
+        print(if self.array_open.get() {
+            "\n]\n"
+        } else {
+            "[]\n"
+        });
+    }
+
+    /// The array stays open, so that what was printed is not mistaken for
+    /// the whole answer; the error is reported by [`Outcome`].
+    fn list_end_error<T>(&self, _: &Error<T>)
+    where
+        T: Serialize + Debug,
+    {
+        if self.array_open.get() {
+            print("\n");
+        }
+    }
+}
+
+fn to_json<T: Serialize + ?Sized>(value: &T) -> String {
+    serde_json::to_string_pretty(value).expect("the contract's types serialize")
+}
+
+/// Writes `text` to stdout. When the reader has gone (`petstore … | head`),
+/// there is no one left to tell: the command ends quietly.
+fn print(text: &str) {
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: cannot write the answer: {e}");
+        std::process::exit(Outcome::IO_FAILURE);
+    }
+}
+
+/// How a command ended.
+pub enum Outcome {
+    /// The answer was printed.
+    Success,
+    /// The command line is wrong; the message says how.
+    Usage(String),
+    /// The service answered with one of the contract's errors.
+    Refused {
+        error: types::Error,
+        /// Whether a key was sent (for the hint on a 401).
+        key_sent: bool,
+    },
+    /// No answer from the service, or one the contract does not describe.
+    NoAnswer(String),
+}
+
+impl Outcome {
+    /// Exit status of a refusal.
+    const REFUSED: u8 = 1;
+    /// Exit status of a wrong command line (as clap's own).
+    const USAGE: u8 = 2;
+    /// Exit status when there is no answer the contract describes.
+    const NO_ANSWER: u8 = 3;
+    /// Exit status of a 401: the key is missing or not accepted.
+    const UNAUTHORIZED: u8 = 4;
+    /// Exit status when the answer cannot be written out.
+    const IO_FAILURE: i32 = 5;
+
+    /// The outcome of a failed request to the service at `base_url`.
+    pub fn from_error(error: anyhow::Error, base_url: &str, key_sent: bool) -> Outcome {
+        let Some(error) = error.downcast_ref::<Error<types::Error>>() else {
+            // The generated code's own errors: an unreadable `--json-body`.
+            return Outcome::Usage(format!("{error:#}"));
+        };
+        match error {
+            Error::ErrorResponse(answer) => Outcome::Refused {
+                error: (**answer).clone(),
+                key_sent,
+            },
+            Error::InvalidRequest(message) => Outcome::Usage(message.clone()),
+            Error::CommunicationError(e) | Error::ResponseBodyError(e) => {
+                Outcome::NoAnswer(format!("no answer from {base_url}: {}", chain(e)))
+            }
+            Error::InvalidResponsePayload(_, e) => Outcome::NoAnswer(format!(
+                "{base_url} answered with a body the contract does not describe ({e}); \
+                 is that the service's API (its URL ends in /v1)?"
+            )),
+            Error::UnexpectedResponse(answer) => Outcome::NoAnswer(format!(
+                "{base_url} answered HTTP {}, which the contract does not declare here; \
+                 is that the service's API (its URL ends in /v1)?",
+                answer.status()
+            )),
+            other => Outcome::NoAnswer(other.to_string()),
+        }
+    }
+
+    /// Reports the outcome on stderr and gives its exit status.
+    pub fn exit_code(self) -> ExitCode {
+        let status = match self {
+            Outcome::Success => return ExitCode::SUCCESS,
+            Outcome::Usage(message) => {
+                eprintln!("error: {message}");
+                Outcome::USAGE
+            }
+            Outcome::Refused { error, key_sent } => {
+                eprintln!(
+                    "error: {} (HTTP {}): {}",
+                    error.code, error.status, error.message
+                );
+                if error.status != 401 {
+                    return ExitCode::from(Outcome::REFUSED);
+                }
+                match key_sent {
+                    true => {
+                        eprintln!("hint: the service does not accept the key in {API_KEY_VARIABLE}")
+                    }
+                    false => eprintln!("hint: set {API_KEY_VARIABLE} to an API key of the service"),
+                }
+                Outcome::UNAUTHORIZED
+            }
+            Outcome::NoAnswer(message) => {
+                eprintln!("error: {message}");
+                Outcome::NO_ANSWER
+            }
+        };
+        ExitCode::from(status)
+    }
+}
+
+/// `error` and its sources, as one line.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,337 @@
+//! The `petstore` command (feature `cli`) run as a user runs it, against the
+//! real server over real HTTP: what it prints on stdout and stderr, and its
+//! exit status.
+//!
+//! (The end-to-end crate, `petstore-tests`, enables the `cli` feature, so
+//! these tests run whenever the workspace's tests do.)
+
+use std::process::Command;
+
+use petstore_support::{blocking, free_loopback_addr, without_petstore_settings};
+use petstore_tests::{KEY, TestServer};
+use serde_json::{Value, json};
+
+/// What one run of the command did.
+#[derive(Debug)]
+struct Run {
+    /// The exit status (`None`: killed by a signal).
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    /// Stdout as JSON, insisting on success.
+    fn json(&self) -> Value {
+        assert_eq!(self.code, Some(0), "{self:#?}");
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:#?}"))
+    }
+
+    /// Insists on failure with exit status `code`, nothing on stdout, and
+    /// `needles` on stderr.
+    fn fails(&self, code: i32, needles: &[&str]) {
+        assert_eq!(self.code, Some(code), "{self:#?}");
+        assert_eq!(self.stdout, "", "{self:#?}");
+        for needle in needles {
+            assert!(self.stderr.contains(needle), "no {needle:?} in {self:#?}");
+        }
+    }
+}
+
+/// Runs `petstore args…` with `PETSTORE_URL` set to `url` and
+/// `PETSTORE_API_KEY` to `key`, and no other `PETSTORE_*` setting of ours.
+async fn petstore_at(url: &str, key: Option<&str>, args: &[&str]) -> Run {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_petstore"));
+    without_petstore_settings(&mut command)
+        .env("PETSTORE_URL", url)
+        .args(args);
+    if let Some(key) = key {
+        command.env("PETSTORE_API_KEY", key);
+    }
+    let output = blocking(move || command.output())
+        .await
+        .expect("petstore runs");
+    Run {
+        code: output.status.code(),
+        stdout: String::from_utf8(output.stdout).expect("UTF-8 stdout"),
+        stderr: String::from_utf8(output.stderr).expect("UTF-8 stderr"),
+    }
+}
+
+/// Runs `petstore args…` against `server` with the key it accepts.
+async fn petstore(server: &TestServer, args: &[&str]) -> Run {
+    petstore_at(&server.url(""), Some(KEY), args).await
+}
+
+/// The ids of a JSON array of animals.
+fn ids(pets: &Value) -> Vec<i64> {
+    pets.as_array()
+        .expect("an array")
+        .iter()
+        .map(|pet| pet["id"].as_i64().expect("an id"))
+        .collect()
+}
+
+#[tokio::test]
+async fn create_prints_the_stored_animal() {
+    let server = TestServer::start().await;
+    let created = petstore(
+        &server,
+        &[
+            "pets",
+            "create",
+            "--name",
+            "Rex",
+            "--category-id",
+            "3",
+            "--status",
+            "sold",
+        ],
+    )
+    .await
+    .json();
+    assert_eq!(created["name"], "Rex");
+    assert_eq!(created["categoryId"], 3);
+    assert_eq!(created["status"], "sold");
+    assert_eq!(server.read(&created["id"]).await, created);
+}
+
+#[tokio::test]
+async fn create_takes_the_body_from_a_file() {
+    let server = TestServer::start().await;
+    let file = tempfile::NamedTempFile::new().expect("a temporary file");
+    std::fs::write(file.path(), r#"{"name": "Tom", "categoryId": 2}"#).expect("written");
+    let created = petstore(
+        &server,
+        &[
+            "pets",
+            "create",
+            "--json-body",
+            file.path().to_str().unwrap(),
+        ],
+    )
+    .await
+    .json();
+    assert_eq!(created["name"], "Tom");
+    assert_eq!(server.read(&created["id"]).await, created);
+}
+
+#[tokio::test]
+async fn create_with_an_idempotency_key_happens_once() {
+    let server = TestServer::start().await;
+    let create = [
+        "pets",
+        "create",
+        "--name",
+        "Max",
+        "--category-id",
+        "1",
+        "--idempotency-key",
+        "cli-once-1",
+    ];
+    let first = petstore(&server, &create).await.json();
+    let again = petstore(&server, &create).await.json();
+    assert_eq!(again, first);
+    assert_eq!(
+        ids(&json!(server.list("?limit=100").await)),
+        [first["id"].as_i64().unwrap()]
+    );
+}
+
+#[tokio::test]
+async fn list_applies_the_filters() {
+    let server = TestServer::start().await;
+    let pets = server.create_many(40).await;
+    let sold: Vec<i64> = pets
+        .iter()
+        .filter(|pet| pet["status"] == "sold")
+        .map(|pet| pet["id"].as_i64().unwrap())
+        .collect();
+
+    let listed = petstore(
+        &server,
+        &["pets", "list", "--status", "sold", "--limit", "3"],
+    )
+    .await
+    .json();
+    assert_eq!(ids(&listed), sold[..3]);
+
+    let after = sold[2].to_string();
+    let next = petstore(
+        &server,
+        &["pets", "list", "--status", "sold", "--after", &after],
+    )
+    .await
+    .json();
+    assert_eq!(ids(&next), sold[3..]);
+
+    // Without a limit, the contract's default page (20).
+    let first_page = petstore(&server, &["pets", "list"]).await.json();
+    assert_eq!(first_page, json!(pets[..20]));
+}
+
+#[tokio::test]
+async fn all_walks_every_page() {
+    let server = TestServer::start().await;
+    let pets = server.create_many(230).await;
+
+    let all = petstore(&server, &["pets", "list", "--all"]).await;
+    // One JSON array, as `list` prints one page.
+    assert_eq!(
+        all.stdout,
+        format!("{}\n", serde_json::to_string_pretty(&pets).unwrap())
+    );
+
+    // Small pages, one status: the same animals as one filter over all.
+    let pending: Vec<&Value> = pets
+        .iter()
+        .filter(|pet| pet["status"] == "pending")
+        .collect();
+    let walked = petstore(
+        &server,
+        &[
+            "pets", "list", "--all", "--status", "pending", "--limit", "7",
+        ],
+    )
+    .await
+    .json();
+    assert!(pending.len() > 7);
+    assert_eq!(walked, json!(pending));
+
+    // An empty catalogue is an empty array.
+    let empty = TestServer::start().await;
+    assert_eq!(
+        petstore(&empty, &["pets", "list", "--all"]).await.json(),
+        json!([])
+    );
+}
+
+#[tokio::test]
+async fn get_works_and_warns_that_it_is_deprecated() {
+    let server = TestServer::start().await;
+    let rex = server.create(json!({"name": "Rex", "categoryId": 1})).await;
+    let run = petstore(&server, &["pets", "get", &rex["id"].to_string()]).await;
+    assert_eq!(run.json(), rex);
+    assert!(
+        run.stderr
+            .starts_with("warning: `petstore pets get` is deprecated")
+            && run.stderr.contains("5 December 2030")
+            && run.stderr.contains("`petstore pets list`"),
+        "{run:#?}"
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_animal_is_the_services_404() {
+    let server = TestServer::start().await;
+    let answer: Value = server
+        .get("/pets/424242")
+        .send()
+        .await
+        .expect("request sent")
+        .json()
+        .await
+        .expect("an Error body");
+    let run = petstore(&server, &["pets", "get", "424242"]).await;
+    run.fails(
+        1,
+        &[
+            "error: not_found (HTTP 404): ",
+            answer["message"].as_str().unwrap(),
+        ],
+    );
+}
+
+#[tokio::test]
+async fn a_missing_or_wrong_key_is_the_services_401() {
+    let server = TestServer::start().await;
+    let url = server.url("");
+
+    let wrong = petstore_at(&url, Some("not-a-key"), &["pets", "list"]).await;
+    wrong.fails(
+        4,
+        &[
+            "error: unauthorized (HTTP 401): ",
+            "hint: the service does not accept the key in PETSTORE_API_KEY",
+        ],
+    );
+    assert!(!wrong.stderr.contains("not-a-key"), "{wrong:#?}");
+
+    let missing = petstore_at(
+        &url,
+        None,
+        &["pets", "create", "--name", "Rex", "--category-id", "1"],
+    )
+    .await;
+    missing.fails(
+        4,
+        &[
+            "error: unauthorized (HTTP 401): ",
+            "hint: set PETSTORE_API_KEY",
+        ],
+    );
+    assert_eq!(server.list("").await, Vec::<Value>::new());
+}
+
+#[tokio::test]
+async fn the_key_is_never_a_flag() {
+    let server = TestServer::start().await;
+    let run = petstore_at(&server.url(""), None, &["--api-key", KEY, "pets", "list"]).await;
+    run.fails(2, &["unexpected argument '--api-key'"]);
+}
+
+#[tokio::test]
+async fn values_outside_the_contract_are_refused_before_sending() {
+    let server = TestServer::start().await;
+    for args in [
+        &["pets", "list", "--status", "lost"][..],
+        &["pets", "list", "--limit", "0"],
+        &["pets", "create", "--name", "", "--category-id", "1"],
+        &["pets", "create", "--name", "Rex"],
+        &["pets", "get", "rex"],
+        &["pets", "list", "--all", "--after", "3"],
+    ] {
+        petstore(&server, args).await.fails(2, &["error"]);
+    }
+    assert_eq!(server.list("").await, Vec::<Value>::new());
+}
+
+#[tokio::test]
+async fn the_services_400_is_reported() {
+    let server = TestServer::start().await;
+    petstore(&server, &["pets", "list", "--limit", "500"])
+        .await
+        .fails(1, &["error: bad_request (HTTP 400): ", "limit"]);
+}
+
+#[tokio::test]
+async fn the_url_may_omit_the_api_prefix() {
+    let server = TestServer::start().await;
+    let rex = server.create(json!({"name": "Rex", "categoryId": 1})).await;
+    let root = format!("http://{}", server.addr());
+    let via_flag = petstore_at(
+        "http://unused.invalid",
+        Some(KEY),
+        &["--url", &root, "pets", "list"],
+    )
+    .await;
+    assert_eq!(via_flag.json(), json!([rex]));
+    let via_env = petstore_at(&root, Some(KEY), &["pets", "list"]).await;
+    assert_eq!(via_env.json(), json!([rex]));
+}
+
+#[tokio::test]
+async fn no_service_is_exit_status_3() {
+    let nothing = format!("http://{}", free_loopback_addr().expect("a free port"));
+    petstore_at(&nothing, Some(KEY), &["pets", "list"])
+        .await
+        .fails(3, &["error: no answer from ", "Connection refused"]);
+
+    // Something that is not the API: dropshot's own 404 for an unknown path.
+    let server = TestServer::start().await;
+    let wrong_prefix = format!("http://{}/v2", server.addr());
+    petstore_at(&wrong_prefix, Some(KEY), &["pets", "list"])
+        .await
+        .fails(3, &["is that the service's API"]);
+}
