@@ -6,8 +6,10 @@
 //! comments here are written as the contract's text.
 
 use dropshot::{
-    HttpResponseCreated, HttpResponseHeaders, HttpResponseOk, Path, Query, RequestContext,
+    ApiEndpointResponse, Body, HttpError, HttpResponse, HttpResponseCreated, HttpResponseHeaders,
+    HttpResponseOk, Path, Query, RequestContext,
 };
+use http::{Response, StatusCode};
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 
@@ -15,7 +17,7 @@ use crate::auth::Authenticated;
 use crate::body::StrictJson;
 use crate::error::ApiError;
 use crate::idempotency::{CreatedHeaders, IdempotencyKey};
-use crate::model::{NewPet, Pet, PetStatus};
+use crate::model::{EncodedPets, NewPet, Pet, PetStatus};
 
 /// The most animals one `GET /pets` returns.
 pub const LIMIT_MAX: i32 = 100;
@@ -51,7 +53,7 @@ pub trait PetstoreApi {
         rqctx: RequestContext<Self::Context>,
         auth: Authenticated,
         query: Query<ListPetsParams>,
-    ) -> Result<HttpResponseHeaders<HttpResponseOk<Vec<Pet>>, PageHeaders>, ApiError>;
+    ) -> Result<PetsPage, ApiError>;
 
     /// Add an animal
     ///
@@ -180,6 +182,43 @@ impl PageHeaders {
                 "</v1/pets?limit={limit}{status}&after={last_id}>; rel=\"next\""
             )),
         }
+    }
+}
+
+/// The `200` of `listPets`: a page of animals, already encoded, and its
+/// `Link` header. It is what `HttpResponseHeaders<HttpResponseOk<Vec<Pet>>,
+/// PageHeaders>` would be — the same status, headers, bytes and OpenAPI
+/// description — without a `Pet` per animal to serialise.
+#[derive(Debug)]
+pub struct PetsPage {
+    /// The animals.
+    pub pets: EncodedPets,
+    /// The `next` link, if more may follow.
+    pub headers: PageHeaders,
+}
+
+/// What the OpenAPI document says of a [`PetsPage`].
+type DescribedAs = HttpResponseHeaders<HttpResponseOk<Vec<Pet>>, PageHeaders>;
+
+impl HttpResponse for PetsPage {
+    fn to_result(self) -> Result<Response<Body>, HttpError> {
+        let mut response = Response::builder()
+            .status(StatusCode::OK)
+            .header(http::header::CONTENT_TYPE, "application/json");
+        if let Some(link) = self.headers.link {
+            response = response.header(http::header::LINK, link);
+        }
+        response
+            .body(Body::from(self.pets.into_bytes()))
+            .map_err(|e| HttpError::for_internal_error(e.to_string()))
+    }
+
+    fn response_metadata() -> ApiEndpointResponse {
+        DescribedAs::response_metadata()
+    }
+
+    fn status_code(&self) -> StatusCode {
+        StatusCode::OK
     }
 }
 

@@ -84,6 +84,8 @@ pub struct Metrics {
     keys: Family<StateLabels, Gauge>,
     pets: Gauge,
     pool_max: Gauge,
+    shared_max: Gauge,
+    shared_open: Gauge,
     pool_connections: Family<StateLabels, Gauge>,
     pool_waiting: Gauge,
     open_fds: Gauge,
@@ -120,6 +122,8 @@ impl Metrics {
             keys: Family::default(),
             pets: Gauge::default(),
             pool_max: Gauge::default(),
+            shared_max: Gauge::default(),
+            shared_open: Gauge::default(),
             pool_connections: Family::default(),
             pool_waiting: Gauge::default(),
             open_fds: Gauge::default(),
@@ -195,18 +199,30 @@ impl Metrics {
             metrics.store.commit_group_size.clone(),
         );
         r.register(
+            "postgres_shared_max_connections",
+            "The most PostgreSQL connections this instance shares between requests \
+             (reads and plain creates, pipelined)",
+            metrics.shared_max.clone(),
+        );
+        r.register(
+            "postgres_shared_connections",
+            "Open PostgreSQL connections shared between requests",
+            metrics.shared_open.clone(),
+        );
+        r.register(
             "postgres_pool_max_connections",
-            "The most PostgreSQL connections this instance opens",
+            "The most pooled PostgreSQL connections this instance opens (one per \
+             idempotent create in progress)",
             metrics.pool_max.clone(),
         );
         r.register(
             "postgres_pool_connections",
-            "Open PostgreSQL connections, by state (idle, in_use)",
+            "Open pooled PostgreSQL connections, by state (idle, in_use)",
             metrics.pool_connections.clone(),
         );
         r.register(
             "postgres_pool_waiting",
-            "Requests waiting for a PostgreSQL connection",
+            "Idempotent creates waiting for a pooled PostgreSQL connection",
             metrics.pool_waiting.clone(),
         );
         r.register(
@@ -298,6 +314,10 @@ impl Metrics {
                     .get_or_create(&StateLabels { state: "in_use" })
                     .set(open - idle);
                 self.pool_waiting.set(pool.waiting as i64);
+            }
+            if let Some(shared) = stats.shared {
+                self.shared_max.set(shared.max as i64);
+                self.shared_open.set(shared.open as i64);
             }
         }
         let counts = keyring.counts();

@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 
 use crate::admin::{self, AdminContext};
 use crate::api::{
-    DeprecationHeaders, LIMIT_MAX, ListPetsParams, PageHeaders, PetPath, PetstoreApi,
+    DeprecationHeaders, LIMIT_MAX, ListPetsParams, PageHeaders, PetPath, PetsPage, PetstoreApi,
     REQUEST_BODY_MAX_BYTES, petstore_api_mod,
 };
 use crate::auth::Authenticated;
@@ -62,24 +62,27 @@ impl PetstoreApi for PetstoreImpl {
         rqctx: RequestContext<ApiContext>,
         _auth: Authenticated,
         query: Query<ListPetsParams>,
-    ) -> Result<HttpResponseHeaders<HttpResponseOk<Vec<Pet>>, PageHeaders>, ApiError> {
+    ) -> Result<PetsPage, ApiError> {
         let params = query.into_inner();
         let limit = params.checked_limit()?;
         let context = rqctx.context();
         let page = context
             .store
-            .list(ListQuery {
+            .list_encoded(ListQuery {
                 limit,
                 status: params.status,
                 after: params.after,
             })
             .await
             .map_err(store_failure(context))?;
-        let headers = match page.pets.last() {
-            Some(last) if page.more => PageHeaders::next(limit, params.status, last.id),
+        let headers = match page.pets.last_id() {
+            Some(last_id) if page.more => PageHeaders::next(limit, params.status, last_id),
             _ => PageHeaders::default(),
         };
-        Ok(HttpResponseHeaders::new(HttpResponseOk(page.pets), headers))
+        Ok(PetsPage {
+            pets: page.pets,
+            headers,
+        })
     }
 
     async fn create_pet(

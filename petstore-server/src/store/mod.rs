@@ -6,13 +6,16 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::model::{NewPet, Pet, PetStatus};
+use crate::model::{EncodedPets, NewPet, Pet, PetStatus};
 
 mod catalogue;
 pub mod idempotency;
 pub mod keys;
 mod lock;
+mod pet_cache;
 mod postgres;
+mod postgres_batch;
+mod postgres_shared;
 mod sqlite;
 mod sqlite_keys;
 
@@ -92,6 +95,10 @@ pub enum StoreError {
     /// The store was closed (the server is shutting down).
     #[error("the database is closed")]
     Closed,
+    /// The statement storing a batch of creates (PostgreSQL) failed: this
+    /// create's failure is the batch's.
+    #[error("storing a batch of creates")]
+    Batch(#[source] Arc<StoreError>),
 }
 
 /// A PostgreSQL failure: from the driver or from the connection pool.
@@ -103,6 +110,9 @@ pub enum PostgresFailure {
     /// The pool's (no connection within the timeout, pool closed).
     #[error(transparent)]
     Pool(#[from] deadpool_postgres::PoolError),
+    /// No shared connection could be made within the timeout.
+    #[error("no connection within the timeout")]
+    ConnectTimeout,
 }
 
 impl StoreError {
@@ -113,6 +123,7 @@ impl StoreError {
             StoreError::Sqlite { source, .. } => sqlite::is_unavailable(source),
             StoreError::Postgres { source, .. } => postgres::is_unavailable(source),
             StoreError::FileReplaced { .. } | StoreError::Closed => true,
+            StoreError::Batch(cause) => cause.is_unavailable(),
             StoreError::Undecodable { .. }
             | StoreError::BadKey { .. }
             | StoreError::Invariant(_)
@@ -243,6 +254,15 @@ pub struct Page {
     pub more: bool,
 }
 
+/// A page of pets already encoded as the contract's JSON.
+#[derive(Debug)]
+pub struct EncodedPage {
+    /// The pets, in ascending id order.
+    pub pets: EncodedPets,
+    /// Whether more pets (of the status asked for) follow the last one.
+    pub more: bool,
+}
+
 /// A catalogue of pets.
 #[async_trait::async_trait]
 pub trait PetStore: Send + Sync + 'static {
@@ -270,6 +290,16 @@ pub trait PetStore: Send + Sync + 'static {
     /// whether more follow it. Costs the same at any depth.
     async fn list(&self, query: ListQuery) -> Result<Page, StoreError>;
 
+    /// [`PetStore::list`], encoded as the contract's JSON: what a response
+    /// sends. A store that can write the JSON straight from its rows does so.
+    async fn list_encoded(&self, query: ListQuery) -> Result<EncodedPage, StoreError> {
+        let page = self.list(query).await?;
+        Ok(EncodedPage {
+            pets: EncodedPets::from_pets(&page.pets),
+            more: page.more,
+        })
+    }
+
     /// The pet with identifier `id`, if there is one.
     async fn get(&self, id: i64) -> Result<Option<Pet>, StoreError>;
 
@@ -289,8 +319,21 @@ pub trait PetStore: Send + Sync + 'static {
 pub struct StoreStats {
     /// Pets stored (on PostgreSQL, above 100,000, the planner's estimate).
     pub pets: u64,
-    /// The connection pool, for a store that has one.
+    /// The connection pool, for a store that has one (PostgreSQL: the
+    /// connections of idempotent creates' transactions).
     pub pool: Option<PoolStats>,
+    /// The shared connections (PostgreSQL: reads and plain creates), open
+    /// and at most.
+    pub shared: Option<SharedStats>,
+}
+
+/// Connections shared by many requests at once.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SharedStats {
+    /// The most it opens.
+    pub max: usize,
+    /// Open.
+    pub open: usize,
 }
 
 /// A connection pool's state.

@@ -1,25 +1,34 @@
 //! PostgreSQL, for running many server instances on one catalogue.
 //!
 //! - Identifiers come from an identity column, so instances never collide.
-//! - Every statement runs in autocommit mode on a pooled connection; with
-//!   PostgreSQL's default `synchronous_commit = on`, the `INSERT` has been
-//!   flushed to the WAL when it returns, so a `201` is durable.
-//! - A lost connection fails only the requests that were using it (503); the
-//!   pool checks connections when it hands them out and replaces broken ones,
-//!   so the server recovers by itself when the database is back.
+//! - Reads go through a few connections shared by every request, their
+//!   queries pipelined (`postgres_shared.rs`); plain creates are stored many
+//!   per statement, on shared connections of their own (`postgres_batch.rs`).
+//!   Both run in autocommit mode: with PostgreSQL's default
+//!   `synchronous_commit = on`, an `INSERT` has been flushed to the WAL when
+//!   it returns, so a `201` is durable.
+//! - An idempotent create is a transaction, on a pooled connection of its
+//!   own.
+//! - A lost connection fails only the requests that were using it (503);
+//!   broken connections are replaced when next needed, so the server
+//!   recovers by itself when the database is back.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::{NoTls, Row};
 
 use super::idempotency::{CreateOutcome, Idempotency};
+use super::postgres_batch::{CreateBatcher, WRITERS};
+use super::pet_cache::PetCache;
+use super::postgres_shared::SharedConnections;
 use super::keys::{KeyError, KeyStore, Revoked, StoredKey, stored_digest};
 use super::{
-    ListQuery, OpenError, Page, PetStore, PoolStats, PostgresFailure, PostgresUrl, StoreError,
+    EncodedPage, ListQuery, OpenError, Page, PetStore, PoolStats, PostgresFailure, PostgresUrl, SharedStats, StoreError,
     StoreStats,
 };
-use crate::model::{NewPet, Pet, PetStatus};
+use crate::model::{NewPet, Pet, PetArrayWriter, PetStatus};
 
 /// Schema migrations; `petstore_schema.version` counts those applied.
 const MIGRATIONS: &[&str] = &[
@@ -62,13 +71,22 @@ const MIGRATION_LOCK: i64 = 0x7065_7473_746f_7265; // "petstore"
 
 /// How long a request waits for a connection, or for one to be made, before
 /// it fails with 503.
-const CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
 
-const SELECT_PET: &str = "SELECT id, name, category_id, status FROM pets";
+/// Shared connections for reads.
+const READERS: usize = 4;
 
 /// The PostgreSQL implementation of [`PetStore`] and [`KeyStore`].
 pub struct PostgresStore {
-    /// Connections for requests.
+    /// Shared connections for reads.
+    readers: SharedConnections,
+    /// Pets read by id so far.
+    read_by_id: PetCache,
+    /// Plain creates, stored in batches on shared connections of their own.
+    creates: CreateBatcher,
+    /// Shared connections of the batched creates (for the figures).
+    writers: Arc<SharedConnections>,
+    /// Connections for transactions (idempotent creates).
     pool: Pool,
     /// One connection for everything else — readiness, figures, the key
     /// reload — so that a pool saturated by requests never makes a busy
@@ -84,7 +102,7 @@ pub(super) fn is_unavailable(failure: &PostgresFailure) -> bool {
     let error = match failure {
         PostgresFailure::Pool(deadpool_postgres::PoolError::Backend(error))
         | PostgresFailure::Driver(error) => error,
-        PostgresFailure::Pool(_) => return true,
+        PostgresFailure::Pool(_) | PostgresFailure::ConnectTimeout => return true,
     };
     let Some(db) = error.as_db_error() else {
         // Not the server's answer: the connection broke or could not be made.
@@ -132,6 +150,8 @@ impl PostgresStore {
             None => "-c idle_in_transaction_session_timeout=60s".to_owned(),
         };
         config.options(&options);
+        let readers = SharedConnections::new(config.clone(), READERS);
+        let writers = Arc::new(SharedConnections::new(config.clone(), WRITERS));
         let pool = build_pool(config.clone(), url.pool_size(), url)?;
         let admin = build_pool(config, 1, url)?;
         let mut client = pool
@@ -143,7 +163,14 @@ impl PostgresStore {
             Migration::Store(e) => in_database(e),
             Migration::Refused(e) => e,
         })?;
-        Ok(PostgresStore { pool, admin })
+        Ok(PostgresStore {
+            readers,
+            read_by_id: PetCache::default(),
+            creates: CreateBatcher::start(Arc::clone(&writers)),
+            writers,
+            pool,
+            admin,
+        })
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Client, StoreError> {
@@ -151,6 +178,25 @@ impl PostgresStore {
             .get()
             .await
             .map_err(postgres("getting a connection"))
+    }
+
+    /// The rows of a page, and one more when more follow.
+    async fn list_rows(&self, query: ListQuery) -> Result<Vec<Row>, StoreError> {
+        let shared = self.readers.get().await?;
+        let fetch = i64::from(query.limit) + 1;
+        // Ids are positive (an identity from 1): no cursor means from the start.
+        let after = query.after.unwrap_or(i64::MIN);
+        match query.status {
+            None => shared.client.query(&shared.list, &[&after, &fetch]).await,
+            // Served by the (status, id) index at any depth.
+            Some(status) => {
+                shared
+                    .client
+                    .query(&shared.list_by_status, &[&status.as_str(), &after, &fetch])
+                    .await
+            }
+        }
+        .map_err(postgres("listing pets"))
     }
 
     async fn admin_client(&self) -> Result<deadpool_postgres::Client, StoreError> {
@@ -242,44 +288,36 @@ fn pet_from_row(row: &Row) -> Result<Pet, StoreError> {
 fn pet_from_columns(row: &Row, first: usize) -> Result<Pet, StoreError> {
     let decode = postgres("decoding a row");
     let id: i64 = row.try_get(first).map_err(&decode)?;
-    let name: String = row.try_get(first + 1).map_err(&decode)?;
-    let category_id: i64 = row.try_get(first + 2).map_err(&decode)?;
-    let status = match row.try_get::<_, Option<&str>>(first + 3).map_err(&decode)? {
-        None => None,
-        Some(text) => Some(
-            PetStatus::parse(text).ok_or_else(|| StoreError::Undecodable {
+    Ok(Pet {
+        id,
+        name: row.try_get(first + 1).map_err(&decode)?,
+        category_id: row.try_get(first + 2).map_err(&decode)?,
+        status: status_from_column(row, first + 3, id)?,
+    })
+}
+
+/// The status in column `column` of the row of pet `id`.
+fn status_from_column(row: &Row, column: usize, id: i64) -> Result<Option<PetStatus>, StoreError> {
+    match row
+        .try_get::<_, Option<&str>>(column)
+        .map_err(postgres("decoding a row"))?
+    {
+        None => Ok(None),
+        Some(text) => PetStatus::parse(text)
+            .map(Some)
+            .ok_or_else(|| StoreError::Undecodable {
                 id,
                 column: "status",
                 value: format!("the text {text:?}"),
                 expected: "status (available, pending, sold)",
-            })?,
-        ),
-    };
-    Ok(Pet {
-        id,
-        name,
-        category_id,
-        status,
-    })
+            }),
+    }
 }
 
 #[async_trait::async_trait]
 impl PetStore for PostgresStore {
     async fn create(&self, pet: NewPet) -> Result<Pet, StoreError> {
-        let sql = postgres("creating a pet");
-        let client = self.client().await?;
-        let insert = client
-            .prepare_cached(
-                "INSERT INTO pets (name, category_id, status) VALUES ($1, $2, $3) RETURNING id",
-            )
-            .await
-            .map_err(&sql)?;
-        let status = pet.status.map(PetStatus::as_str);
-        let row = client
-            .query_one(&insert, &[&pet.name, &pet.category_id, &status])
-            .await
-            .map_err(&sql)?;
-        let id = row.try_get(0).map_err(&sql)?;
+        let id = self.creates.create(pet.clone()).await?;
         Ok(Pet::from_new(id, pet))
     }
 
@@ -402,52 +440,57 @@ impl PetStore for PostgresStore {
     }
 
     async fn list(&self, query: ListQuery) -> Result<Page, StoreError> {
-        let sql = postgres("listing pets");
-        let client = self.client().await?;
-        // One row more than the page tells whether more follow.
-        let fetch = i64::from(query.limit) + 1;
-        // Ids are positive (an identity from 1): no cursor means from the start.
-        let after = query.after.unwrap_or(i64::MIN);
-        let rows = match query.status {
-            None => {
-                let statement = client
-                    .prepare_cached(&format!("{SELECT_PET} WHERE id > $1 ORDER BY id LIMIT $2"))
-                    .await
-                    .map_err(&sql)?;
-                client.query(&statement, &[&after, &fetch]).await
-            }
-            Some(status) => {
-                // Served by the (status, id) index at any depth.
-                let statement = client
-                    .prepare_cached(&format!(
-                        "{SELECT_PET} WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3"
-                    ))
-                    .await
-                    .map_err(&sql)?;
-                client
-                    .query(&statement, &[&status.as_str(), &after, &fetch])
-                    .await
-            }
-        };
-        let mut pets = rows
-            .map_err(&sql)?
+        let limit = query.limit as usize;
+        let mut pets = self
+            .list_rows(query)
+            .await?
             .iter()
             .map(pet_from_row)
             .collect::<Result<Vec<Pet>, StoreError>>()?;
-        let more = pets.len() > query.limit as usize;
-        pets.truncate(query.limit as usize);
+        let more = pets.len() > limit;
+        pets.truncate(limit);
         Ok(Page { pets, more })
     }
 
+    /// The JSON straight from the rows: no `Pet`, no `String` per name.
+    async fn list_encoded(&self, query: ListQuery) -> Result<EncodedPage, StoreError> {
+        let limit = query.limit as usize;
+        let rows = self.list_rows(query).await?;
+        let decode = postgres("decoding a row");
+        let mut pets = PetArrayWriter::with_capacity(limit);
+        for row in rows.iter().take(limit) {
+            let id: i64 = row.try_get(0).map_err(&decode)?;
+            let status = status_from_column(row, 3, id)?;
+            pets.push(
+                id,
+                row.try_get(1).map_err(&decode)?,
+                row.try_get(2).map_err(&decode)?,
+                status,
+            );
+        }
+        Ok(EncodedPage {
+            pets: pets.finish(),
+            more: rows.len() > limit,
+        })
+    }
+
+    /// From memory when it has been read before: pets never change (see
+    /// `pet_cache.rs`).
     async fn get(&self, id: i64) -> Result<Option<Pet>, StoreError> {
-        let sql = postgres("reading a pet");
-        let client = self.client().await?;
-        let query = client
-            .prepare_cached(&format!("{SELECT_PET} WHERE id = $1"))
+        if let Some(pet) = self.read_by_id.get(id) {
+            return Ok(Some(pet));
+        }
+        let shared = self.readers.get().await?;
+        let row = shared
+            .client
+            .query_opt(&shared.get, &[&id])
             .await
-            .map_err(&sql)?;
-        let row = client.query_opt(&query, &[&id]).await.map_err(&sql)?;
-        row.as_ref().map(pet_from_row).transpose()
+            .map_err(postgres("reading a pet"))?;
+        let pet = row.as_ref().map(pet_from_row).transpose()?;
+        if let Some(pet) = &pet {
+            self.read_by_id.keep(pet);
+        }
+        Ok(pet)
     }
 
     async fn check_ready(&self) -> Result<(), StoreError> {
@@ -483,10 +526,16 @@ impl PetStore for PostgresStore {
                 idle: status.available,
                 waiting: status.waiting,
             }),
+            shared: Some(SharedStats {
+                max: self.readers.max() + self.writers.max(),
+                open: self.readers.open() + self.writers.open(),
+            }),
         })
     }
 
     async fn close(&self) {
+        self.readers.close();
+        self.writers.close();
         self.pool.close();
         self.admin.close();
     }

@@ -735,6 +735,7 @@ impl PetStore for SqliteStore {
         Ok(StoreStats {
             pets: pets as u64,
             pool: None,
+            shared: None,
         })
     }
 

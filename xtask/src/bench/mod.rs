@@ -246,6 +246,9 @@ impl Bench {
                 scenarios: chosen(false),
             });
         }
+        if self.options.postgres_only {
+            setups.retain(|s| s.backend == Backend::Postgres);
+        }
         setups.retain(|s| !s.scenarios.is_empty());
         setups
     }
@@ -282,13 +285,23 @@ impl Bench {
         let responses = dir.join("responses.json");
         std::fs::write(&responses, serde_json::to_string_pretty(&canned)?)?;
         let ceiling = self.start_ceiling(&responses, &key)?;
+        let peer = match (setup.backend, &self.options.compare_with) {
+            (Backend::Postgres, Some(command)) => {
+                Some(self.start_peer(command, &key, setup.pets, &label)?)
+            }
+            _ => None,
+        };
         let targets = Targets {
             server: &server,
             ceiling: &ceiling,
+            peer: peer.as_ref().map(|peer| &peer.service),
         };
         let rows = self.rounds(setup, &label, &targets, &key, &dir)?;
         server.stop()?;
         ceiling.stop()?;
+        if let Some(peer) = peer {
+            peer.service.terminate()?;
+        }
         drop(cluster);
         Ok((rows, seeded, first_answer))
     }
@@ -312,6 +325,39 @@ impl Bench {
         // Only what is given here counts, not the caller's PETSTORE_* settings.
         petstore_support::without_petstore_settings(&mut command).env("PETSTORE_API_KEYS", key);
         Service::start("petstore-server", &mut command, addr, key)
+    }
+
+    /// Starts the peer (`--compare-with`) on a throwaway cluster of its own
+    /// and seeds it with the same pets as ours, through its API.
+    fn start_peer(
+        &self,
+        command: &str,
+        key: &str,
+        pets: u64,
+        label: &str,
+    ) -> anyhow::Result<Peer> {
+        let cluster = Cluster::start_durable().map_err(anyhow::Error::msg)?;
+        let addr = free_loopback_addr()?;
+        let mut shell = Command::new("sh");
+        shell
+            .arg("-c")
+            // `exec`, so that the process measured is the peer, not a shell.
+            .arg(format!("exec {command}"));
+        petstore_support::without_petstore_settings(&mut shell)
+            .env("BENCH_PORT", addr.port().to_string())
+            .env("BENCH_DATABASE_URL", cluster.url("postgres"))
+            .env("BENCH_API_KEY", key);
+        let service = Service::start("peer", &mut shell, addr, key)
+            .with_context(|| format!("starting the peer: sh -c 'exec {command}'"))?;
+        println!("bench: [{label}] seeding the peer with {pets} pets through POST /v1/pets");
+        let seeded = self
+            .runtime
+            .block_on(seed::seed_over_http(addr, key, pets))?;
+        println!("bench: [{label}] peer seeded in {seeded:.1?}");
+        Ok(Peer {
+            service,
+            _cluster: cluster,
+        })
     }
 
     fn start_ceiling(&self, responses: &Path, key: &str) -> anyhow::Result<Service> {
@@ -348,15 +394,15 @@ impl Bench {
             });
         }
         println!("bench: [{label}] warming up ({WARM_UP:?} per scenario and target)");
-        for script in &scripts {
-            for target in [targets.ceiling, targets.server] {
-                wrk::run(script, target.addr, WARM_UP, &dir.join("wrk.out"))?;
+        for (row, script) in rows.iter().zip(&scripts) {
+            for target in targets.for_scenario(row.scenario) {
+                wrk::run(script, target.1.addr, WARM_UP, &dir.join("wrk.out"))?;
             }
         }
         for round in 0..self.options.rounds {
             for (row, script) in rows.iter_mut().zip(&scripts) {
                 self.go_on()?;
-                let measured = self.round(round, targets, script, dir)?;
+                let measured = self.round(round, targets, row.scenario, script, dir)?;
                 print_round(label, row.scenario, round, self.options.rounds, &measured);
                 row.rounds.push(measured);
             }
@@ -364,37 +410,71 @@ impl Bench {
         Ok(rows)
     }
 
-    /// The ceiling and the server, one after the other; who goes first
-    /// alternates, so neither always gets the quieter moment.
+    /// The ceiling, the server and the peer (if it serves the scenario), one
+    /// after the other; the order reverses every other round, so that no
+    /// target always gets the quieter moment.
     fn round(
         &self,
         round: usize,
         targets: &Targets,
+        scenario: Scenario,
         script: &Path,
         dir: &Path,
     ) -> anyhow::Result<Round> {
-        let measure =
-            |target: &Service| measure(target, script, self.options.duration, &dir.join("wrk.out"));
-        if round.is_multiple_of(2) {
-            let ceiling = measure(targets.ceiling)?;
-            Ok(Round {
-                server: measure(targets.server)?,
-                ceiling,
-            })
-        } else {
-            let server = measure(targets.server)?;
-            Ok(Round {
-                server,
-                ceiling: measure(targets.ceiling)?,
-            })
+        let mut order = targets.for_scenario(scenario);
+        if !round.is_multiple_of(2) {
+            order.reverse();
         }
+        let (mut server, mut ceiling, mut peer) = (None, None, None);
+        for (which, target) in order {
+            let sample = measure(target, script, self.options.duration, &dir.join("wrk.out"))?;
+            match which {
+                Target::Server => server = Some(sample),
+                Target::Ceiling => ceiling = Some(sample),
+                Target::Peer => peer = Some(sample),
+            }
+        }
+        Ok(Round {
+            server: server.expect("the server is always measured"),
+            ceiling: ceiling.expect("the ceiling is always measured"),
+            peer,
+        })
     }
 }
 
-/// The two servers of a setup.
+/// The servers of a setup.
 struct Targets<'a> {
     server: &'a Service,
     ceiling: &'a Service,
+    /// The server compared with (`--compare-with`), on PostgreSQL.
+    peer: Option<&'a Service>,
+}
+
+/// Which of the [`Targets`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    Server,
+    Ceiling,
+    Peer,
+}
+
+impl<'a> Targets<'a> {
+    /// The targets `scenario` runs against, in the order of an even round:
+    /// the peer only for what a plain pet store serves.
+    fn for_scenario(&self, scenario: Scenario) -> Vec<(Target, &'a Service)> {
+        let mut targets = vec![(Target::Ceiling, self.ceiling), (Target::Server, self.server)];
+        if let Some(peer) = self.peer.filter(|_| scenario.plain()) {
+            targets.push((Target::Peer, peer));
+        }
+        targets
+    }
+}
+
+/// The peer and the cluster it owns (dropped after it: fields drop in
+/// order).
+struct Peer {
+    service: Service,
+    _cluster: Cluster,
 }
 
 /// One wrk run against `target`, with its CPU time before and after.
@@ -428,8 +508,15 @@ fn print_round(label: &str, scenario: Scenario, round: usize, rounds: usize, r: 
             s.cpu_per_request.as_secs_f64() * 1e6
         ),
     };
+    let peer = r.peer.as_ref().map_or(String::new(), |peer| {
+        format!(
+            " | peer {} | server ÷ peer {:.3}",
+            describe(peer),
+            r.server.rate / peer.rate
+        )
+    });
     println!(
-        "bench: [{label}] {} round {}/{rounds}: server {} | ceiling {} | ratio {:.3}",
+        "bench: [{label}] {} round {}/{rounds}: server {} | ceiling {} | ratio {:.3}{peer}",
         scenario.name(),
         round + 1,
         describe(&r.server),

@@ -15,6 +15,16 @@ options:
   --scenario NAME      run only NAME: list20, get_by_id, create, create_idempotent,
                        list100_available, list20_deep
   --postgres           also run the 1k scenarios on a throwaway PostgreSQL cluster
+  --postgres-only      only the PostgreSQL setup (implies --postgres)
+  --compare-with CMD   also run another server (a peer) beside ours under the same load
+                       on the PostgreSQL setup (implies --postgres), on a throwaway cluster
+                       of its own seeded with the same pets through POST /v1/pets. CMD is
+                       run by `sh -c 'exec CMD'` with BENCH_PORT (where it must listen on
+                       127.0.0.1), BENCH_DATABASE_URL and BENCH_API_KEY (the bearer key it
+                       must accept) in its environment; only the scenarios a plain pet
+                       store implements (list20, get_by_id, create, list100_available)
+                       are run against it. Example, with the peer built as its README says:
+  --compare-with 'target/peers/release/axum-postgres $BENCH_PORT $BENCH_DATABASE_URL'
   --scaling-pets N     pets in the scaling dataset (default 1000000; 0 skips it)
   --log-level LEVEL    pass --log-level to the server (default: the server's own, info),
                        to measure what logging costs
@@ -32,6 +42,11 @@ pub struct Options {
     pub scenario: Option<Scenario>,
     /// Whether to run the 1k scenarios on PostgreSQL too.
     pub postgres: bool,
+    /// Whether to run only those (no SQLite setup).
+    pub postgres_only: bool,
+    /// A shell command starting another server to measure beside ours on
+    /// PostgreSQL, if given.
+    pub compare_with: Option<String>,
     /// Pets in the scaling dataset; 0 skips it.
     pub scaling_pets: u64,
     /// `--log-level` for the server, if not its default.
@@ -48,6 +63,8 @@ impl Default for Options {
             rounds: 3,
             scenario: None,
             postgres: false,
+            postgres_only: false,
+            compare_with: None,
             scaling_pets: 1_000_000,
             log_level: None,
             metrics: true,
@@ -77,6 +94,14 @@ pub fn parse(args: &[&str]) -> anyhow::Result<Parsed> {
         match flag {
             "--help" | "-h" => return Ok(Parsed::Help),
             "--postgres" => options.postgres = true,
+            "--postgres-only" => {
+                options.postgres_only = true;
+                options.postgres = true;
+            }
+            "--compare-with" => {
+                options.compare_with = Some(value()?.to_owned());
+                options.postgres = true;
+            }
             "--duration" => options.duration = Duration::from_secs(positive(flag, value()?)?),
             "--rounds" => options.rounds = positive(flag, value()?)? as usize,
             "--scenario" => options.scenario = Some(Scenario::parse(value()?)?),
@@ -135,7 +160,7 @@ mod tests {
             "1",
             "--scenario",
             "get_by_id",
-            "--postgres",
+            "--postgres-only",
             "--scaling-pets",
             "0",
             "--log-level",
@@ -150,11 +175,20 @@ mod tests {
                 rounds: 1,
                 scenario: Some(Scenario::GetById),
                 postgres: true,
+                postgres_only: true,
+                compare_with: None,
                 scaling_pets: 0,
                 log_level: Some("warn".into()),
                 metrics: false,
             }
         );
+    }
+
+    #[test]
+    fn a_peer_to_compare_with_implies_postgres() {
+        let options = run(&["--compare-with", "peer $BENCH_PORT"]);
+        assert_eq!(options.compare_with.as_deref(), Some("peer $BENCH_PORT"));
+        assert!(options.postgres);
     }
 
     #[test]

@@ -121,6 +121,24 @@ impl Service {
         }
     }
 
+    /// Stops it with SIGTERM, as [`Service::stop`], but a server that does
+    /// not handle the signal (a peer, say) may die of it.
+    pub fn terminate(mut self) -> anyhow::Result<()> {
+        use std::os::unix::process::ExitStatusExt;
+        match self.guard.terminate(SHUTDOWN_TIMEOUT)? {
+            Some(status) if status.success() || status.signal() == Some(15) => Ok(()),
+            Some(status) => bail!(
+                "{} exited with {status} on SIGTERM{}",
+                self.guard.name(),
+                self.log_tail()
+            ),
+            None => bail!(
+                "{} did not stop on SIGTERM; it was killed",
+                self.guard.name()
+            ),
+        }
+    }
+
     /// The end of its output, for error messages.
     pub fn log_tail(&self) -> String {
         let tail = self.output.lock().unwrap_or_else(|e| e.into_inner());

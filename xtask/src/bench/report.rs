@@ -25,13 +25,25 @@ pub struct Sample {
     pub error: Option<String>,
 }
 
-/// One round of one scenario: the ceiling and the server, back to back.
+/// One round of one scenario: the ceiling, the server and the peer (if
+/// any), back to back.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Round {
     /// The pet store server.
     pub server: Sample,
     /// The ceiling.
     pub ceiling: Sample,
+    /// The server compared with (`--compare-with`), when it ran.
+    pub peer: Option<Sample>,
+}
+
+impl Round {
+    /// Every sample of the round, named.
+    fn samples(&self) -> impl Iterator<Item = (&'static str, &Sample)> {
+        [("server", &self.server), ("ceiling", &self.ceiling)]
+            .into_iter()
+            .chain(self.peer.iter().map(|peer| ("peer", peer)))
+    }
 }
 
 /// Every round of one scenario on one dataset and backend.
@@ -74,8 +86,27 @@ pub struct Summary {
     pub server_rss_mib: f64,
     /// Ceiling peak RSS over every round, MiB.
     pub ceiling_rss_mib: f64,
+    /// The peer's medians, when it ran.
+    pub peer: Option<PeerSummary>,
     /// Every error, with its round.
     pub errors: Vec<String>,
+}
+
+/// The peer's medians over the rounds that count.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PeerSummary {
+    /// Peer req/s.
+    pub rate: f64,
+    /// Median over rounds of server req/s ÷ peer req/s in that round.
+    pub server_vs_peer: f64,
+    /// Peer p50, ms.
+    pub p50_ms: f64,
+    /// Peer p99, ms.
+    pub p99_ms: f64,
+    /// Peer CPU µs per request.
+    pub cpu_us: f64,
+    /// Peer peak RSS over every round, MiB.
+    pub rss_mib: f64,
 }
 
 /// The median; the mean of the middle two for an even count; NaN for none.
@@ -98,7 +129,7 @@ impl Row {
         let ok: Vec<&Round> = self
             .rounds
             .iter()
-            .filter(|r| r.server.error.is_none() && r.ceiling.error.is_none())
+            .filter(|r| r.samples().all(|(_, sample)| sample.error.is_none()))
             .collect();
         let of = |f: &dyn Fn(&Round) -> f64| median(ok.iter().map(|r| f(r)).collect());
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
@@ -119,6 +150,17 @@ impl Row {
             ceiling_cpu_us: of(&|r| us(r.ceiling.cpu_per_request)),
             server_rss_mib: peak(&|r| r.server.peak_rss_kib),
             ceiling_rss_mib: peak(&|r| r.ceiling.peak_rss_kib),
+            peer: self.rounds.iter().all(|r| r.peer.is_some()).then(|| {
+                let peer = |r: &Round| r.peer.clone().expect("every round has the peer");
+                PeerSummary {
+                    rate: of(&|r| peer(r).rate),
+                    server_vs_peer: of(&|r| r.server.rate / peer(r).rate),
+                    p50_ms: of(&|r| ms(peer(r).p50)),
+                    p99_ms: of(&|r| ms(peer(r).p99)),
+                    cpu_us: of(&|r| us(peer(r).cpu_per_request)),
+                    rss_mib: peak(&|r| peer(r).peak_rss_kib),
+                }
+            }),
             errors: self.errors(),
         }
     }
@@ -126,7 +168,7 @@ impl Row {
     fn errors(&self) -> Vec<String> {
         let mut errors = Vec::new();
         for (i, round) in self.rounds.iter().enumerate() {
-            for (target, sample) in [("server", &round.server), ("ceiling", &round.ceiling)] {
+            for (target, sample) in round.samples() {
                 if let Some(error) = &sample.error {
                     errors.push(format!("round {}: {target}: {error}", i + 1));
                 }
@@ -160,7 +202,8 @@ pub fn pets_label(pets: u64) -> String {
 
 const TSV_HEADER: &str = "scenario\tpets\tbackend\trounds\trounds_ok\tserver_rps\tceiling_rps\t\
     ratio\tserver_p50_ms\tserver_p99_ms\tceiling_p50_ms\tceiling_p99_ms\tp99_vs_1k\t\
-    server_cpu_us_per_req\tceiling_cpu_us_per_req\tserver_peak_rss_mib\tceiling_peak_rss_mib\terrors";
+    server_cpu_us_per_req\tceiling_cpu_us_per_req\tserver_peak_rss_mib\tceiling_peak_rss_mib\t\
+    peer_rps\tserver_vs_peer\tpeer_p50_ms\tpeer_p99_ms\tpeer_cpu_us_per_req\tpeer_peak_rss_mib\terrors";
 
 /// One TSV line per row, with a header line.
 pub fn tsv(rows: &[Row]) -> String {
@@ -170,9 +213,15 @@ pub fn tsv(rows: &[Row]) -> String {
         let vs = row
             .p99_vs_base(rows)
             .map_or(String::new(), |v| format!("{v:.3}"));
+        let peer = s.peer.as_ref().map_or("\t\t\t\t\t".to_owned(), |p| {
+            format!(
+                "{:.0}\t{:.4}\t{:.3}\t{:.3}\t{:.1}\t{:.1}",
+                p.rate, p.server_vs_peer, p.p50_ms, p.p99_ms, p.cpu_us, p.rss_mib
+            )
+        });
         let _ = writeln!(
             out,
-            "{}\t{}\t{}\t{}\t{}\t{:.0}\t{:.0}\t{:.4}\t{:.3}\t{:.3}\t{:.3}\t{:.3}\t{vs}\t{:.1}\t{:.1}\t{:.1}\t{:.1}\t{}",
+            "{}\t{}\t{}\t{}\t{}\t{:.0}\t{:.0}\t{:.4}\t{:.3}\t{:.3}\t{:.3}\t{:.3}\t{vs}\t{:.1}\t{:.1}\t{:.1}\t{:.1}\t{peer}\t{}",
             row.scenario.name(),
             row.pets,
             row.backend,
@@ -247,6 +296,47 @@ pub fn markdown_table(rows: &[Row]) -> String {
             );
         }
     }
+    out.push_str(&peer_table(rows));
+    out
+}
+
+/// The server beside the peer (`--compare-with`), for the rows it ran in;
+/// empty when it ran in none.
+fn peer_table(rows: &[Row]) -> String {
+    let compared: Vec<(&Row, Summary)> = rows
+        .iter()
+        .map(|row| (row, row.summary()))
+        .filter(|(_, s)| s.peer.is_some() && s.rounds_ok > 0)
+        .collect();
+    if compared.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "\nBeside the peer (`--compare-with`), same rounds, same load, each on its own \
+         PostgreSQL cluster:\n\n\
+         | scenario | pets | backend | peer req/s | server req/s | server ÷ peer | \
+         p99 ms, peer / server | CPU µs/req, peer / server | peak RSS MiB, peer / server |\n\
+         |---|---|---|--:|--:|--:|--:|--:|--:|\n",
+    );
+    for (row, s) in compared {
+        let peer = s.peer.as_ref().expect("filtered");
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {:.0} | {:.0} | **{:.2}** | {:.2} / {:.2} | {:.0} / {:.0} | {:.1} / {:.1} |",
+            row.scenario.name(),
+            pets_label(row.pets),
+            row.backend,
+            peer.rate,
+            s.server_rate,
+            peer.server_vs_peer,
+            peer.p99_ms,
+            s.server_p99_ms,
+            peer.cpu_us,
+            s.server_cpu_us,
+            peer.rss_mib,
+            s.server_rss_mib,
+        );
+    }
     out
 }
 
@@ -269,7 +359,43 @@ mod tests {
         Round {
             server: sample(server, 10, None),
             ceiling: sample(ceiling, 2, None),
+            peer: None,
         }
+    }
+
+    #[test]
+    fn the_peer_is_compared_round_by_round() {
+        let mut rounds = vec![round(100.0, 400.0), round(300.0, 600.0), round(90.0, 100.0)];
+        for (round, peer) in rounds.iter_mut().zip([50.0, 300.0, 100.0]) {
+            round.peer = Some(sample(peer, 20, None));
+        }
+        let row = Row {
+            scenario: Scenario::GetById,
+            pets: 1000,
+            backend: "postgres",
+            rounds,
+        };
+        let peer = row.summary().peer.expect("the peer ran");
+        // Per round: 2.0, 1.0, 0.9.
+        assert_eq!(peer.server_vs_peer, 1.0);
+        assert_eq!((peer.rate, peer.p99_ms), (100.0, 20.0));
+        let table = markdown_table(std::slice::from_ref(&row));
+        assert!(
+            table.contains("| get_by_id | 1k | postgres | 100 | 100 | **1.00** | 20.00 / 10.00 |"),
+            "{table}"
+        );
+        assert_eq!(tsv(&[row]).lines().nth(1).unwrap().split('\t').count(), 24);
+
+        let mut failed = round(1.0, 1.0);
+        failed.peer = Some(sample(1.0, 1, Some("3 non-2xx responses")));
+        let row = Row {
+            scenario: Scenario::Create,
+            pets: 1000,
+            backend: "postgres",
+            rounds: vec![failed],
+        };
+        assert_eq!(row.summary().errors, ["round 1: peer: 3 non-2xx responses"]);
+        assert_eq!(row.summary().rounds_ok, 0);
     }
 
     #[test]

@@ -64,6 +64,14 @@ impl Scenario {
         !matches!(self, Scenario::Create | Scenario::CreateIdempotent)
     }
 
+    /// Whether a plain pet store — one without keyset pagination or
+    /// idempotency keys, such as the reference peers — serves this
+    /// scenario's requests as the contract says (a peer comparison runs
+    /// only these).
+    pub fn plain(self) -> bool {
+        !matches!(self, Scenario::CreateIdempotent | Scenario::List20Deep)
+    }
+
     /// The wrk Lua script sending this scenario's requests with `key`, ids
     /// drawn from `1..=max_id`, and reporting through [`DONE_HOOK`].
     pub fn wrk_script(self, key: &str, max_id: i64) -> String {

@@ -1,8 +1,9 @@
 //! Filling a fresh database with pets, straight through the storage layer.
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use futures::{StreamExt, TryStreamExt};
 use petstore_server::model::{NewPet, PetStatus};
 use petstore_server::store::{self, DatabaseUrl};
@@ -62,6 +63,34 @@ pub async fn seed(url: &DatabaseUrl, count: u64) -> anyhow::Result<Duration> {
     store.pets.close().await;
     created?;
     Ok(elapsed)
+}
+
+/// Stores `count` pets through `POST /v1/pets` of the (fresh) server at
+/// `addr`, one after the other, so that they get ids `1..=count` as the
+/// seeding of our own store gives them; fails when an id differs (the
+/// datasets would not be the same). Returns how long it took.
+pub async fn seed_over_http(addr: SocketAddr, key: &str, count: u64) -> anyhow::Result<Duration> {
+    let client = reqwest::Client::new();
+    let url = format!("http://{addr}/v1/pets");
+    let started = Instant::now();
+    for i in 0..count {
+        let response = client
+            .post(&url)
+            .bearer_auth(key)
+            .json(&new_pet(i))
+            .send()
+            .await
+            .with_context(|| format!("POST {url}"))?;
+        let status = response.status();
+        let body: serde_json::Value = response
+            .json()
+            .await
+            .with_context(|| format!("POST {url}: {status}, not a JSON body"))?;
+        if status != reqwest::StatusCode::CREATED || body["id"] != i + 1 {
+            bail!("POST {url} of pet {}: {status} {body} (expected 201 and id {})", i + 1, i + 1);
+        }
+    }
+    Ok(started.elapsed())
 }
 
 #[cfg(test)]

@@ -4,6 +4,10 @@
 //! doc comments and `schemars` attributes become the emitted OpenAPI document,
 //! which CI compares with `openapi/petstore.yaml`.
 
+mod encoded;
+
+pub use encoded::{EncodedPets, PetArrayWriter};
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 

@@ -1,0 +1,164 @@
+//! Plain creates (without an idempotency key), many per statement and per
+//! commit.
+//!
+//! Each create waits in a queue; a writer task takes everything waiting (up
+//! to [`BATCH_MAX`]) and stores it with one `INSERT … SELECT FROM unnest(…)`
+//! in autocommit: one statement, one commit, one WAL flush for the whole
+//! batch (with `synchronous_commit = on`, the rows are on disk when it
+//! returns), then answers each create with its id. While a batch commits
+//! the next one gathers, so batches grow with the load and a lone create
+//! waits for nobody. [`WRITERS`] batches may commit at once, each on a
+//! shared connection of its own (a commit holds its connection until the
+//! flush is done, so reads never share these).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::sync::{Semaphore, mpsc, oneshot};
+
+use super::postgres_shared::SharedConnections;
+use super::{PostgresFailure, StoreError};
+use crate::model::{NewPet, PetStatus};
+
+/// The most creates stored by one statement.
+pub(super) const BATCH_MAX: usize = 512;
+
+/// Batches committing at once (and connections for them).
+pub(super) const WRITERS: usize = 2;
+
+/// A create waiting for its batch.
+struct Waiting {
+    pet: NewPet,
+    answer: oneshot::Sender<Result<i64, StoreError>>,
+}
+
+/// The queue of plain creates and the task that stores them.
+pub(super) struct CreateBatcher {
+    queue: mpsc::UnboundedSender<Waiting>,
+}
+
+impl CreateBatcher {
+    /// Starts the writer task on the current runtime, storing through
+    /// `connections`. It ends when the batcher is dropped.
+    pub fn start(connections: Arc<SharedConnections>) -> CreateBatcher {
+        let (queue, waiting) = mpsc::unbounded_channel();
+        tokio::spawn(write_batches(waiting, connections));
+        CreateBatcher { queue }
+    }
+
+    /// Stores `pet` (in the next batch) and returns its id once the batch
+    /// is committed.
+    pub async fn create(&self, pet: NewPet) -> Result<i64, StoreError> {
+        let (answer, id) = oneshot::channel();
+        self.queue
+            .send(Waiting { pet, answer })
+            .map_err(|_| StoreError::Closed)?;
+        // The writer answers every create it takes, unless the runtime is
+        // shutting down under it.
+        id.await.unwrap_or(Err(StoreError::Closed))
+    }
+}
+
+/// The writer: takes what is waiting, stores it, answers; at most
+/// [`WRITERS`] batches at once.
+async fn write_batches(
+    mut waiting: mpsc::UnboundedReceiver<Waiting>,
+    connections: Arc<SharedConnections>,
+) {
+    let writers = Arc::new(Semaphore::new(WRITERS));
+    loop {
+        let Ok(writer) = Arc::clone(&writers).acquire_owned().await else {
+            return;
+        };
+        let Some(first) = waiting.recv().await else {
+            return;
+        };
+        let mut batch = vec![first];
+        while batch.len() < BATCH_MAX
+            && let Ok(next) = waiting.try_recv()
+        {
+            batch.push(next);
+        }
+        let connections = Arc::clone(&connections);
+        tokio::spawn(async move {
+            store_and_answer(batch, &connections).await;
+            drop(writer);
+        });
+    }
+}
+
+/// Stores `batch` and answers each of its creates. When the statement
+/// fails for a reason other than the database's being unavailable (which
+/// would be a row the database refuses), each create is retried alone, so
+/// that only the one at fault fails.
+async fn store_and_answer(batch: Vec<Waiting>, connections: &SharedConnections) {
+    match insert(&batch, connections).await {
+        Ok(ids) => {
+            for (waiting, id) in batch.into_iter().zip(ids) {
+                let _ = waiting.answer.send(Ok(id));
+            }
+        }
+        Err(e) if batch.len() > 1 && !e.is_unavailable() => {
+            for waiting in batch {
+                let alone = [waiting];
+                let answer = insert(&alone, connections).await.map(|ids| ids[0]);
+                let [waiting] = alone;
+                let _ = waiting.answer.send(answer);
+            }
+        }
+        Err(e) => {
+            let shared = Arc::new(e);
+            for waiting in batch {
+                let _ = waiting.answer.send(Err(StoreError::Batch(Arc::clone(&shared))));
+            }
+        }
+    }
+}
+
+/// Inserts every pet of `batch` in one statement; their ids, in the batch's
+/// order.
+async fn insert(batch: &[Waiting], connections: &SharedConnections) -> Result<Vec<i64>, StoreError> {
+    let sql = |e: tokio_postgres::Error| StoreError::Postgres {
+        doing: "creating pets",
+        source: PostgresFailure::Driver(e),
+    };
+    let names: Vec<&str> = batch.iter().map(|w| w.pet.name.as_str()).collect();
+    let categories: Vec<i64> = batch.iter().map(|w| w.pet.category_id).collect();
+    let statuses: Vec<Option<&str>> = batch
+        .iter()
+        .map(|w| w.pet.status.map(PetStatus::as_str))
+        .collect();
+    let shared = connections.get().await?;
+    let rows = shared
+        .client
+        .query(&shared.insert_many, &[&names, &categories, &statuses])
+        .await
+        .map_err(sql)?;
+    // The rows come back with their content; pets with the same content
+    // are interchangeable, so each create takes the id of a row equal to
+    // its pet, whatever order the rows are in.
+    let mut ids_by_pet: HashMap<(&str, i64, Option<&str>), Vec<i64>> = HashMap::new();
+    for row in &rows {
+        let pet = (
+            row.try_get(1).map_err(sql)?,
+            row.try_get(2).map_err(sql)?,
+            row.try_get(3).map_err(sql)?,
+        );
+        ids_by_pet
+            .entry(pet)
+            .or_default()
+            .push(row.try_get(0).map_err(sql)?);
+    }
+    batch
+        .iter()
+        .map(|w| {
+            let pet = (w.pet.name.as_str(), w.pet.category_id, w.pet.status.map(PetStatus::as_str));
+            ids_by_pet
+                .get_mut(&pet)
+                .and_then(Vec::pop)
+                .ok_or(StoreError::Invariant(
+                    "a batch insert returned rows that differ from the pets sent",
+                ))
+        })
+        .collect()
+}
