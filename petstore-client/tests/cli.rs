@@ -177,11 +177,14 @@ async fn all_walks_every_page() {
     let pets = server.create_many(230).await;
 
     let all = petstore(&server, &["pets", "list", "--all"]).await;
-    // One JSON array, as `list` prints one page.
+    // One JSON array of every animal, pretty-printed as `list` prints one page.
+    let listed = all.json();
+    assert_eq!(listed, json!(pets));
     assert_eq!(
         all.stdout,
-        format!("{}\n", serde_json::to_string_pretty(&pets).unwrap())
+        format!("{}\n", serde_json::to_string_pretty(&listed).unwrap())
     );
+    assert_eq!(all.stderr, "");
 
     // Small pages, one status: the same animals as one filter over all.
     let pending: Vec<&Value> = pets
@@ -279,30 +282,138 @@ async fn the_key_is_never_a_flag() {
     let server = TestServer::start().await;
     let run = petstore_at(&server.url(""), None, &["--api-key", KEY, "pets", "list"]).await;
     run.fails(2, &["unexpected argument '--api-key'"]);
+    // No command takes a key as a flag (the idempotency key is not a secret).
+    for command in ["list", "create", "get"] {
+        let help = petstore(&server, &["pets", command, "--help"]).await;
+        assert_eq!(help.code, Some(0), "{help:#?}");
+        for line in help
+            .stdout
+            .lines()
+            .filter(|line| line.trim_start().starts_with('-'))
+        {
+            let flag = line.split_whitespace().next().unwrap();
+            assert!(
+                flag == "--idempotency-key" || !flag.to_lowercase().contains("key"),
+                "`pets {command}` takes {flag}"
+            );
+        }
+    }
 }
 
 #[tokio::test]
 async fn values_outside_the_contract_are_refused_before_sending() {
     let server = TestServer::start().await;
-    for args in [
-        &["pets", "list", "--status", "lost"][..],
-        &["pets", "list", "--limit", "0"],
-        &["pets", "create", "--name", "", "--category-id", "1"],
-        &["pets", "create", "--name", "Rex"],
-        &["pets", "get", "rex"],
-        &["pets", "list", "--all", "--after", "3"],
+    let unreadable = "/nonexistent/rex.json";
+    let invalid = tempfile::NamedTempFile::new().expect("a temporary file");
+    std::fs::write(invalid.path(), r#"{"name": "Rex"}"#).expect("written");
+    let invalid = invalid.path().to_str().unwrap();
+    for (args, message) in [
+        (
+            &["pets", "list", "--status", "lost"][..],
+            "invalid value 'lost' for '--status",
+        ),
+        (
+            &["pets", "list", "--limit", "0"],
+            "expected a whole number from 1 to 100",
+        ),
+        (
+            &["pets", "list", "--limit", "101"],
+            "expected a whole number from 1 to 100",
+        ),
+        (
+            &["pets", "list", "--all", "--limit", "500"],
+            "from 1 to 100",
+        ),
+        (
+            &["pets", "list", "--all", "--after", "3"],
+            "cannot be used with",
+        ),
+        (
+            &["pets", "create", "--name", "", "--category-id", "1"],
+            "invalid value '' for '--name",
+        ),
+        (
+            &["pets", "create", "--name", "Rex"],
+            "--category-id <category-id>",
+        ),
+        (
+            &["pets", "create", "--json-body", unreadable],
+            "failed to read /nonexistent/rex.json",
+        ),
+        (
+            &["pets", "create", "--json-body", invalid],
+            "failed to parse",
+        ),
+        (
+            &["pets", "create", "--json-body", invalid, "--name", "Max"],
+            "'--json-body <JSON-FILE>' cannot be used with '--name <name>'",
+        ),
+        (&["pets", "get", "rex"], "invalid value 'rex' for '<ID>'"),
+        (
+            &["--url", "localhost:1", "pets", "list"],
+            "e.g. http://localhost:1",
+        ),
+        (
+            &["--url", "http://localhost:1/?a=b", "pets", "list"],
+            "no query",
+        ),
     ] {
-        petstore(&server, args).await.fails(2, &["error"]);
+        let run = petstore(&server, args).await;
+        run.fails(2, &[message]);
     }
     assert_eq!(server.list("").await, Vec::<Value>::new());
 }
 
 #[tokio::test]
-async fn the_services_400_is_reported() {
+async fn negative_numbers_are_numbers() {
     let server = TestServer::start().await;
-    petstore(&server, &["pets", "list", "--limit", "500"])
+    let created = petstore(
+        &server,
+        &["pets", "create", "--name", "Rex", "--category-id", "-5"],
+    )
+    .await
+    .json();
+    assert_eq!(created["categoryId"], -5);
+    let listed = petstore(&server, &["pets", "list", "--after", "-1"])
         .await
-        .fails(1, &["error: bad_request (HTTP 400): ", "limit"]);
+        .json();
+    assert_eq!(listed, json!([created]));
+    petstore(&server, &["pets", "get", "-1"])
+        .await
+        .fails(1, &["error: not_found (HTTP 404): "]);
+}
+
+/// The commands of the README's "From the command line", run as a
+/// newcomer runs them (with the test server's key for the README's).
+#[tokio::test]
+async fn the_readme_commands_work() {
+    let server = TestServer::start().await;
+    let readme = include_str!("../../README.md");
+    let section = readme
+        .split("### From the command line")
+        .nth(1)
+        .expect("the README has the section");
+    let block = section
+        .split("```sh")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("the section has a shell block");
+    let mut ran = 0;
+    for line in block.lines() {
+        let command = line.split(" #").next().unwrap().trim();
+        let Some(args) = command.strip_prefix("petstore ") else {
+            continue;
+        };
+        let args: Vec<&str> = args.split_whitespace().collect();
+        let run = petstore(&server, &args).await;
+        let answer = run.json();
+        assert!(
+            answer.as_array().is_none_or(|pets| !pets.is_empty()),
+            "`{command}` printed an empty list: {run:#?}"
+        );
+        ran += 1;
+    }
+    assert!(ran >= 4, "the README shows the commands ({ran} found)");
 }
 
 #[tokio::test]
@@ -327,6 +438,12 @@ async fn no_service_is_exit_status_3() {
     petstore_at(&nothing, Some(KEY), &["pets", "list"])
         .await
         .fails(3, &["error: no answer from ", "Connection refused"]);
+
+    // A password in the URL is not repeated.
+    let with_password = nothing.replace("http://", "http://user:hunter2@");
+    let run = petstore_at(&with_password, Some(KEY), &["pets", "list"]).await;
+    run.fails(3, &["error: no answer from http://user:***@"]);
+    assert!(!run.stderr.contains("hunter2"), "{run:#?}");
 
     // Something that is not the API: dropshot's own 404 for an unknown path.
     let server = TestServer::start().await;

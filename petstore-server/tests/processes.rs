@@ -187,6 +187,113 @@ async fn two_instances_on_one_postgres_serve_one_catalogue() {
     }
 }
 
+/// The PostgreSQL store keeps pets read by id, and lists nothing from
+/// memory: a pet another instance has just acknowledged is read and listed
+/// at once, even by an instance that was asked for that id before it
+/// existed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pet_acknowledged_by_one_instance_is_read_at_once_by_another() {
+    let Some(database) = fresh_database(Backend::Postgres).await else {
+        return;
+    };
+    let args = ["--database", &database.url];
+    let writer = serve(database.dir.path(), &args).await;
+    let reader = serve(database.dir.path(), &args).await;
+    let (writer_url, reader_url) = (writer.base_url(), reader.base_url());
+    let client = client();
+    for round in 0..20 {
+        // Ids come from one sequence, one after the other: the next pet
+        // gets the id after the last.
+        let (status, last) = post(
+            &writer_url,
+            &json!({"name": format!("before-{round}"), "categoryId": 1}),
+        )
+        .await;
+        assert_eq!(status, 201);
+        let next = last["id"].as_i64().unwrap() + 1;
+        let early = client
+            .get(format!("{reader_url}/pets/{next}"))
+            .bearer_auth(KEY)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(early.status(), 404, "pet {next} does not exist yet");
+
+        let (status, pet) = post(
+            &writer_url,
+            &json!({"name": format!("after-{round}"), "categoryId": 2}),
+        )
+        .await;
+        assert_eq!((status, pet["id"].as_i64()), (201, Some(next)));
+        assert_eq!(get_pet(&reader_url, &pet["id"]).await, pet);
+        let listed: Value = client
+            .get(format!("{reader_url}/pets?limit=1&after={}", next - 1))
+            .bearer_auth(KEY)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(listed, json!([pet]));
+    }
+    for served in [writer, reader] {
+        assert!(stop(served).await.0.success());
+    }
+}
+
+/// Plain creates are stored many per statement on PostgreSQL; a row the
+/// database refuses fails only its own create, not the others stored with
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_create_the_database_refuses_fails_alone() {
+    let Some(database) = fresh_database(Backend::Postgres).await else {
+        return;
+    };
+    let args = ["--database", &database.url];
+    let served = serve(database.dir.path(), &args).await;
+    let base_url = served.base_url();
+    // A rule of the database the server does not know: no pet named "Poison".
+    let (admin, connection) = tokio_postgres::connect(&database.url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    admin
+        .batch_execute("ALTER TABLE pets ADD CONSTRAINT no_poison CHECK (name <> 'Poison')")
+        .await
+        .unwrap();
+
+    // 64 creates at once, every eighth of them refused.
+    let creates = (0..64).map(|i| {
+        let name = if i % 8 == 0 {
+            "Poison".to_owned()
+        } else {
+            format!("good-{i}")
+        };
+        let base_url = base_url.clone();
+        async move {
+            (
+                name.clone(),
+                post(&base_url, &json!({"name": name, "categoryId": i})).await,
+            )
+        }
+    });
+    let results = futures::future::join_all(creates).await;
+    for (name, (status, body)) in &results {
+        match name.as_str() {
+            "Poison" => {
+                assert_eq!(*status, 500, "{body}");
+                assert_eq!(body["code"], "internal_error", "{body}");
+            }
+            _ => assert_eq!(*status, 201, "{name}: {body}"),
+        }
+    }
+    let stored = names_in_database(&database.url).await;
+    assert_eq!(stored.len(), 56, "{stored:?}");
+    assert!(stored.values().all(|&count| count == 1), "{stored:?}");
+    assert!(stop(served).await.0.success());
+}
+
 /// `POST /pets` with `body` through `base_url`: the status and the JSON body.
 async fn post(base_url: &str, body: &Value) -> (u16, Value) {
     let response = client()

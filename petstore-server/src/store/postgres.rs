@@ -20,13 +20,13 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::{NoTls, Row};
 
 use super::idempotency::{CreateOutcome, Idempotency};
-use super::postgres_batch::{CreateBatcher, WRITERS};
-use super::pet_cache::PetCache;
-use super::postgres_shared::SharedConnections;
 use super::keys::{KeyError, KeyStore, Revoked, StoredKey, stored_digest};
+use super::pet_cache::PetCache;
+use super::postgres_batch::{CreateBatcher, WRITERS};
+use super::postgres_shared::SharedConnections;
 use super::{
-    EncodedPage, ListQuery, OpenError, Page, PetStore, PoolStats, PostgresFailure, PostgresUrl, SharedStats, StoreError,
-    StoreStats,
+    EncodedPage, ListQuery, OpenError, Page, PetStore, PoolStats, PostgresFailure, PostgresUrl,
+    SharedStats, StoreError, StoreStats,
 };
 use crate::model::{NewPet, Pet, PetArrayWriter, PetStatus};
 

@@ -109,7 +109,9 @@ async fn store_and_answer(batch: Vec<Waiting>, connections: &SharedConnections) 
         Err(e) => {
             let shared = Arc::new(e);
             for waiting in batch {
-                let _ = waiting.answer.send(Err(StoreError::Batch(Arc::clone(&shared))));
+                let _ = waiting
+                    .answer
+                    .send(Err(StoreError::Batch(Arc::clone(&shared))));
             }
         }
     }
@@ -117,7 +119,10 @@ async fn store_and_answer(batch: Vec<Waiting>, connections: &SharedConnections) 
 
 /// Inserts every pet of `batch` in one statement; their ids, in the batch's
 /// order.
-async fn insert(batch: &[Waiting], connections: &SharedConnections) -> Result<Vec<i64>, StoreError> {
+async fn insert(
+    batch: &[Waiting],
+    connections: &SharedConnections,
+) -> Result<Vec<i64>, StoreError> {
     let sql = |e: tokio_postgres::Error| StoreError::Postgres {
         doing: "creating pets",
         source: PostgresFailure::Driver(e),
@@ -152,7 +157,11 @@ async fn insert(batch: &[Waiting], connections: &SharedConnections) -> Result<Ve
     batch
         .iter()
         .map(|w| {
-            let pet = (w.pet.name.as_str(), w.pet.category_id, w.pet.status.map(PetStatus::as_str));
+            let pet = (
+                w.pet.name.as_str(),
+                w.pet.category_id,
+                w.pet.status.map(PetStatus::as_str),
+            );
             ids_by_pet
                 .get_mut(&pet)
                 .and_then(Vec::pop)

@@ -329,13 +329,7 @@ impl Bench {
 
     /// Starts the peer (`--compare-with`) on a throwaway cluster of its own
     /// and seeds it with the same pets as ours, through its API.
-    fn start_peer(
-        &self,
-        command: &str,
-        key: &str,
-        pets: u64,
-        label: &str,
-    ) -> anyhow::Result<Peer> {
+    fn start_peer(&self, command: &str, key: &str, pets: u64, label: &str) -> anyhow::Result<Peer> {
         let cluster = Cluster::start_durable().map_err(anyhow::Error::msg)?;
         let addr = free_loopback_addr()?;
         let mut shell = Command::new("sh");
@@ -462,7 +456,10 @@ impl<'a> Targets<'a> {
     /// The targets `scenario` runs against, in the order of an even round:
     /// the peer only for what a plain pet store serves.
     fn for_scenario(&self, scenario: Scenario) -> Vec<(Target, &'a Service)> {
-        let mut targets = vec![(Target::Ceiling, self.ceiling), (Target::Server, self.server)];
+        let mut targets = vec![
+            (Target::Ceiling, self.ceiling),
+            (Target::Server, self.server),
+        ];
         if let Some(peer) = self.peer.filter(|_| scenario.plain()) {
             targets.push((Target::Peer, peer));
         }

@@ -87,7 +87,11 @@ pub async fn seed_over_http(addr: SocketAddr, key: &str, count: u64) -> anyhow::
             .await
             .with_context(|| format!("POST {url}: {status}, not a JSON body"))?;
         if status != reqwest::StatusCode::CREATED || body["id"] != i + 1 {
-            bail!("POST {url} of pet {}: {status} {body} (expected 201 and id {})", i + 1, i + 1);
+            bail!(
+                "POST {url} of pet {}: {status} {body} (expected 201 and id {})",
+                i + 1,
+                i + 1
+            );
         }
     }
     Ok(started.elapsed())

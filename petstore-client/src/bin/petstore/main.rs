@@ -16,7 +16,11 @@ use std::process::ExitCode;
 use clap::{Arg, ArgAction, ArgMatches, Command};
 use generated::{Cli, CliCommand, CliConfig};
 use output::{Json, Outcome};
-use petstore_client::{Client, ClientInfo, Pet, PetStatus};
+use std::num::NonZeroU32;
+
+use petstore_client::{
+    BuildError, Client, ClientInfo, DEFAULT_TIMEOUT, PAGE_SIZE_MAX, Pet, PetStatus,
+};
 
 /// Where the key comes from: never a flag, which would leave it in shell
 /// histories and process listings.
@@ -59,12 +63,13 @@ fn command() -> Command {
             Arg::new("url")
                 .long("url")
                 .env("PETSTORE_URL")
+                // It may hold a password.
+                .hide_env_values(true)
                 .value_name("URL")
-                .default_value(DEFAULT_URL)
                 .global(true)
                 .help(format!(
-                    "The service, e.g. https://petstore.example or http://127.0.0.1:8080/v1; \
-                     {API_PREFIX} is added to a URL without a path"
+                    "The service, e.g. https://petstore.example or http://127.0.0.1:8080/v1 \
+                     (default {DEFAULT_URL}); {API_PREFIX} is added to a URL without a path"
                 )),
         )
         .subcommand(pets)
@@ -74,7 +79,8 @@ fn command() -> Command {
              a flag).\n\n\
              Exit status: 0 success; 1 the service answered with an error (its code and \
              message are printed); 2 the command line is wrong; 3 no answer from the service, \
-             or one the contract does not describe; 4 the service did not accept the key (401)."
+             or one the contract does not describe; 4 the service did not accept the key (401); \
+             5 the answer could not be written out."
         ))
 }
 
@@ -93,12 +99,35 @@ fn adapt(operation: CliCommand, command: Command) -> Command {
                          --limit is then the page size",
                     ),
             )
-            .mut_arg("limit", |limit| limit.value_name("N"))
-            .mut_arg("after", |after| after.value_name("ID")),
+            // The contract's bounds, which progenitor does not check.
+            .mut_arg("limit", |limit| {
+                limit.value_name("N").value_parser(page_size)
+            })
+            .mut_arg("after", |after| {
+                after.value_name("ID").allow_negative_numbers(true)
+            }),
         // `petstore pets get 42`: the path parameter as a positional argument.
-        CliCommand::GetPet => command.mut_arg("pet-id", |id| id.long(None).value_name("ID")),
-        CliCommand::CreatePet => command,
+        CliCommand::GetPet => command.mut_arg("pet-id", |id| {
+            id.long(None).value_name("ID").allow_negative_numbers(true)
+        }),
+        CliCommand::CreatePet => command
+            .mut_arg("category-id", |id| id.allow_negative_numbers(true))
+            .mut_arg("status", |status| status.help("The animal's status."))
+            // The file is the whole body: flags beside it would be ignored.
+            .mut_arg("json-body", |body| {
+                body.conflicts_with_all(["name", "category-id", "status"])
+            }),
     }
+}
+
+/// `--limit`: 1 to 100, as the contract says.
+fn page_size(value: &str) -> Result<NonZeroU32, String> {
+    value
+        .parse::<u32>()
+        .ok()
+        .filter(|n| (1..=PAGE_SIZE_MAX).contains(n))
+        .and_then(NonZeroU32::new)
+        .ok_or_else(|| format!("expected a whole number from 1 to {PAGE_SIZE_MAX}"))
 }
 
 /// `command` with its summary (the first line of the help progenitor writes)
@@ -130,21 +159,33 @@ async fn main() -> ExitCode {
 /// Runs `operation` with its `arguments` against the service named in
 /// `matches`.
 async fn run(operation: CliCommand, matches: &ArgMatches, arguments: &ArgMatches) -> Outcome {
-    let url = matches.get_one::<String>("url").expect("it has a default");
+    // An empty `PETSTORE_URL` counts as unset.
+    let url = matches
+        .get_one::<String>("url")
+        .filter(|url| !url.is_empty())
+        .map_or(DEFAULT_URL, String::as_str);
     let base_url = match base_url(url) {
         Ok(base_url) => base_url,
         Err(message) => return Outcome::Usage(message),
     };
-    let key = std::env::var(API_KEY_VARIABLE)
-        .ok()
-        .filter(|key| !key.is_empty());
+    let key = match std::env::var(API_KEY_VARIABLE) {
+        Ok(key) if !key.is_empty() => Some(key),
+        Ok(_) | Err(std::env::VarError::NotPresent) => None,
+        Err(std::env::VarError::NotUnicode(_)) => {
+            return Outcome::Usage(format!("{API_KEY_VARIABLE} is not valid UTF-8"));
+        }
+    };
     let client = match &key {
-        Some(key) => match Client::try_with_api_key(&base_url, key) {
-            Ok(client) => client,
-            Err(e) => return Outcome::Usage(format!("{API_KEY_VARIABLE}: {e}")),
-        },
+        Some(key) => Client::try_with_api_key(&base_url, key),
         // The service answers 401, which is reported with a hint.
-        None => Client::new(&base_url),
+        None => anonymous_client(&base_url),
+    };
+    let client = match client {
+        Ok(client) => client,
+        Err(BuildError::InvalidApiKey) => {
+            return Outcome::Usage(format!("{API_KEY_VARIABLE}: {}", BuildError::InvalidApiKey));
+        }
+        Err(e) => return Outcome::NoAnswer(format!("cannot start an HTTP client: {e}")),
     };
     if let Some(note) = operation.deprecation() {
         eprintln!(
@@ -182,7 +223,7 @@ async fn walk(
     if let Some(status) = arguments.get_one::<PetStatus>("status") {
         walk = walk.status(*status);
     }
-    if let Some(limit) = arguments.get_one::<std::num::NonZeroU32>("limit") {
+    if let Some(limit) = arguments.get_one::<NonZeroU32>("limit") {
         walk = walk.page_size(limit.get());
     }
     let mut pets = walk.stream();
@@ -203,17 +244,41 @@ async fn walk(
     }
 }
 
+/// A client that sends no key, with [`Client::with_api_key`]'s timeouts.
+fn anonymous_client(base_url: &str) -> Result<Client, BuildError> {
+    let http = reqwest::Client::builder()
+        .connect_timeout(DEFAULT_TIMEOUT)
+        .timeout(DEFAULT_TIMEOUT)
+        .build()
+        .map_err(BuildError::Http)?;
+    Ok(Client::new_with_client(base_url, http))
+}
+
 /// The client's base URL for `url`: `/v1` is added when it has no path.
 fn base_url(url: &str) -> Result<String, String> {
-    let parsed = reqwest::Url::parse(url).map_err(|e| format!("--url {url:?}: {e}"))?;
-    if !matches!(parsed.scheme(), "http" | "https") {
-        return Err(format!("--url {url:?}: the scheme must be http or https"));
+    let shown = output::without_password(url);
+    let wrong = |why: &str| format!("--url {shown:?}: {why}");
+    let suggestion = || {
+        wrong(&format!(
+            "expected an http:// or https:// URL, e.g. http://{}",
+            output::without_password(url.trim_start_matches("//"))
+        ))
+    };
+    let mut parsed = match reqwest::Url::parse(url) {
+        Ok(parsed) if matches!(parsed.scheme(), "http" | "https") && parsed.has_host() => parsed,
+        // `localhost:8080` parses with the scheme `localhost`.
+        Ok(_) => return Err(suggestion()),
+        Err(_) if !url.contains("://") => return Err(suggestion()),
+        Err(e) => return Err(wrong(&e.to_string())),
+    };
+    if parsed.query().is_some() || parsed.fragment().is_some() {
+        return Err(wrong(
+            "the service's URL takes no query (?…) or fragment (#…)",
+        ));
     }
-    let url = url.trim_end_matches('/');
-    Ok(match parsed.path() {
-        "" | "/" => format!("{url}{API_PREFIX}"),
-        _ => url.to_owned(),
-    })
+    let path = parsed.path().trim_end_matches('/').to_owned();
+    parsed.set_path(if path.is_empty() { API_PREFIX } else { &path });
+    Ok(parsed.as_str().trim_end_matches('/').to_owned())
 }
 
 /// `note` (a deprecation note from the contract, which names operations as
@@ -254,8 +319,30 @@ mod tests {
             base_url("https://example.com/store/v1").unwrap(),
             "https://example.com/store/v1"
         );
-        assert!(base_url("example.com").is_err());
+        assert!(
+            base_url("example.com")
+                .unwrap_err()
+                .contains("http://example.com")
+        );
+        assert!(
+            base_url("localhost:8080")
+                .unwrap_err()
+                .contains("http://localhost:8080")
+        );
+        assert!(
+            base_url("127.0.0.1:8080")
+                .unwrap_err()
+                .contains("http://127.0.0.1:8080")
+        );
         assert!(base_url("ftp://example.com").is_err());
+        assert!(base_url("http://h:1?x=1").unwrap_err().contains("no query"));
+        assert!(
+            base_url("http://h:1/#top")
+                .unwrap_err()
+                .contains("no query")
+        );
+        let secret = base_url("http://user:hunter2@h:1?x").unwrap_err();
+        assert!(!secret.contains("hunter2"), "{secret}");
     }
 
     #[test]

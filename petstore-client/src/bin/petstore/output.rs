@@ -25,7 +25,7 @@ impl CliConfig for Json {
     where
         T: Serialize + Debug,
     {
-        print(&format!("{}\n", to_json(&**value)));
+        print(&format!("{}\n", to_json(&**value)), Flush::Now);
     }
 
     fn success_no_item(&self, _: &ResponseValue<()>) {}
@@ -60,18 +60,19 @@ impl CliConfig for Json {
             .map(|line| format!("  {line}"))
             .collect::<Vec<_>>()
             .join("\n");
-        print(&format!("{separator}{item}"));
+        print(&format!("{separator}{item}"), Flush::Later);
     }
 
     fn list_end_success<T>(&self)
     where
         T: Serialize + Debug,
     {
-        print(if self.array_open.get() {
+        let end = if self.array_open.get() {
             "\n]\n"
         } else {
             "[]\n"
-        });
+        };
+        print(end, Flush::Now);
     }
 
     /// The array stays open, so that what was printed is not mistaken for
@@ -81,7 +82,7 @@ impl CliConfig for Json {
         T: Serialize + Debug,
     {
         if self.array_open.get() {
-            print("\n");
+            print("\n", Flush::Now);
         }
     }
 }
@@ -90,19 +91,52 @@ fn to_json<T: Serialize + ?Sized>(value: &T) -> String {
     serde_json::to_string_pretty(value).expect("the contract's types serialize")
 }
 
+/// Whether [`print`] flushes stdout.
+enum Flush {
+    /// Now: the answer, or a part of it, is complete.
+    Now,
+    /// When the buffer is full: more of the answer follows.
+    Later,
+}
+
 /// Writes `text` to stdout. When the reader has gone (`petstore … | head`),
 /// there is no one left to tell: the command ends quietly.
-fn print(text: &str) {
+fn print(text: &str, flush: Flush) {
     let mut stdout = std::io::stdout().lock();
-    if let Err(e) = stdout
+    let written = stdout
         .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
+        .and_then(|()| match flush {
+            Flush::Now => stdout.flush(),
+            Flush::Later => Ok(()),
+        });
+    if let Err(e) = written {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(0);
         }
         eprintln!("error: cannot write the answer: {e}");
-        std::process::exit(Outcome::IO_FAILURE);
+        std::process::exit(Outcome::IO_FAILURE.into());
+    }
+}
+
+/// `url` without the password in it, if any, for messages.
+pub fn without_password(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        Ok(_) => url.to_owned(),
+        // Unparsed, it may still hold `user:password@`.
+        Err(_) => match url.rsplit_once('@') {
+            Some((credentials, host)) => {
+                let scheme = credentials.split_once("://").map(|(scheme, _)| scheme);
+                match scheme {
+                    Some(scheme) => format!("{scheme}://***@{host}"),
+                    None => format!("***@{host}"),
+                }
+            }
+            None => url.to_owned(),
+        },
     }
 }
 
@@ -132,10 +166,11 @@ impl Outcome {
     /// Exit status of a 401: the key is missing or not accepted.
     const UNAUTHORIZED: u8 = 4;
     /// Exit status when the answer cannot be written out.
-    const IO_FAILURE: i32 = 5;
+    const IO_FAILURE: u8 = 5;
 
     /// The outcome of a failed request to the service at `base_url`.
     pub fn from_error(error: anyhow::Error, base_url: &str, key_sent: bool) -> Outcome {
+        let base_url = &without_password(base_url);
         let Some(error) = error.downcast_ref::<Error<types::Error>>() else {
             // The generated code's own errors: an unreadable `--json-body`.
             return Outcome::Usage(format!("{error:#}"));
@@ -153,11 +188,17 @@ impl Outcome {
                 "{base_url} answered with a body the contract does not describe ({e}); \
                  is that the service's API (its URL ends in /v1)?"
             )),
-            Error::UnexpectedResponse(answer) => Outcome::NoAnswer(format!(
-                "{base_url} answered HTTP {}, which the contract does not declare here; \
-                 is that the service's API (its URL ends in /v1)?",
-                answer.status()
-            )),
+            Error::UnexpectedResponse(answer) => {
+                let status = answer.status();
+                let hint = match status.as_u16() {
+                    404 | 405 => "; is that the service's API (its URL ends in /v1)?",
+                    _ => "",
+                };
+                Outcome::NoAnswer(format!(
+                    "{base_url} answered HTTP {status}, which the contract does not declare \
+                     here{hint}"
+                ))
+            }
             other => Outcome::NoAnswer(other.to_string()),
         }
     }
