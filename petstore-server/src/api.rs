@@ -270,7 +270,48 @@ pub fn openapi_document() -> serde_json::Value {
 
 #[cfg(test)]
 mod tests {
+    use http_body_util::BodyExt;
+
     use super::*;
+
+    /// Status, headers and body of a response.
+    async fn parts(response: Response<Body>) -> (StatusCode, http::HeaderMap, Vec<u8>) {
+        let (head, body) = response.into_parts();
+        let body = body.collect().await.unwrap().to_bytes().to_vec();
+        (head.status, head.headers, body)
+    }
+
+    #[tokio::test]
+    async fn a_pets_page_is_what_dropshot_would_send() {
+        let pets = vec![
+            Pet {
+                id: 1,
+                name: "Rex \"the\" dog".into(),
+                category_id: 2,
+                status: Some(PetStatus::Sold),
+            },
+            Pet {
+                id: 7,
+                name: "Tom".into(),
+                category_id: -1,
+                status: None,
+            },
+        ];
+        for headers in [PageHeaders::default(), PageHeaders::next(2, None, 7)] {
+            let ours = PetsPage {
+                pets: EncodedPets::from_pets(&pets),
+                headers: PageHeaders {
+                    link: headers.link.clone(),
+                },
+            };
+            let dropshot = DescribedAs::new(HttpResponseOk(pets.clone()), headers);
+            assert_eq!(ours.status_code(), dropshot.status_code());
+            assert_eq!(
+                parts(ours.to_result().unwrap()).await,
+                parts(dropshot.to_result().unwrap()).await
+            );
+        }
+    }
 
     fn params(query: &str) -> ListPetsParams {
         serde_urlencoded::from_str(query).unwrap()

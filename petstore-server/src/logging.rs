@@ -8,12 +8,14 @@
 //! thread of the output's own writes that buffer out whenever it holds
 //! something, then lets the next records gather for [`GATHER`] before it
 //! writes again. When the server is quiet a record is written at once; under
-//! load, many records go out in one `write`, and no request hands its
-//! record to another thread or wakes one. The output's buffer is bounded
-//! ([`BUFFER_MAX`]): when whatever reads the log falls that far behind, the
-//! request waits for the log rather than lose records.
+//! load, many records go out in one `write`, no request hands its record to
+//! another thread, and at most the first record after each write wakes the
+//! writing thread. The output's buffer is bounded ([`BUFFER_MAX`]): when
+//! whatever reads the log falls that far behind, the threads that log wait
+//! for it rather than lose records — the whole server then waits, health
+//! checks included, until the log is read again.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::io::Write;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -74,21 +76,26 @@ struct Buffered {
 
 /// Where a thread formats its records: the formatters write to
 /// [`ThreadBuffer`], that is into `RECORD`.
-type JsonFormat = slog::Fuse<slog_json::Json<ThreadBuffer>>;
-type TextFormat = slog::Fuse<slog_term::FullFormat<slog_term::PlainDecorator<ThreadBuffer>>>;
+/// (A record whose values fail to format is dropped, not a panic.)
+type JsonFormat = slog::IgnoreResult<slog_json::Json<ThreadBuffer>>;
+type TextFormat =
+    slog::IgnoreResult<slog_term::FullFormat<slog_term::PlainDecorator<ThreadBuffer>>>;
 
 thread_local! {
     /// The record being formatted.
     static RECORD: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(1024));
+    /// Whether the thread is formatting a record: one logged while it does
+    /// (by a value's `Display`) is dropped rather than tangled in it.
+    static FORMATTING: Cell<bool> = const { Cell::new(false) };
     static JSON: JsonFormat = slog_json::Json::new(ThreadBuffer)
         .add_default_keys()
         .set_newlines(true)
         .build()
-        .fuse();
+        .ignore_res();
     static TEXT: TextFormat =
         slog_term::FullFormat::new(slog_term::PlainDecorator::new(ThreadBuffer))
             .build()
-            .fuse();
+            .ignore_res();
 }
 
 /// Appends to the thread's `RECORD`.
@@ -109,14 +116,31 @@ impl Drain for Buffered {
     type Ok = ();
     type Err = slog::Never;
 
+    /// A record logged while the thread formats another, or while it
+    /// exits (its thread-locals gone), is dropped.
     fn log(&self, record: &Record<'_>, values: &OwnedKVList) -> Result<(), slog::Never> {
-        RECORD.with_borrow_mut(Vec::clear);
-        match self.format {
-            LogFormat::Json => JSON.with(|format| format.log(record, values))?,
-            LogFormat::Text => TEXT.with(|format| format.log(record, values))?,
+        if FORMATTING.try_with(|formatting| formatting.replace(true)) != Ok(false) {
+            return Ok(());
         }
-        RECORD.with_borrow(|bytes| self.output.append(bytes));
+        let _formatting = Formatting;
+        let cleared = RECORD.try_with(|bytes| bytes.borrow_mut().clear());
+        let formatted = match self.format {
+            LogFormat::Json => JSON.try_with(|format| format.log(record, values)),
+            LogFormat::Text => TEXT.try_with(|format| format.log(record, values)),
+        };
+        if cleared.is_ok() && formatted.is_ok() {
+            let _ = RECORD.try_with(|bytes| self.output.append(&bytes.borrow()));
+        }
         Ok(())
+    }
+}
+
+/// Marks the thread as formatting until dropped (a panic included).
+struct Formatting;
+
+impl Drop for Formatting {
+    fn drop(&mut self) {
+        let _ = FORMATTING.try_with(|formatting| formatting.set(false));
     }
 }
 
@@ -133,6 +157,9 @@ struct Output {
 struct Waiting {
     bytes: Vec<u8>,
     closed: bool,
+    /// The writing thread ended (it panicked): records are dropped rather
+    /// than wait for it forever.
+    writer_gone: bool,
 }
 
 impl Output {
@@ -159,7 +186,13 @@ impl Output {
     /// Queues one formatted record.
     fn append(&self, record: &[u8]) {
         let mut waiting = self.lock();
-        while waiting.bytes.len() + record.len() > BUFFER_MAX && !waiting.bytes.is_empty() {
+        if waiting.writer_gone {
+            return;
+        }
+        while waiting.bytes.len() + record.len() > BUFFER_MAX
+            && !waiting.bytes.is_empty()
+            && !waiting.writer_gone
+        {
             waiting = self
                 .changed
                 .wait(waiting)
@@ -176,6 +209,7 @@ impl Output {
     /// The writing thread: writes whatever waits, then lets more gather.
     /// A failed write is dropped: there is nowhere left to report it.
     fn write_out(&self, mut out: impl Write) {
+        let _gone = WriterGone(self);
         let mut bytes = Vec::new();
         loop {
             let mut waiting = self.lock();
@@ -190,13 +224,41 @@ impl Output {
             drop(waiting);
             // Records held back by a full buffer may go on.
             self.changed.notify_all();
-            let _ = out.write_all(&bytes).and_then(|()| out.flush());
+            write_all(&mut out, &bytes);
             bytes.clear();
             if closed {
                 return;
             }
             std::thread::sleep(GATHER);
         }
+    }
+}
+
+/// Writes `bytes`, waiting out a full non-blocking output; any other
+/// failure drops them: there is nowhere left to report it.
+fn write_all(out: &mut impl Write, mut bytes: &[u8]) {
+    while !bytes.is_empty() {
+        match out.write(bytes) {
+            Ok(0) => return,
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(_) => return,
+        }
+    }
+    let _ = out.flush();
+}
+
+/// Marks the writing thread gone when it ends, however it ends, and lets
+/// records held back by a full buffer go (to be dropped).
+struct WriterGone<'a>(&'a Output);
+
+impl Drop for WriterGone<'_> {
+    fn drop(&mut self) {
+        self.0.lock().writer_gone = true;
+        self.0.changed.notify_all();
     }
 }
 
@@ -223,4 +285,129 @@ fn is_access_record(record: &slog::Record<'_>) -> bool {
         record.msg().as_str(),
         Some("request completed" | "accepted connection")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An output the test can read.
+    #[derive(Clone, Default)]
+    struct Shared(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Shared {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn settings(format: LogFormat) -> LogSettings {
+        LogSettings {
+            format,
+            level: slog::Level::Info,
+            access_log: true,
+        }
+    }
+
+    /// Each line as JSON, without the time (which differs between two
+    /// loggers).
+    fn untimed(text: &str) -> Vec<serde_json::Value> {
+        text.lines()
+            .map(|line| {
+                let mut record: serde_json::Value = serde_json::from_str(line).unwrap();
+                record
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("ts")
+                    .expect("a time");
+                record
+            })
+            .collect()
+    }
+
+    #[test]
+    fn records_are_what_slog_json_writes_and_all_are_written_by_the_drop() {
+        let ours = Shared::default();
+        let theirs = Shared::default();
+        let direct = Logger::root(
+            std::sync::Mutex::new(
+                slog_json::Json::new(theirs.clone())
+                    .add_default_keys()
+                    .set_newlines(true)
+                    .build(),
+            )
+            .fuse(),
+            o!("name" => "petstore-server"),
+        );
+        let log = logger(settings(LogFormat::Json), ours.clone());
+        let threads: Vec<_> = (0..4)
+            .map(|thread| {
+                let (log, direct) = (log.clone(), direct.clone());
+                std::thread::spawn(move || {
+                    for i in 0..500 {
+                        let child = log.new(o!("thread" => thread));
+                        slog::info!(child, "request completed"; "i" => i, "uri" => "/v1/pets?x=\"y\"");
+                        let child = direct.new(o!("thread" => thread));
+                        slog::info!(child, "request completed"; "i" => i, "uri" => "/v1/pets?x=\"y\"");
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        drop(log);
+        let mut ours = untimed(&String::from_utf8(ours.0.lock().unwrap().clone()).unwrap());
+        let mut theirs = untimed(&String::from_utf8(theirs.0.lock().unwrap().clone()).unwrap());
+        assert_eq!(ours.len(), 2000);
+        let key = |record: &serde_json::Value| (record["thread"].as_u64(), record["i"].as_u64());
+        ours.sort_by_key(key);
+        theirs.sort_by_key(key);
+        assert_eq!(ours, theirs);
+    }
+
+    #[test]
+    fn text_records_are_lines() {
+        let out = Shared::default();
+        let log = logger(settings(LogFormat::Text), out.clone());
+        slog::info!(log, "started"; "bind" => "127.0.0.1:8080");
+        slog::debug!(log, "not wanted");
+        drop(log);
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(
+            text.contains("started") && text.contains("bind: 127.0.0.1:8080"),
+            "{text}"
+        );
+    }
+
+    /// An output that fails for good.
+    struct Broken;
+
+    impl Write for Broken {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            panic!("the output is gone");
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_dead_output_never_holds_up_the_threads_that_log() {
+        let log = logger(settings(LogFormat::Json), Broken);
+        let big = "x".repeat(64 * 1024);
+        // More than the buffer holds: were the writer's end not noticed,
+        // this would wait for it forever.
+        for _ in 0..2 * BUFFER_MAX / big.len() {
+            slog::info!(log, "big"; "value" => &big);
+        }
+        drop(log);
+    }
 }

@@ -110,6 +110,79 @@ async fn a_database_outage_gives_503_and_the_server_recovers_by_itself() {
     }
 }
 
+/// A database that stops answering without closing its connections (a
+/// network partition, a stalled disk: here every PostgreSQL process is
+/// stopped with SIGSTOP) gives 503s, not requests that hang; once it
+/// answers again, the server serves again by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_that_stops_answering_gives_503_and_the_server_recovers() {
+    let Some(cluster) = own_cluster().await else {
+        return;
+    };
+    let database = cluster.fresh_database().await;
+    let server = TestServer::start_on(TestDatabase::postgres(database)).await;
+    let before = server
+        .create(json!({"name": "Before", "categoryId": 1}))
+        .await;
+    assert_eq!(server.list("").await, vec![before.clone()]);
+
+    blocking({
+        let cluster = Arc::clone(&cluster);
+        move || cluster.freeze()
+    })
+    .await;
+    // Thawed whatever happens below, so that the cluster can be stopped.
+    struct Thaw(Arc<petstore_tests::postgres::Cluster>);
+    impl Drop for Thaw {
+        fn drop(&mut self) {
+            self.0.thaw();
+        }
+    }
+    let thaw = Thaw(Arc::clone(&cluster));
+
+    // Several at once: reads and creates pipelined on the shared
+    // connections, and the connections made again after them. (The client's
+    // timeout only keeps a hung request from hanging the test.)
+    let requests = (0..8).map(|i| {
+        let request = if i % 2 == 0 {
+            server.get("/pets")
+        } else {
+            server.post_pet(&json!({"name": format!("During {i}"), "categoryId": 2}))
+        };
+        async move { request.timeout(Duration::from_secs(120)).send().await }
+    });
+    for response in futures::future::join_all(requests).await {
+        let response = response.expect("an answer, not a hang");
+        assert_error(
+            response,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "service_unavailable",
+        )
+        .await;
+    }
+
+    blocking(move || drop(thaw)).await;
+    loop {
+        let response = server.get("/pets").send().await.unwrap();
+        if response.status() == StatusCode::OK {
+            let pets: Vec<Value> = response.json().await.unwrap();
+            assert_eq!(pets[0], before);
+            break;
+        }
+        assert_error(
+            response,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "service_unavailable",
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let after = server
+        .create(json!({"name": "After", "categoryId": 3}))
+        .await;
+    assert_eq!(server.read(&after["id"]).await, after);
+}
+
 /// Creates pets until stopped, counting what was acknowledged and refused.
 #[derive(Clone, Default)]
 struct Traffic {

@@ -29,7 +29,8 @@ pub struct DatabaseArgs {
     /// or postgres://USER:PASSWORD@HOST:PORT/DATABASE [default: sqlite://petstore.db]
     #[arg(long, env = "PETSTORE_DATABASE_URL", hide_env_values = true)]
     pub database: Option<DatabaseUrl>,
-    /// Connections to PostgreSQL per server process; not used with SQLite [default: 16]
+    /// Pooled PostgreSQL connections per server process, one per idempotent create in progress
+    /// (reads and plain creates share 6 more); not used with SQLite [default: 16]
     #[arg(
         long,
         env = "PETSTORE_DATABASE_POOL_SIZE",

@@ -12,21 +12,10 @@ use super::{Pet, PetStatus};
 pub struct EncodedPets {
     /// UTF-8 JSON.
     json: Vec<u8>,
-    count: usize,
     last_id: Option<i64>,
 }
 
 impl EncodedPets {
-    /// How many pets the array holds.
-    pub fn len(&self) -> usize {
-        self.count
-    }
-
-    /// Whether it holds none.
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
-    }
-
     /// The id of the last pet, if any.
     pub fn last_id(&self) -> Option<i64> {
         self.last_id
@@ -98,7 +87,6 @@ impl PetArrayWriter {
         self.json.push(b']');
         EncodedPets {
             json: self.json,
-            count: self.count,
             last_id: self.last_id,
         }
     }
@@ -139,8 +127,6 @@ mod tests {
         let pets = pets();
         for n in 0..=pets.len() {
             let encoded = EncodedPets::from_pets(&pets[..n]);
-            assert_eq!(encoded.len(), n);
-            assert_eq!(encoded.is_empty(), n == 0);
             assert_eq!(encoded.last_id(), n.checked_sub(1).map(|i| pets[i].id));
             assert_eq!(
                 String::from_utf8(encoded.into_bytes()).unwrap(),

@@ -113,6 +113,10 @@ pub enum PostgresFailure {
     /// No shared connection could be made within the timeout.
     #[error("no connection within the timeout")]
     ConnectTimeout,
+    /// A shared connection did not answer a statement within the timeout
+    /// (and was given up).
+    #[error("no answer within the timeout")]
+    StatementTimeout,
 }
 
 impl StoreError {

@@ -11,7 +11,8 @@
 //! instance has acknowledged, which only the database knows.
 //!
 //! The cache holds at most [`PetCache::CAPACITY`] pets; when full it is
-//! emptied and fills again with what is read next.
+//! emptied and fills again with what is read next. A kept pet is served
+//! during a database outage too.
 
 use std::collections::HashMap;
 use std::sync::RwLock;
@@ -25,7 +26,8 @@ pub(super) struct PetCache {
 }
 
 impl PetCache {
-    /// The most pets kept (about 100 bytes each, names included).
+    /// The most pets kept: about 100 bytes each with a short name, up to
+    /// about 1 KB with the longest (255 characters of 4 bytes).
     pub const CAPACITY: usize = 100_000;
 
     /// Pet `id`, if it has been kept.

@@ -9,14 +9,17 @@
 //!   it returns, so a `201` is durable.
 //! - An idempotent create is a transaction, on a pooled connection of its
 //!   own.
-//! - A lost connection fails only the requests that were using it (503);
-//!   broken connections are replaced when next needed, so the server
-//!   recovers by itself when the database is back.
+//! - A lost connection fails the requests that were using it (503: on a
+//!   shared connection, every request in flight on it); so does one that
+//!   does not answer within a few seconds. Broken connections are replaced
+//!   when next needed, so the server recovers by itself when the database
+//!   is back.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
 
 use super::idempotency::{CreateOutcome, Idempotency};
@@ -70,7 +73,8 @@ const MIGRATIONS: &[&str] = &[
 const MIGRATION_LOCK: i64 = 0x7065_7473_746f_7265; // "petstore"
 
 /// How long a request waits for a connection, or for one to be made, before
-/// it fails with 503.
+/// it fails with 503 (a statement on a shared connection then has
+/// `STATEMENT_TIMEOUT` of its own).
 pub(super) const CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Shared connections for reads.
@@ -102,7 +106,9 @@ pub(super) fn is_unavailable(failure: &PostgresFailure) -> bool {
     let error = match failure {
         PostgresFailure::Pool(deadpool_postgres::PoolError::Backend(error))
         | PostgresFailure::Driver(error) => error,
-        PostgresFailure::Pool(_) | PostgresFailure::ConnectTimeout => return true,
+        PostgresFailure::Pool(_)
+        | PostgresFailure::ConnectTimeout
+        | PostgresFailure::StatementTimeout => return true,
     };
     let Some(db) = error.as_db_error() else {
         // Not the server's answer: the connection broke or could not be made.
@@ -186,17 +192,20 @@ impl PostgresStore {
         let fetch = i64::from(query.limit) + 1;
         // Ids are positive (an identity from 1): no cursor means from the start.
         let after = query.after.unwrap_or(i64::MIN);
+        let doing = "listing pets";
         match query.status {
-            None => shared.client.query(&shared.list, &[&after, &fetch]).await,
-            // Served by the (status, id) index at any depth.
-            Some(status) => {
+            None => {
                 shared
-                    .client
-                    .query(&shared.list_by_status, &[&status.as_str(), &after, &fetch])
+                    .run(doing, shared.client.query(&shared.list, &[&after, &fetch]))
                     .await
             }
+            // Served by the (status, id) index at any depth.
+            Some(status) => {
+                let params: [&(dyn ToSql + Sync); 3] = [&status.as_str(), &after, &fetch];
+                let rows = shared.client.query(&shared.list_by_status, &params);
+                shared.run(doing, rows).await
+            }
         }
-        .map_err(postgres("listing pets"))
     }
 
     async fn admin_client(&self) -> Result<deadpool_postgres::Client, StoreError> {
@@ -482,10 +491,11 @@ impl PetStore for PostgresStore {
         }
         let shared = self.readers.get().await?;
         let row = shared
-            .client
-            .query_opt(&shared.get, &[&id])
-            .await
-            .map_err(postgres("reading a pet"))?;
+            .run(
+                "reading a pet",
+                shared.client.query_opt(&shared.get, &[&id]),
+            )
+            .await?;
         let pet = row.as_ref().map(pet_from_row).transpose()?;
         if let Some(pet) = &pet {
             self.read_by_id.keep(pet);

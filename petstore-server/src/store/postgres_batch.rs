@@ -7,14 +7,18 @@
 //! batch (with `synchronous_commit = on`, the rows are on disk when it
 //! returns), then answers each create with its id. While a batch commits
 //! the next one gathers, so batches grow with the load and a lone create
-//! waits for nobody. [`WRITERS`] batches may commit at once, each on a
-//! shared connection of its own (a commit holds its connection until the
-//! flush is done, so reads never share these).
+//! waits for nobody. [`WRITERS`] batches may commit at once, on shared
+//! connections of their own (a commit holds its connection until the flush
+//! is done, so reads never share these; each batch goes to the connection
+//! with the fewest in flight). A batch that fails for want of the database
+//! fails every create in it with 503, and may have been stored (as any
+//! create whose connection is lost mid-commit).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio_postgres::types::ToSql;
 
 use super::postgres_shared::SharedConnections;
 use super::{PostgresFailure, StoreError};
@@ -79,6 +83,12 @@ async fn write_batches(
         {
             batch.push(next);
         }
+        // A create whose request is gone (its client hung up) is not
+        // stored: nobody would be told its id.
+        batch.retain(|waiting| !waiting.answer.is_closed());
+        if batch.is_empty() {
+            continue;
+        }
         let connections = Arc::clone(&connections);
         tokio::spawn(async move {
             store_and_answer(batch, &connections).await;
@@ -87,26 +97,33 @@ async fn write_batches(
     }
 }
 
-/// Stores `batch` and answers each of its creates. When the statement
-/// fails for a reason other than the database's being unavailable (which
-/// would be a row the database refuses), each create is retried alone, so
-/// that only the one at fault fails.
-async fn store_and_answer(batch: Vec<Waiting>, connections: &SharedConnections) {
+/// Why a batch was not stored.
+enum Failure {
+    /// The database refused the statement (a row it does not accept):
+    /// nothing of the batch was stored.
+    Refused(StoreError),
+    /// Anything else: the database unavailable, or an answer that does not
+    /// fit. The batch may have been stored.
+    Other(StoreError),
+}
+
+/// Stores `batch` and answers each of its creates. When the database
+/// refuses the statement, the batch is split in halves and each is tried
+/// again, so that only the creates at fault fail (in a few steps, however
+/// large the batch).
+async fn store_and_answer(mut batch: Vec<Waiting>, connections: &SharedConnections) {
     match insert(&batch, connections).await {
         Ok(ids) => {
             for (waiting, id) in batch.into_iter().zip(ids) {
                 let _ = waiting.answer.send(Ok(id));
             }
         }
-        Err(e) if batch.len() > 1 && !e.is_unavailable() => {
-            for waiting in batch {
-                let alone = [waiting];
-                let answer = insert(&alone, connections).await.map(|ids| ids[0]);
-                let [waiting] = alone;
-                let _ = waiting.answer.send(answer);
-            }
+        Err(Failure::Refused(_)) if batch.len() > 1 => {
+            let second = batch.split_off(batch.len() / 2);
+            Box::pin(store_and_answer(batch, connections)).await;
+            Box::pin(store_and_answer(second, connections)).await;
         }
-        Err(e) => {
+        Err(Failure::Refused(e) | Failure::Other(e)) => {
             let shared = Arc::new(e);
             for waiting in batch {
                 let _ = waiting
@@ -119,40 +136,46 @@ async fn store_and_answer(batch: Vec<Waiting>, connections: &SharedConnections) 
 
 /// Inserts every pet of `batch` in one statement; their ids, in the batch's
 /// order.
-async fn insert(
-    batch: &[Waiting],
-    connections: &SharedConnections,
-) -> Result<Vec<i64>, StoreError> {
-    let sql = |e: tokio_postgres::Error| StoreError::Postgres {
-        doing: "creating pets",
-        source: PostgresFailure::Driver(e),
-    };
+async fn insert(batch: &[Waiting], connections: &SharedConnections) -> Result<Vec<i64>, Failure> {
     let names: Vec<&str> = batch.iter().map(|w| w.pet.name.as_str()).collect();
     let categories: Vec<i64> = batch.iter().map(|w| w.pet.category_id).collect();
     let statuses: Vec<Option<&str>> = batch
         .iter()
         .map(|w| w.pet.status.map(PetStatus::as_str))
         .collect();
-    let shared = connections.get().await?;
+    let shared = connections.get().await.map_err(Failure::Other)?;
+    let params: [&(dyn ToSql + Sync); 3] = [&names, &categories, &statuses];
+    let inserted = shared.client.query(&shared.insert_many, &params);
     let rows = shared
-        .client
-        .query(&shared.insert_many, &[&names, &categories, &statuses])
+        .run("creating pets", inserted)
         .await
-        .map_err(sql)?;
+        .map_err(|e| match &e {
+            StoreError::Postgres {
+                source: PostgresFailure::Driver(driver),
+                ..
+            } if driver.as_db_error().is_some() && !e.is_unavailable() => Failure::Refused(e),
+            _ => Failure::Other(e),
+        })?;
+    // The statement is committed: from here on nothing is retried.
+    let undecodable = |_| {
+        Failure::Other(StoreError::Invariant(
+            "a batch insert returned rows that do not decode",
+        ))
+    };
     // The rows come back with their content; pets with the same content
     // are interchangeable, so each create takes the id of a row equal to
     // its pet, whatever order the rows are in.
     let mut ids_by_pet: HashMap<(&str, i64, Option<&str>), Vec<i64>> = HashMap::new();
     for row in &rows {
         let pet = (
-            row.try_get(1).map_err(sql)?,
-            row.try_get(2).map_err(sql)?,
-            row.try_get(3).map_err(sql)?,
+            row.try_get(1).map_err(undecodable)?,
+            row.try_get(2).map_err(undecodable)?,
+            row.try_get(3).map_err(undecodable)?,
         );
         ids_by_pet
             .entry(pet)
             .or_default()
-            .push(row.try_get(0).map_err(sql)?);
+            .push(row.try_get(0).map_err(undecodable)?);
     }
     batch
         .iter()
@@ -165,9 +188,9 @@ async fn insert(
             ids_by_pet
                 .get_mut(&pet)
                 .and_then(Vec::pop)
-                .ok_or(StoreError::Invariant(
+                .ok_or(Failure::Other(StoreError::Invariant(
                     "a batch insert returned rows that differ from the pets sent",
-                ))
+                )))
         })
         .collect()
 }

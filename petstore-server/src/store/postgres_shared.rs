@@ -13,22 +13,41 @@
 //!
 //! Only statements that stand alone belong here: a transaction needs a
 //! connection of its own, or other requests' statements would run inside
-//! it. Each connection prepares its statements once, when it is made. A
-//! broken connection is replaced by the first request that finds it broken,
-//! so the store recovers by itself when the database is back.
+//! it. Each connection prepares its statements once, when it is made.
+//!
+//! A broken connection is replaced by the first request that finds it
+//! broken, so the store recovers by itself when the database is back. A
+//! connection that does not answer within [`STATEMENT_TIMEOUT`] (the
+//! database hung, a network partition) counts as broken: the requests
+//! waiting on it fail as unavailable (503) and the next one makes a new
+//! connection.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
+use tokio::task::JoinHandle;
 use tokio_postgres::{Client, NoTls, Statement};
 
 use super::postgres::CONNECTION_TIMEOUT;
 use super::{PostgresFailure, StoreError};
 
+/// How long a statement on a shared connection may take before the
+/// connection is given up.
+pub(super) const STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What a slot without a live connection counts as in flight when choosing
+/// one: requests go to live connections, and a dead one is made again only
+/// once the live ones are this busy (or all are dead).
+const DEAD_SLOT_WEIGHT: usize = 16;
+
 /// One shared connection and its prepared statements.
 pub(super) struct Shared {
     pub client: Client,
+    /// The connection's task, ended with it.
+    task: JoinHandle<()>,
     /// `SELECT … WHERE id > $1 ORDER BY id LIMIT $2`.
     pub list: Statement,
     /// `SELECT … WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3`.
@@ -47,7 +66,9 @@ impl Shared {
         let (client, connection) = config.connect(NoTls).await?;
         // The task ends with the connection (an error or the client's drop);
         // requests learn of a broken connection from their own query.
-        tokio::spawn(connection);
+        let task = tokio::spawn(async move {
+            let _ = connection.await;
+        });
         let (list, list_by_status, get, insert_many) = tokio::try_join!(
             client.prepare(
                 "SELECT id, name, category_id, status FROM pets
@@ -66,6 +87,7 @@ impl Shared {
         )?;
         Ok(Shared {
             client,
+            task,
             list,
             list_by_status,
             get,
@@ -74,10 +96,20 @@ impl Shared {
     }
 }
 
+/// A connection given up (its last user gone) is closed at once, even if
+/// the database never answers again.
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// One place for a shared connection: the current one, replaced when it
 /// breaks.
 struct Slot {
     current: ArcSwapOption<Shared>,
+    /// Requests using it now.
+    in_flight: AtomicUsize,
     /// Held while the slot reconnects, so that one request reconnects and
     /// the others wait for its connection instead of each making their own.
     reconnecting: tokio::sync::Mutex<()>,
@@ -98,6 +130,7 @@ impl SharedConnections {
         let slots = (0..count.max(1))
             .map(|_| Slot {
                 current: ArcSwapOption::empty(),
+                in_flight: AtomicUsize::new(0),
                 reconnecting: tokio::sync::Mutex::new(()),
             })
             .collect();
@@ -109,34 +142,63 @@ impl SharedConnections {
         }
     }
 
-    /// A live connection: the next slot's, (re)connected if it has none or
-    /// its connection broke. Fails (unavailable) when no connection can be
-    /// made within [`CONNECTION_TIMEOUT`].
-    pub async fn get(&self) -> Result<Arc<Shared>, StoreError> {
-        let slot = &self.slots[self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len()];
+    /// A live connection, for as long as the lease is held: the one with
+    /// the fewest requests in flight (so that a connection whose backend
+    /// is held up, its queries waiting behind one another, gets no more
+    /// until it catches up), (re)connected if it has none or its connection
+    /// broke. Fails (unavailable) when no connection can be made within
+    /// [`CONNECTION_TIMEOUT`].
+    pub async fn get(&self) -> Result<Lease<'_>, StoreError> {
+        let slot = self.least_busy();
+        // Counted in flight from now on, even while it connects: others go
+        // elsewhere meanwhile.
+        let counted = Counted::new(slot);
+        let shared = match live(&slot.current) {
+            Some(shared) => shared,
+            None => tokio::time::timeout(CONNECTION_TIMEOUT, self.connect(slot))
+                .await
+                .unwrap_or(Err(unavailable(
+                    "connecting",
+                    PostgresFailure::ConnectTimeout,
+                )))?,
+        };
+        Ok(Lease { shared, counted })
+    }
+
+    /// The slot with the fewest requests in flight, live ones first; ties
+    /// go round.
+    fn least_busy(&self) -> &Slot {
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        (0..self.slots.len())
+            .map(|i| &self.slots[(start + i) % self.slots.len()])
+            .min_by_key(|slot| {
+                let in_flight = slot.in_flight.load(Ordering::Relaxed);
+                match live(&slot.current) {
+                    Some(_) => in_flight,
+                    None => in_flight + DEAD_SLOT_WEIGHT,
+                }
+            })
+            .expect("at least one slot")
+    }
+
+    /// Makes the slot's connection, unless another request did meanwhile.
+    async fn connect(&self, slot: &Slot) -> Result<Arc<Shared>, StoreError> {
+        let _reconnecting = slot.reconnecting.lock().await;
         if let Some(shared) = live(&slot.current) {
             return Ok(shared);
         }
         if self.closed.load(Ordering::Relaxed) {
             return Err(StoreError::Closed);
         }
-        let unavailable = |source| StoreError::Postgres {
-            doing: "connecting",
-            source,
-        };
-        let _reconnecting = tokio::time::timeout(CONNECTION_TIMEOUT, slot.reconnecting.lock())
-            .await
-            .map_err(|_| unavailable(PostgresFailure::ConnectTimeout))?;
-        // Another request may have reconnected while this one waited.
-        if let Some(shared) = live(&slot.current) {
-            return Ok(shared);
-        }
         let shared = Arc::new(
-            tokio::time::timeout(CONNECTION_TIMEOUT, Shared::open(&self.config))
+            Shared::open(&self.config)
                 .await
-                .map_err(|_| unavailable(PostgresFailure::ConnectTimeout))?
-                .map_err(|e| unavailable(e.into()))?,
+                .map_err(|e| unavailable("connecting", e.into()))?,
         );
+        // `close` may have come while connecting: the connection is not kept.
+        if self.closed.load(Ordering::Relaxed) {
+            return Err(StoreError::Closed);
+        }
         slot.current.store(Some(Arc::clone(&shared)));
         Ok(shared)
     }
@@ -161,6 +223,75 @@ impl SharedConnections {
         for slot in &self.slots {
             slot.current.store(None);
         }
+    }
+}
+
+/// A shared connection, lent to one request (and shared with others).
+pub(super) struct Lease<'a> {
+    shared: Arc<Shared>,
+    counted: Counted<'a>,
+}
+
+impl std::ops::Deref for Lease<'_> {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
+}
+
+impl Lease<'_> {
+    /// Runs `statement` on this connection, `doing` what it says, within
+    /// [`STATEMENT_TIMEOUT`]. When the connection does not answer in time,
+    /// it is given up (the next request makes a new one) and the statement
+    /// fails as unavailable: it may or may not have taken effect.
+    pub async fn run<T>(
+        &self,
+        doing: &'static str,
+        statement: impl Future<Output = Result<T, tokio_postgres::Error>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(STATEMENT_TIMEOUT, statement).await {
+            Ok(result) => result.map_err(|e| unavailable_or_not(doing, e)),
+            Err(_) => {
+                let slot = self.counted.0;
+                let current = slot.current.load();
+                if current
+                    .as_ref()
+                    .is_some_and(|current| Arc::ptr_eq(current, &self.shared))
+                {
+                    slot.current.store(None);
+                }
+                Err(unavailable(doing, PostgresFailure::StatementTimeout))
+            }
+        }
+    }
+}
+
+/// A request counted in its slot's `in_flight` until dropped.
+struct Counted<'a>(&'a Slot);
+
+impl<'a> Counted<'a> {
+    fn new(slot: &'a Slot) -> Counted<'a> {
+        slot.in_flight.fetch_add(1, Ordering::Relaxed);
+        Counted(slot)
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn unavailable(doing: &'static str, source: PostgresFailure) -> StoreError {
+    StoreError::Postgres { doing, source }
+}
+
+/// The driver's error, which [`StoreError::is_unavailable`] sorts out.
+fn unavailable_or_not(doing: &'static str, error: tokio_postgres::Error) -> StoreError {
+    StoreError::Postgres {
+        doing,
+        source: error.into(),
     }
 }
 

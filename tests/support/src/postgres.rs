@@ -226,6 +226,8 @@ while read -r command; do
   case "$command" in
     stop) kill -INT "$pid"; wait "$pid"; echo stopped ;;
     start) start; echo started ;;
+    freeze) children=$(cat /proc/"$pid"/task/*/children); kill -STOP $children "$pid"; echo frozen ;;
+    thaw) children=$(cat /proc/"$pid"/task/*/children); kill -CONT "$pid" $children; echo thawed ;;
   esac
 done
 kill -INT "$pid" 2>/dev/null; wait "$pid"
@@ -330,6 +332,18 @@ impl Cluster {
     /// server and all its backends have exited.
     pub fn stop(&self) {
         self.command("stop", "stopped");
+    }
+
+    /// Freezes the server and every backend (SIGSTOP): connections stay
+    /// open and accept bytes, but nothing answers — a hung database, as a
+    /// network partition or a stalled disk makes one.
+    pub fn freeze(&self) {
+        self.command("freeze", "frozen");
+    }
+
+    /// Lets a frozen server go on (SIGCONT).
+    pub fn thaw(&self) {
+        self.command("thaw", "thawed");
     }
 
     /// Starts the server again on the same port and data; returns once it
