@@ -30,7 +30,7 @@ pub struct DatabaseArgs {
     #[arg(long, env = "PETSTORE_DATABASE_URL", hide_env_values = true)]
     pub database: Option<DatabaseUrl>,
     /// Pooled PostgreSQL connections per server process, one per idempotent create in progress
-    /// (reads and plain creates share 6 more); not used with SQLite [default: 16]
+    /// (reads share up to 4 more, plain creates 2); not used with SQLite [default: 16]
     #[arg(
         long,
         env = "PETSTORE_DATABASE_POOL_SIZE",

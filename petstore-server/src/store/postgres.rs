@@ -77,12 +77,19 @@ const MIGRATION_LOCK: i64 = 0x7065_7473_746f_7265; // "petstore"
 /// `STATEMENT_TIMEOUT` of its own).
 pub(super) const CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Shared connections for reads.
-const READERS: usize = 4;
+/// The most shared connections for reads (fewer when the pool is smaller),
+/// each with at most `postgres_shared::DEPTH` statements in flight.
+/// Measured on two cores (BENCHMARKS.md): 4 connections with unbounded
+/// depth gave the most throughput and a p99 ten times the pool's — a
+/// backend that waits for a core holds up everything queued on its
+/// connection; 16 gave the pool's p99 and lost the throughput; 4 with a
+/// depth of 4 gave both.
+const READERS_MAX: usize = 4;
 
 /// The PostgreSQL implementation of [`PetStore`] and [`KeyStore`].
 pub struct PostgresStore {
-    /// Shared connections for reads.
+    /// Shared connections for reads, each request on the one with the
+    /// fewest in flight.
     readers: SharedConnections,
     /// Pets read by id so far.
     read_by_id: PetCache,
@@ -156,7 +163,7 @@ impl PostgresStore {
             None => "-c idle_in_transaction_session_timeout=60s".to_owned(),
         };
         config.options(&options);
-        let readers = SharedConnections::new(config.clone(), READERS);
+        let readers = SharedConnections::new(config.clone(), url.pool_size().min(READERS_MAX));
         let writers = Arc::new(SharedConnections::new(config.clone(), WRITERS));
         let pool = build_pool(config.clone(), url.pool_size(), url)?;
         let admin = build_pool(config, 1, url)?;

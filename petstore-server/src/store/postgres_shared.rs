@@ -1,15 +1,17 @@
-//! A few PostgreSQL connections shared by every request, each carrying many
+//! PostgreSQL connections shared by every request, each carrying several
 //! queries at once.
 //!
 //! tokio-postgres pipelines the queries of concurrent callers on one
-//! connection: their messages go out in one write, and PostgreSQL works
-//! through them in order and answers in order. Shared this way, a handful
-//! of connections carry any number of requests in flight, so that the
-//! database runs a handful of busy backends instead of one per request — on
-//! a small machine, where PostgreSQL shares the cores with the server, that
-//! is fewer processes to wake and switch between, and fewer system calls on
-//! both sides. (A pool that lends each connection to one request at a time
-//! gets none of that.)
+//! connection: their messages go out together, and PostgreSQL works through
+//! them in order and answers in order. Shared this way, a fixed set of
+//! connections carries any number of requests in flight, with no request
+//! waiting for a connection to be free — on a small machine, where
+//! PostgreSQL shares the cores with the server, that is fewer processes to
+//! wake and switch between, and fewer system calls on both sides. (A pool
+//! that lends each connection to one request at a time gets none of that.)
+//! Each request goes to the connection with the fewest in flight, at most
+//! [`DEPTH`] on each, so that one whose backend waits for a core does not
+//! collect more.
 //!
 //! Only statements that stand alone belong here: a transaction needs a
 //! connection of its own, or other requests' statements would run inside
@@ -37,6 +39,11 @@ use super::{PostgresFailure, StoreError};
 /// How long a statement on a shared connection may take before the
 /// connection is given up.
 pub(super) const STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The most statements in flight on one connection; a request beyond waits
+/// for the first connection with room. Deeper, a backend that waits for a
+/// core holds up more requests queued behind it.
+pub(super) const DEPTH: usize = 4;
 
 /// What a slot without a live connection counts as in flight when choosing
 /// one: requests go to live connections, and a dead one is made again only
@@ -119,6 +126,8 @@ struct Slot {
 pub(super) struct SharedConnections {
     config: tokio_postgres::Config,
     slots: Box<[Slot]>,
+    /// [`DEPTH`] per slot: a request holds one while it uses a connection.
+    room: Arc<tokio::sync::Semaphore>,
     next: AtomicUsize,
     /// Set by [`SharedConnections::close`]: no more connections are made.
     closed: AtomicBool,
@@ -127,16 +136,18 @@ pub(super) struct SharedConnections {
 impl SharedConnections {
     /// `count` (at least one) slots, connected on first use.
     pub fn new(config: tokio_postgres::Config, count: usize) -> SharedConnections {
-        let slots = (0..count.max(1))
+        let slots: Box<[Slot]> = (0..count.max(1))
             .map(|_| Slot {
                 current: ArcSwapOption::empty(),
                 in_flight: AtomicUsize::new(0),
                 reconnecting: tokio::sync::Mutex::new(()),
             })
             .collect();
+        let room = Arc::new(tokio::sync::Semaphore::new(slots.len() * DEPTH));
         SharedConnections {
             config,
             slots,
+            room,
             next: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
         }
@@ -149,6 +160,10 @@ impl SharedConnections {
     /// broke. Fails (unavailable) when no connection can be made within
     /// [`CONNECTION_TIMEOUT`].
     pub async fn get(&self) -> Result<Lease<'_>, StoreError> {
+        let room = tokio::time::timeout(CONNECTION_TIMEOUT, Arc::clone(&self.room).acquire_owned())
+            .await
+            .map_err(|_| unavailable("waiting for a connection", PostgresFailure::ConnectTimeout))?
+            .map_err(|_| StoreError::Closed)?;
         let slot = self.least_busy();
         // Counted in flight from now on, even while it connects: others go
         // elsewhere meanwhile.
@@ -162,7 +177,11 @@ impl SharedConnections {
                     PostgresFailure::ConnectTimeout,
                 )))?,
         };
-        Ok(Lease { shared, counted })
+        Ok(Lease {
+            shared,
+            counted,
+            _room: room,
+        })
     }
 
     /// The slot with the fewest requests in flight, live ones first; ties
@@ -230,6 +249,8 @@ impl SharedConnections {
 pub(super) struct Lease<'a> {
     shared: Arc<Shared>,
     counted: Counted<'a>,
+    /// Released with the lease.
+    _room: tokio::sync::OwnedSemaphorePermit,
 }
 
 impl std::ops::Deref for Lease<'_> {

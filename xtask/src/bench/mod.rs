@@ -291,10 +291,16 @@ impl Bench {
             }
             _ => None,
         };
+        let mut databases = Vec::new();
+        if setup.backend == Backend::Postgres {
+            databases.push(url.clone());
+        }
+        databases.extend(peer.as_ref().map(|peer| peer.database.clone()));
         let targets = Targets {
             server: &server,
             ceiling: &ceiling,
             peer: peer.as_ref().map(|peer| &peer.service),
+            databases: &databases,
         };
         let rows = self.rounds(setup, &label, &targets, &key, &dir)?;
         server.stop()?;
@@ -350,6 +356,7 @@ impl Bench {
         println!("bench: [{label}] peer seeded in {seeded:.1?}");
         Ok(Peer {
             service,
+            database: cluster.url("postgres"),
             _cluster: cluster,
         })
     }
@@ -415,6 +422,7 @@ impl Bench {
         script: &Path,
         dir: &Path,
     ) -> anyhow::Result<Round> {
+        self.runtime.block_on(settle(targets.databases))?;
         let mut order = targets.for_scenario(scenario);
         if !round.is_multiple_of(2) {
             order.reverse();
@@ -442,6 +450,9 @@ struct Targets<'a> {
     ceiling: &'a Service,
     /// The server compared with (`--compare-with`), on PostgreSQL.
     peer: Option<&'a Service>,
+    /// The PostgreSQL databases of the server and the peer, settled before
+    /// each round.
+    databases: &'a [String],
 }
 
 /// Which of the [`Targets`].
@@ -471,7 +482,33 @@ impl<'a> Targets<'a> {
 /// order).
 struct Peer {
     service: Service,
+    /// Its database's URL.
+    database: String,
     _cluster: Cluster,
+}
+
+/// Vacuums (with statistics) and checkpoints every database, so that no
+/// target pays, during its run, for the maintenance its database owes to the
+/// previous scenario's writes — which would make the faster writer pay
+/// more. (PostgreSQL's autovacuum and checkpoints would otherwise run at
+/// any time, on the same cores.)
+async fn settle(databases: &[String]) -> anyhow::Result<()> {
+    for url in databases {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .with_context(|| format!("connecting to {url} to settle it"))?;
+        let connection = tokio::spawn(connection);
+        // One at a time: VACUUM cannot run inside a transaction.
+        for statement in ["VACUUM (ANALYZE)", "CHECKPOINT"] {
+            client
+                .batch_execute(statement)
+                .await
+                .with_context(|| format!("{statement} on {url}"))?;
+        }
+        drop(client);
+        let _ = connection.await;
+    }
+    Ok(())
 }
 
 /// One wrk run against `target`, with its CPU time before and after.
