@@ -8,22 +8,16 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use petstore_tests::blocking;
-use petstore_tests::postgres::own_cluster;
+use petstore_tests::postgres::{Cluster, own_cluster};
 use petstore_tests::{KEY, TestDatabase, TestServer, assert_error, eventually};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_outage_gives_503_and_the_server_recovers_by_itself() {
-    // A cluster of its own: this test stops it.
-    let Some(cluster) = own_cluster().await else {
+    let Some((cluster, server, before)) = server_on_a_cluster_of_its_own().await else {
         return;
     };
-    let database = cluster.fresh_database().await;
-    let server = TestServer::start_on(TestDatabase::postgres(database)).await;
-    let before = server
-        .create(json!({"name": "Before", "categoryId": 1}))
-        .await;
 
     // Traffic that runs across the whole outage.
     let traffic = Traffic::default();
@@ -74,21 +68,9 @@ async fn a_database_outage_gives_503_and_the_server_recovers_by_itself() {
     })
     .await;
 
-    // The same server process recovers on its own: the pool replaces its
-    // broken connections as they are lent out.
-    loop {
-        let response = server.get("/pets").send().await.unwrap();
-        if response.status() == StatusCode::OK {
-            break;
-        }
-        assert_error(
-            response,
-            StatusCode::SERVICE_UNAVAILABLE,
-            "service_unavailable",
-        )
-        .await;
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // The same server process recovers on its own: broken connections are
+    // replaced when next needed.
+    until_served_again(&server).await;
     eventually("the traffic gets through again", || {
         traffic.acknowledged() > acknowledged_during_outage
     })
@@ -116,14 +98,9 @@ async fn a_database_outage_gives_503_and_the_server_recovers_by_itself() {
 /// answers again, the server serves again by itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_that_stops_answering_gives_503_and_the_server_recovers() {
-    let Some(cluster) = own_cluster().await else {
+    let Some((cluster, server, before)) = server_on_a_cluster_of_its_own().await else {
         return;
     };
-    let database = cluster.fresh_database().await;
-    let server = TestServer::start_on(TestDatabase::postgres(database)).await;
-    let before = server
-        .create(json!({"name": "Before", "categoryId": 1}))
-        .await;
     assert_eq!(server.list("").await, vec![before.clone()]);
 
     blocking({
@@ -132,7 +109,7 @@ async fn a_database_that_stops_answering_gives_503_and_the_server_recovers() {
     })
     .await;
     // Thawed whatever happens below, so that the cluster can be stopped.
-    struct Thaw(Arc<petstore_tests::postgres::Cluster>);
+    struct Thaw(Arc<Cluster>);
     impl Drop for Thaw {
         fn drop(&mut self) {
             self.0.thaw();
@@ -162,12 +139,32 @@ async fn a_database_that_stops_answering_gives_503_and_the_server_recovers() {
     }
 
     blocking(move || drop(thaw)).await;
+    assert_eq!(until_served_again(&server).await[0], before);
+    let after = server
+        .create(json!({"name": "After", "categoryId": 3}))
+        .await;
+    assert_eq!(server.read(&after["id"]).await, after);
+}
+
+/// A server on a fresh database of a cluster of its own (which the test
+/// stops or freezes), and a pet created before anything happens to it.
+async fn server_on_a_cluster_of_its_own() -> Option<(Arc<Cluster>, TestServer, Value)> {
+    let cluster = own_cluster().await?;
+    let database = cluster.fresh_database().await;
+    let server = TestServer::start_on(TestDatabase::postgres(database)).await;
+    let before = server
+        .create(json!({"name": "Before", "categoryId": 1}))
+        .await;
+    Some((cluster, server, before))
+}
+
+/// Lists until the server answers 200 again (each 503 on the way in the
+/// contract's Error body); the first page.
+async fn until_served_again(server: &TestServer) -> Vec<Value> {
     loop {
         let response = server.get("/pets").send().await.unwrap();
         if response.status() == StatusCode::OK {
-            let pets: Vec<Value> = response.json().await.unwrap();
-            assert_eq!(pets[0], before);
-            break;
+            return response.json().await.unwrap();
         }
         assert_error(
             response,
@@ -177,10 +174,6 @@ async fn a_database_that_stops_answering_gives_503_and_the_server_recovers() {
         .await;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let after = server
-        .create(json!({"name": "After", "categoryId": 3}))
-        .await;
-    assert_eq!(server.read(&after["id"]).await, after);
 }
 
 /// Creates pets until stopped, counting what was acknowledged and refused.

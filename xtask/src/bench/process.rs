@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 use std::io::{PipeReader, Read};
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -106,27 +106,21 @@ impl Service {
     }
 
     /// Stops it with SIGTERM; fails when it does not exit cleanly.
-    pub fn stop(mut self) -> anyhow::Result<()> {
-        match self.guard.terminate(SHUTDOWN_TIMEOUT)? {
-            Some(status) if status.success() => Ok(()),
-            Some(status) => bail!(
-                "{} exited with {status} on SIGTERM{}",
-                self.guard.name(),
-                self.log_tail()
-            ),
-            None => bail!(
-                "{} did not stop on SIGTERM; it was killed",
-                self.guard.name()
-            ),
-        }
+    pub fn stop(self) -> anyhow::Result<()> {
+        self.stop_accepting(ExitStatus::success)
     }
 
     /// Stops it with SIGTERM, as [`Service::stop`], but a server that does
     /// not handle the signal (a peer, say) may die of it.
-    pub fn terminate(mut self) -> anyhow::Result<()> {
+    pub fn terminate(self) -> anyhow::Result<()> {
         use std::os::unix::process::ExitStatusExt;
+        self.stop_accepting(|status| status.success() || status.signal() == Some(15))
+    }
+
+    /// Sends SIGTERM; fails unless it exits with a status `clean` accepts.
+    fn stop_accepting(mut self, clean: impl Fn(&ExitStatus) -> bool) -> anyhow::Result<()> {
         match self.guard.terminate(SHUTDOWN_TIMEOUT)? {
-            Some(status) if status.success() || status.signal() == Some(15) => Ok(()),
+            Some(status) if clean(&status) => Ok(()),
             Some(status) => bail!(
                 "{} exited with {status} on SIGTERM{}",
                 self.guard.name(),

@@ -253,12 +253,7 @@ pub fn markdown_table(rows: &[Row]) -> String {
     );
     for row in rows {
         let s = row.summary();
-        let head = format!(
-            "| {} | {} | {} ",
-            row.scenario.name(),
-            pets_label(row.pets),
-            row.backend
-        );
+        let head = row_head(row);
         if s.rounds_ok == 0 {
             // The error fills the first number column; the other nine stay empty.
             let rest = " |".repeat(9);
@@ -300,6 +295,16 @@ pub fn markdown_table(rows: &[Row]) -> String {
     out
 }
 
+/// The first three cells of a row's line: scenario, pets, backend.
+fn row_head(row: &Row) -> String {
+    format!(
+        "| {} | {} | {} ",
+        row.scenario.name(),
+        pets_label(row.pets),
+        row.backend
+    )
+}
+
 /// The server beside the peer (`--compare-with`), for the rows it ran in;
 /// empty when it ran in none.
 fn peer_table(rows: &[Row]) -> String {
@@ -322,10 +327,8 @@ fn peer_table(rows: &[Row]) -> String {
         let peer = s.peer.as_ref().expect("filtered");
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {:.0} | {:.0} | **{:.2}** | {:.2} / {:.2} | {:.0} / {:.0} | {:.1} / {:.1} |",
-            row.scenario.name(),
-            pets_label(row.pets),
-            row.backend,
+            "{}| {:.0} | {:.0} | **{:.2}** | {:.2} / {:.2} | {:.0} / {:.0} | {:.1} / {:.1} |",
+            row_head(row),
             peer.rate,
             s.server_rate,
             peer.server_vs_peer,
