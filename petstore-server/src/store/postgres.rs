@@ -333,8 +333,7 @@ fn status_from_column(row: &Row, column: usize, id: i64) -> Result<Option<PetSta
 #[async_trait::async_trait]
 impl PetStore for PostgresStore {
     async fn create(&self, pet: NewPet) -> Result<Pet, StoreError> {
-        let id = self.creates.create(pet.clone()).await?;
-        Ok(Pet::from_new(id, pet))
+        self.creates.create(pet).await
     }
 
     /// One transaction: the key's advisory lock (not free: another request,

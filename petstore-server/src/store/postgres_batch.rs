@@ -5,7 +5,7 @@
 //! to [`BATCH_MAX`]) and stores it with one `INSERT … SELECT FROM unnest(…)`
 //! in autocommit: one statement, one commit, one WAL flush for the whole
 //! batch (with `synchronous_commit = on`, the rows are on disk when it
-//! returns), then answers each create with its id. While a batch commits
+//! returns), then answers each create with its pet and id. While a batch commits
 //! the next one gathers, so batches grow with the load and a lone create
 //! waits for nobody. [`WRITERS`] batches may commit at once, on shared
 //! connections of their own (a commit holds its connection until the flush
@@ -22,7 +22,7 @@ use tokio_postgres::types::ToSql;
 
 use super::postgres_shared::SharedConnections;
 use super::{PostgresFailure, StoreError};
-use crate::model::{NewPet, PetStatus};
+use crate::model::{NewPet, Pet, PetStatus};
 
 /// The most creates stored by one statement.
 pub(super) const BATCH_MAX: usize = 512;
@@ -33,7 +33,7 @@ pub(super) const WRITERS: usize = 2;
 /// A create waiting for its batch.
 struct Waiting {
     pet: NewPet,
-    answer: oneshot::Sender<Result<i64, StoreError>>,
+    answer: oneshot::Sender<Result<Pet, StoreError>>,
 }
 
 /// The queue of plain creates and the task that stores them.
@@ -50,16 +50,16 @@ impl CreateBatcher {
         CreateBatcher { queue }
     }
 
-    /// Stores `pet` (in the next batch) and returns its id once the batch
-    /// is committed.
-    pub async fn create(&self, pet: NewPet) -> Result<i64, StoreError> {
-        let (answer, id) = oneshot::channel();
+    /// Stores `pet` (in the next batch) and returns it with its id once the
+    /// batch is committed.
+    pub async fn create(&self, pet: NewPet) -> Result<Pet, StoreError> {
+        let (answer, stored) = oneshot::channel();
         self.queue
             .send(Waiting { pet, answer })
             .map_err(|_| StoreError::Closed)?;
         // The writer answers every create it takes, unless the runtime is
         // shutting down under it.
-        id.await.unwrap_or(Err(StoreError::Closed))
+        stored.await.unwrap_or(Err(StoreError::Closed))
     }
 }
 
@@ -115,7 +115,7 @@ async fn store_and_answer(mut batch: Vec<Waiting>, connections: &SharedConnectio
     match insert(&batch, connections).await {
         Ok(ids) => {
             for (waiting, id) in batch.into_iter().zip(ids) {
-                let _ = waiting.answer.send(Ok(id));
+                let _ = waiting.answer.send(Ok(Pet::from_new(id, waiting.pet)));
             }
         }
         Err(Failure::Refused(_)) if batch.len() > 1 => {

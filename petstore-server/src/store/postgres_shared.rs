@@ -192,9 +192,9 @@ impl SharedConnections {
             .map(|i| &self.slots[(start + i) % self.slots.len()])
             .min_by_key(|slot| {
                 let in_flight = slot.in_flight.load(Ordering::Relaxed);
-                match live(&slot.current) {
-                    Some(_) => in_flight,
-                    None => in_flight + DEAD_SLOT_WEIGHT,
+                match is_live(&slot.current) {
+                    true => in_flight,
+                    false => in_flight + DEAD_SLOT_WEIGHT,
                 }
             })
             .expect("at least one slot")
@@ -226,7 +226,7 @@ impl SharedConnections {
     pub fn open(&self) -> usize {
         self.slots
             .iter()
-            .filter(|slot| live(&slot.current).is_some())
+            .filter(|slot| is_live(&slot.current))
             .count()
     }
 
@@ -321,4 +321,13 @@ fn live(current: &ArcSwapOption<Shared>) -> Option<Arc<Shared>> {
     current
         .load_full()
         .filter(|shared| !shared.client.is_closed())
+}
+
+/// Whether the slot has a connection that has not broken; it is asked of
+/// every slot on every request, so it takes no reference of its own.
+fn is_live(current: &ArcSwapOption<Shared>) -> bool {
+    current
+        .load()
+        .as_ref()
+        .is_some_and(|shared| !shared.client.is_closed())
 }
