@@ -186,14 +186,17 @@ fn an_unreachable_postgres_fails_start_up_clearly() {
     assert!(stderr.contains("Connection refused"), "{stderr}");
 }
 
-/// The bytes of every file of the database: what "untouched" means.
+/// The bytes of every file of the database: what "untouched" means. The
+/// WAL index (`-shm`) is left out: it is shared memory, not data, and the
+/// running server's own reads (its key refresh every 2 s) move the read
+/// marks in it at any moment.
 fn database_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
     let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
         .unwrap()
         .map(|entry| entry.unwrap().path())
         .filter(|path| {
             let name = path.file_name().unwrap().to_string_lossy();
-            name.starts_with("petstore.db") && !name.ends_with(".lock")
+            name.starts_with("petstore.db") && !name.ends_with(".lock") && !name.ends_with("-shm")
         })
         .map(|path| {
             let name = path.file_name().unwrap().to_string_lossy().into_owned();
