@@ -64,7 +64,7 @@ async fn readyz(rqctx: RequestContext<AdminContext>) -> Result<Response<Body>, H
             "the database did not answer within {} s",
             READY_TIMEOUT.as_secs()
         )),
-        Ok(Err(error)) => Some(crate::error::chain(&error)),
+        Ok(Err(error)) => Some(petstore_api::error::chain(&error)),
         Ok(Ok(())) if context.keys.counts().usable == 0 => {
             Some("no usable API key is loaded".to_owned())
         }
@@ -88,6 +88,9 @@ async fn readyz(rqctx: RequestContext<AdminContext>) -> Result<Response<Body>, H
 #[endpoint { method = GET, path = "/metrics", unpublished = true }]
 async fn metrics_text(rqctx: RequestContext<AdminContext>) -> Result<Response<Body>, HttpError> {
     let context = rqctx.context();
-    let body = context.metrics.render(&context.store, &context.keys).await;
+    let body = context
+        .metrics
+        .render(&context.store, context.keys.counts())
+        .await;
     text(StatusCode::OK, metrics::CONTENT_TYPE, body)
 }

@@ -1,19 +1,20 @@
 //! What every request handler can reach: the keys, the store, the count of
-//! requests in flight, and where what happened is noted and counted.
-//!
-//! It is its own module so that the interface's extractors (`auth.rs`) can
-//! find the keys without depending on the implementation (`server.rs`).
+//! requests in flight, and where what happened is noted and counted; and
+//! the interface's bearer check, answered from the keys.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+use petstore_api::auth::{Caller, Gatekeeper, Knock, Refusal};
 
 use crate::keyring::Keyring;
 use crate::metrics::Metrics;
 use crate::observe::RequestNotes;
 use crate::store::{PetStore, Retention};
 
-/// The server state handed to every endpoint.
-pub struct ApiContext {
+/// The server's state, handed to every endpoint inside the API's context
+/// (`petstore_api::auth::ApiContext`).
+pub struct Service {
     /// The keys clients must present.
     pub keys: Arc<Keyring>,
     /// What the access log and the metrics learn of each request.
@@ -26,6 +27,37 @@ pub struct ApiContext {
     pub requests: Requests,
     /// How long the first `201` of an idempotency key is kept.
     pub idempotency_retention: Retention,
+}
+
+impl Gatekeeper for Service {
+    /// Looks the key up in the keyring (no await, no lock), notes the
+    /// operation and the key's name for the access log, counts refusals,
+    /// and counts the request as in flight until its handler is done with
+    /// it (or it is dropped), so that a shutdown can say how many requests
+    /// it had to cut.
+    fn admit(&self, request: &Knock<'_>) -> Result<Caller, Refusal> {
+        match self.keys.authenticate(request.headers) {
+            Ok(caller) => {
+                let (request_id, operation) = (request.request_id, request.operation_id);
+                self.notes.note(request_id, operation, Some(caller.name));
+                Ok(Caller {
+                    identity: caller.digest.0,
+                    guard: Box::new(self.requests.start()),
+                })
+            }
+            Err(failure) => {
+                self.notes
+                    .note(request.request_id, request.operation_id, None);
+                if let Some(metrics) = &self.metrics {
+                    metrics.auth_rejected(failure.reason());
+                }
+                Err(Refusal {
+                    message: failure.message(),
+                    reason: failure.reason(),
+                })
+            }
+        }
+    }
 }
 
 /// Counts requests in flight.

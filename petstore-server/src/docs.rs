@@ -21,7 +21,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use utoipa_swagger_ui::Config;
 
-use crate::context::ApiContext;
+use petstore_api::auth::ApiContext;
 
 /// The committed contract, as it is in the repository.
 pub const CONTRACT_YAML: &str = include_str!("../../openapi/petstore.yaml");

@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use arc_swap::ArcSwap;
 use http::HeaderMap;
 
-use crate::keys::{AcceptedKey, ApiKeys, AuthFailure, KeyDigest, KeySet};
+use crate::keys::{AcceptedKey, ApiKeys, AuthFailure, KeyCounts, KeyDigest, KeySet};
 use crate::metrics::Metrics;
 use crate::store::{KeyStore, StoreError, StoredKey};
 
@@ -39,17 +39,6 @@ pub struct Caller {
     /// The key's digest: what stays the same for one key across reloads,
     /// restarts and instances.
     pub digest: KeyDigest,
-}
-
-/// How many keys of each state the server holds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct KeyCounts {
-    /// Accepted now.
-    pub usable: usize,
-    /// Stored, not revoked, past their expiry.
-    pub expired: usize,
-    /// Stored and revoked.
-    pub revoked: usize,
 }
 
 /// The live set of accepted keys.
@@ -172,7 +161,7 @@ impl Keyring {
                     if !failing {
                         failing = true;
                         slog::warn!(log, "cannot reload the API keys; the keys loaded last stay in force";
-                            "error" => %crate::error::chain(&error));
+                            "error" => %petstore_api::error::chain(&error));
                     }
                 }
             }

@@ -328,6 +328,17 @@ fn bearer_token(headers: &HeaderMap) -> Result<&str, AuthFailure> {
     }
 }
 
+/// How many keys of each state the server holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KeyCounts {
+    /// Accepted now.
+    pub usable: usize,
+    /// Stored, not revoked, past their expiry.
+    pub expired: usize,
+    /// Stored and revoked.
+    pub revoked: usize,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

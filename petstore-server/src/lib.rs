@@ -1,13 +1,14 @@
 //! The pet store service: a dropshot server implementing
 //! `openapi/petstore.yaml`.
 //!
-//! - [`api`]: the interface, as a dropshot API trait.
-//! - [`server`]: its implementation and the running server.
-//! - [`model`], [`error`]: the contract's types and its error body.
-//! - [`keys`], [`keyring`], [`auth`], [`body`], [`idempotency`]: API keys
-//!   and the live set of accepted keys, the bearer-key extractor, the strict
-//!   JSON body extractor and the `Idempotency-Key` header the interface uses.
-//! - [`context`]: what every handler can reach.
+//! The interface — the API trait, the contract's types, its error body and
+//! the extractors its operations take — is the `petstore-api` crate; this
+//! crate implements it.
+//!
+//! - [`server`]: the implementation and the running server.
+//! - [`keys`], [`keyring`]: API keys and the live set of accepted keys.
+//! - [`context`]: what every handler can reach; the interface's bearer
+//!   check (`petstore_api::auth::Gatekeeper`), answered from the keyring.
 //! - [`admin`], [`metrics`], [`observe`]: the management listener (health,
 //!   readiness, metrics) and what feeds the metrics and the access log.
 //! - [`store`]: the storage interface and its SQLite and PostgreSQL
@@ -16,18 +17,12 @@
 //! - [`logging`]: structured logs.
 
 pub mod admin;
-pub mod api;
-pub mod auth;
-pub mod body;
 pub mod context;
 pub mod docs;
-pub mod error;
-pub mod idempotency;
 pub mod keyring;
 pub mod keys;
 pub mod logging;
 pub mod metrics;
-pub mod model;
 pub mod observe;
 pub mod server;
 pub mod store;

@@ -7,7 +7,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use petstore_server::keys::ApiKeys;
 use petstore_server::logging;
 use petstore_server::store::{DatabaseUrl, FatalSender, StoreMetrics};
-use petstore_server::{ServerConfig, api, store};
+use petstore_server::{ServerConfig, store};
 
 mod cli;
 
@@ -212,7 +212,7 @@ fn config_check(file: std::path::PathBuf) -> anyhow::Result<()> {
 fn print_openapi() -> anyhow::Result<()> {
     println!(
         "{}",
-        serde_json::to_string_pretty(&api::openapi_document())?
+        serde_json::to_string_pretty(&petstore_api::openapi_document())?
     );
     Ok(())
 }

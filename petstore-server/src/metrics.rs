@@ -14,7 +14,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::keyring::Keyring;
+use crate::keys::KeyCounts;
 use crate::store::{PetStore, StoreMetrics};
 
 /// The content type of [`Metrics::render`]'s output.
@@ -137,7 +137,7 @@ impl Metrics {
         build_info
             .get_or_create(&BuildLabels {
                 version: env!("CARGO_PKG_VERSION"),
-                contract: crate::api::CONTRACT_VERSION.to_string(),
+                contract: petstore_api::CONTRACT_VERSION.to_string(),
             })
             .set(1);
         let r = &mut registry;
@@ -299,7 +299,7 @@ impl Metrics {
     /// The metrics as text, after reading the figures read at scrape time.
     /// A store that cannot answer within a second leaves its figures as
     /// they were: a scrape never waits for a database outage.
-    pub async fn render(&self, store: &Arc<dyn PetStore>, keyring: &Keyring) -> String {
+    pub async fn render(&self, store: &Arc<dyn PetStore>, keys: KeyCounts) -> String {
         let stats = tokio::time::timeout(std::time::Duration::from_secs(1), store.stats()).await;
         if let Ok(Ok(stats)) = stats {
             self.pets.set(i64::try_from(stats.pets).unwrap_or(i64::MAX));
@@ -320,11 +320,10 @@ impl Metrics {
                 self.shared_open.set(shared.open as i64);
             }
         }
-        let counts = keyring.counts();
         for (state, count) in [
-            ("usable", counts.usable),
-            ("expired", counts.expired),
-            ("revoked", counts.revoked),
+            ("usable", keys.usable),
+            ("expired", keys.expired),
+            ("revoked", keys.revoked),
         ] {
             self.keys
                 .get_or_create(&StateLabels { state })

@@ -8,10 +8,10 @@
 //! what the authentication extractor noted about the request (the
 //! operationId and the name of the key), found by request id.
 
-use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 
+use dashmap::DashMap;
 use slog::{Drain, Key, OwnedKVList, Record, Serializer};
 
 use crate::metrics::Metrics;
@@ -27,11 +27,16 @@ struct Note {
 }
 
 /// Notes on requests in flight, by request id.
+///
+/// Every request writes and takes a note, from whichever worker runs it, so
+/// both maps are sharded (`DashMap`): requests on different shards never
+/// wait for each other, where one `Mutex<HashMap>` made every request of
+/// the server take the same lock twice.
 #[derive(Debug, Default)]
 pub struct RequestNotes {
-    pending: Mutex<HashMap<String, Note>>,
+    pending: DashMap<String, Note>,
     /// Each operationId once, shared by every note and metric label.
-    operations: RwLock<HashMap<String, Arc<str>>>,
+    operations: DashMap<String, Arc<str>>,
 }
 
 impl RequestNotes {
@@ -43,37 +48,28 @@ impl RequestNotes {
         // logs the latter from a guard, also when a handler panics), and
         // either takes the note back: nothing stays behind.
         self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .insert(request_id.to_owned(), Note { operation, key });
     }
 
     fn intern(&self, operation: &str) -> Arc<str> {
-        let known = self.operations.read().unwrap_or_else(|e| e.into_inner());
-        if let Some(operation) = known.get(operation) {
-            return Arc::clone(operation);
+        if let Some(known) = self.operations.get(operation) {
+            return Arc::clone(&known);
         }
-        drop(known);
-        let mut known = self.operations.write().unwrap_or_else(|e| e.into_inner());
-        Arc::clone(
-            known
-                .entry(operation.to_owned())
-                .or_insert_with(|| operation.into()),
-        )
+        let entry = self.operations.entry(operation.to_owned());
+        Arc::clone(&entry.or_insert_with(|| operation.into()))
     }
 
     fn take(&self, request_id: &str) -> Option<Note> {
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(request_id)
+        self.pending.remove(request_id).map(|(_, note)| note)
     }
 }
 
 /// Wraps the server's logger; see the module's documentation.
 pub struct ObservingDrain {
     inner: slog::Logger,
-    notes: Arc<RequestNotes>,
+    /// Nothing in a note's insert or removal panics but allocation, which
+    /// aborts: no panic can leave a shard half-written.
+    notes: AssertUnwindSafe<Arc<RequestNotes>>,
     /// A panic while a metric is updated leaves at worst a count off by one.
     metrics: Option<AssertUnwindSafe<Arc<Metrics>>>,
 }
@@ -87,7 +83,7 @@ impl ObservingDrain {
     ) -> ObservingDrain {
         ObservingDrain {
             inner,
-            notes,
+            notes: AssertUnwindSafe(notes),
             metrics: metrics.map(AssertUnwindSafe),
         }
     }

@@ -13,24 +13,24 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::admin::{self, AdminContext};
-use crate::api::{
-    DeprecationHeaders, LIMIT_MAX, ListPetsParams, PageHeaders, PetPath, PetsPage, PetstoreApi,
-    REQUEST_BODY_MAX_BYTES, petstore_api_mod,
-};
-use crate::auth::Authenticated;
-use crate::body::StrictJson;
-use crate::context::{ApiContext, Requests};
-use crate::error::ApiError;
-use crate::idempotency::{CreatedHeaders, IdempotencyKey};
+use petstore_api::auth::{ApiContext, Authenticated};
+use petstore_api::body::StrictJson;
+use petstore_api::error::ApiError;
+use petstore_api::idempotency::{CreatedHeaders, IdempotencyKey};
+use petstore_api::params::{ListPetsParams, PetPath};
+use petstore_api::responses::{DeprecationHeaders, PageHeaders, PetsPage};
+use petstore_api::{LIMIT_MAX, PetstoreApi, REQUEST_BODY_MAX_BYTES};
+
+use crate::context::{Requests, Service};
 use crate::keyring::{Keyring, unix_now};
 use crate::keys::ApiKeys;
 use crate::metrics::Metrics;
-use crate::model::{NewPet, Pet};
 use crate::observe::{ObservingDrain, RequestNotes};
 use crate::store::{
     self, CreateOutcome, DatabaseUrl, Idempotency, KeyStore, ListQuery, OpenError, PURGE_BATCH,
     PetStore, Retention, StoreError, StoreMetrics,
 };
+use petstore_api::model::{NewPet, Pet};
 
 // Every page the contract allows, the store can serve.
 const _: () = assert!(LIMIT_MAX as u32 <= store::LIST_MAX);
@@ -38,10 +38,20 @@ const _: () = assert!(LIMIT_MAX as u32 <= store::LIST_MAX);
 /// The implementation of the API trait; never constructed.
 pub enum PetstoreImpl {}
 
+/// The server's state in a request's context. It is always there (the
+/// server makes the context from it); if it were not, that is a bug: 500.
+fn service(rqctx: &RequestContext<ApiContext>) -> Result<&Service, ApiError> {
+    rqctx.context().implementation().ok_or_else(|| {
+        ApiError::internal(&std::io::Error::other(
+            "the API context does not hold the server's state",
+        ))
+    })
+}
+
 /// A storage failure as the client sees it: 503 when retrying later is
 /// right, 500 when it is a bug or corrupt data (the cause is logged either
 /// way, in the access log's `error_message_internal`, and counted).
-fn store_failure(context: &ApiContext) -> impl Fn(StoreError) -> ApiError + '_ {
+fn store_failure(context: &Service) -> impl Fn(StoreError) -> ApiError + '_ {
     move |error| {
         let unavailable = error.is_unavailable();
         if let Some(metrics) = &context.metrics {
@@ -65,10 +75,10 @@ impl PetstoreApi for PetstoreImpl {
     ) -> Result<PetsPage, ApiError> {
         let params = query.into_inner();
         let limit = params.checked_limit()?;
-        let context = rqctx.context();
+        let context = service(&rqctx)?;
         let page = context
             .store
-            .list_encoded(ListQuery {
+            .list(ListQuery {
                 limit,
                 status: params.status,
                 after: params.after,
@@ -91,7 +101,7 @@ impl PetstoreApi for PetstoreImpl {
         idempotency_key: IdempotencyKey,
         body: StrictJson<NewPet>,
     ) -> Result<HttpResponseHeaders<HttpResponseCreated<Pet>, CreatedHeaders>, ApiError> {
-        let context = rqctx.context();
+        let context = service(&rqctx)?;
         let pet = body.into_inner();
         let created =
             |pet, headers| Ok(HttpResponseHeaders::new(HttpResponseCreated(pet), headers));
@@ -104,7 +114,7 @@ impl PetstoreApi for PetstoreImpl {
             return created(pet, CreatedHeaders::default());
         };
         let once = Idempotency::new(
-            auth.key_digest().0,
+            auth.identity(),
             key,
             &pet,
             unix_now(),
@@ -146,7 +156,7 @@ impl PetstoreApi for PetstoreImpl {
         path: Path<PetPath>,
     ) -> Result<HttpResponseHeaders<HttpResponseOk<Pet>, DeprecationHeaders>, ApiError> {
         let id = path.into_inner().pet_id;
-        let context = rqctx.context();
+        let context = service(&rqctx)?;
         match context
             .store
             .get(id)
@@ -438,13 +448,13 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
     };
     let stored = match database.keys.list_keys().await {
         Ok(stored) => stored,
-        Err(e) => return fail(StartError::Keys(crate::error::chain(&e))).await,
+        Err(e) => return fail(StartError::Keys(petstore_api::error::chain(&e))).await,
     };
     let keys = Arc::new(Keyring::new(config.api_keys, &stored));
     if keys.counts().usable == 0 {
         return fail(StartError::NoKeys).await;
     }
-    let mut api = match petstore_api_mod::api_description::<PetstoreImpl>() {
+    let mut api = match petstore_api::api_description::<PetstoreImpl>() {
         Ok(api) => api,
         Err(e) => return fail(StartError::Api(e.to_string())).await,
     };
@@ -474,7 +484,7 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
         ..Default::default()
     };
     let requests = Requests::default();
-    let context = ApiContext {
+    let service = Service {
         keys: Arc::clone(&keys),
         notes,
         metrics: metrics.clone(),
@@ -482,6 +492,7 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
         requests: requests.clone(),
         idempotency_retention: Retention::new(config.idempotency_retention),
     };
+    let context = ApiContext::new(Arc::new(service));
     let http = match ServerBuilder::new(api, context, api_log)
         .config(dropshot_config)
         .tls(tls)
@@ -563,7 +574,7 @@ async fn purge_expired_idempotency(
                 }
                 Err(e) => {
                     slog::warn!(log, "purging expired idempotency records failed; \
-                        trying again later"; "error" => crate::error::chain(&e));
+                        trying again later"; "error" => petstore_api::error::chain(&e));
                     break;
                 }
             }

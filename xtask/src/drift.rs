@@ -100,7 +100,7 @@ pub fn check() -> anyhow::Result<()> {
 /// parse, the server does not start).
 pub async fn check_contract(yaml: &str) -> anyhow::Result<Report> {
     let contract: OpenAPI = serde_yaml::from_str(yaml).context("parsing the contract YAML")?;
-    let emitted: OpenAPI = serde_json::from_value(petstore_server::api::openapi_document())
+    let emitted: OpenAPI = serde_json::from_value(petstore_api::openapi_document())
         .context("parsing the emitted document")?;
     let mut report = Report::default();
     let prefix = canon::path_prefix(&contract, &mut report.differences);

@@ -16,7 +16,7 @@ pub fn emit() -> anyhow::Result<()> {
     let dir = workspace_root().join("target/openapi");
     std::fs::create_dir_all(&dir)?;
     let path = dir.join("emitted.json");
-    let document = petstore_server::api::openapi_document();
+    let document = petstore_api::openapi_document();
     std::fs::write(&path, serde_json::to_string_pretty(&document)? + "\n")
         .with_context(|| format!("writing {}", path.display()))?;
     println!("{}", path.display());

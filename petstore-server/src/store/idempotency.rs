@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use crate::model::{NewPet, Pet};
+use petstore_api::model::{NewPet, Pet};
 
 /// How many expired records one purge call deletes at most: small enough
 /// that a purge never holds the database for long.
@@ -180,7 +180,7 @@ impl Drop for Claim {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::PetStatus;
+    use petstore_api::model::PetStatus;
 
     fn pet(name: &str) -> NewPet {
         NewPet {

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use futures::{StreamExt, TryStreamExt};
-use petstore_server::model::{NewPet, PetStatus};
+use petstore_api::model::{NewPet, PetStatus};
 use petstore_server::store::{self, DatabaseUrl};
 
 /// Creates kept in flight at once. The SQLite store commits every create

@@ -776,7 +776,7 @@ async fn version_bumped() {
     *at(&mut doc, &["info", "version"]) = "9.9.9".into();
     let expected = format!(
         "info: version: yaml \"9.9.9\", server \"{}\"",
-        petstore_server::api::CONTRACT_VERSION
+        petstore_api::CONTRACT_VERSION
     );
     caught(doc, &[&expected]).await;
 }

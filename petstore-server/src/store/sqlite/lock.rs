@@ -22,7 +22,7 @@ use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
-use super::OpenError;
+use crate::store::OpenError;
 
 /// The held lock; released when dropped (or when the process exits).
 #[derive(Debug)]

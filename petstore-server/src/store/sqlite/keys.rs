@@ -10,10 +10,10 @@ use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 
-use super::keys::{KeyError, KeyStore, Revoked, StoredKey, stored_digest};
 use super::lock::DatabaseLock;
-use super::sqlite::{MIGRATIONS, configure_and_migrate, schema_version, sqlite};
-use super::{OpenError, StoreError};
+use super::schema::{BUSY_TIMEOUT, MIGRATIONS, configure_and_migrate, schema_version, sqlite};
+use crate::store::keys::{KeyError, KeyStore, Revoked, StoredKey, stored_digest};
+use crate::store::{OpenError, StoreError};
 
 /// The SQLite implementation of [`KeyStore`].
 pub struct SqliteKeys {
@@ -71,7 +71,7 @@ impl SqliteKeys {
                 let conn = Connection::open(path)
                     .map_err(sqlite("opening the file"))
                     .map_err(in_file)?;
-                conn.busy_timeout(super::sqlite::BUSY_TIMEOUT)
+                conn.busy_timeout(BUSY_TIMEOUT)
                     .map_err(sqlite("configuring the connection"))
                     .map_err(in_file)?;
                 let found = schema_version(&conn).map_err(in_file)?;

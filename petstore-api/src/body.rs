@@ -38,7 +38,7 @@ where
 {
     async fn from_request<Context: ServerContext>(
         rqctx: &RequestContext<Context>,
-        request: hyper::Request<dropshot::Body>,
+        request: http::Request<dropshot::Body>,
     ) -> Result<StrictJson<T>, HttpError> {
         let max = rqctx.request_body_max_bytes();
         let (parts, body) = request.into_parts();

@@ -33,8 +33,12 @@ use arc_swap::ArcSwapOption;
 use tokio::task::JoinHandle;
 use tokio_postgres::{Client, NoTls, Statement};
 
-use super::postgres::CONNECTION_TIMEOUT;
-use super::{PostgresFailure, StoreError};
+use crate::store::{PostgresFailure, StoreError};
+
+/// How long a request waits for a connection, or for one to be made, before
+/// it fails with 503 (a statement on a shared connection then has
+/// `STATEMENT_TIMEOUT` of its own).
+pub(super) const CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long a statement on a shared connection may take before the
 /// connection is given up.

@@ -21,57 +21,28 @@ use std::sync::{Arc, Mutex, RwLock, RwLockWriteGuard, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rusqlite::{Connection, ErrorCode, TransactionBehavior, params};
+use rusqlite::{Connection, TransactionBehavior, params};
 use tokio::sync::oneshot;
 
-use super::catalogue::Catalogue;
+mod catalogue;
+mod keys;
+mod lock;
+mod schema;
+
+pub use keys::SqliteKeys;
+pub(super) use schema::is_unavailable;
+
+use self::catalogue::Catalogue;
+use self::lock::DatabaseLock;
+use self::schema::{BUSY_TIMEOUT, configure_and_migrate, sqlite};
 use super::idempotency::{Claim, Claims, CreateOutcome, Idempotency};
-use super::lock::DatabaseLock;
-use super::sqlite_keys::SqliteKeys;
 use super::{
     FatalSender, ListQuery, OpenError, Page, PetStore, StoreError, StoreMetrics, StoreStats,
 };
-use crate::model::{NewPet, Pet, PetStatus};
-
-/// Schema migrations; the database's `user_version` counts those applied.
-/// No secondary index: reads are served from memory (see `Catalogue`).
-pub(super) const MIGRATIONS: &[&str] = &[
-    "CREATE TABLE pets (
-        id          INTEGER PRIMARY KEY AUTOINCREMENT,
-        name        TEXT    NOT NULL,
-        category_id INTEGER NOT NULL,
-        status      TEXT    CHECK (status IN ('available', 'pending', 'sold'))
-    );",
-    // API keys (see `keys.rs`): digests only; times in Unix seconds.
-    "CREATE TABLE api_keys (
-        name         TEXT    PRIMARY KEY,
-        digest       BLOB    NOT NULL UNIQUE,
-        created_at   INTEGER NOT NULL,
-        expires_at   INTEGER,
-        last_used_at INTEGER,
-        revoked_at   INTEGER
-    );",
-    // Idempotency keys (see `idempotency.rs`): the first 201 of each key,
-    // a copy of the pet it answered, committed with the pet.
-    "CREATE TABLE idempotency_keys (
-        scope       BLOB    NOT NULL,
-        key         TEXT    NOT NULL,
-        fingerprint BLOB    NOT NULL,
-        created_at  INTEGER NOT NULL,
-        pet_id      INTEGER NOT NULL,
-        name        TEXT    NOT NULL,
-        category_id INTEGER NOT NULL,
-        status      TEXT,
-        PRIMARY KEY (scope, key)
-    );
-    CREATE INDEX idempotency_keys_by_age ON idempotency_keys (created_at);",
-];
+use petstore_api::model::{NewPet, Pet, PetStatus};
 
 /// The most creates one transaction commits.
 const MAX_GROUP: usize = 512;
-/// How long a connection waits on a lock (e.g. another program holding the
-/// file) before the request fails with 503.
-pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often an idle writer checks that the database file is still the one
 /// it has open (it also checks after every commit, before answering).
 const FILE_CHECK_INTERVAL: Duration = Duration::from_secs(2);
@@ -118,31 +89,6 @@ pub struct SqliteStore {
     identity: FileIdentity,
     /// Set by the writer once the path no longer names that file.
     replaced: Arc<AtomicBool>,
-}
-
-/// Whether a SQLite error is the database's being unavailable (busy, full,
-/// I/O failing, file gone) rather than corrupt data or a bug in us.
-pub(super) fn is_unavailable(error: &rusqlite::Error) -> bool {
-    matches!(
-        error.sqlite_error_code(),
-        Some(
-            ErrorCode::DatabaseBusy
-                | ErrorCode::DatabaseLocked
-                | ErrorCode::DiskFull
-                | ErrorCode::SystemIoFailure
-                | ErrorCode::CannotOpen
-                | ErrorCode::ReadOnly
-                | ErrorCode::OutOfMemory
-                | ErrorCode::FileLockingProtocolFailed
-        )
-    )
-}
-
-pub(super) fn sqlite(doing: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
-    move |source| StoreError::Sqlite {
-        doing,
-        source: Arc::new(source),
-    }
 }
 
 impl SqliteStore {
@@ -258,29 +204,6 @@ impl SqliteStore {
     }
 }
 
-/// A write that failed at start-up because the file or its directory is
-/// read-only is reported as such; anything else as it is.
-fn read_only_or(
-    path: &Path,
-    error: StoreError,
-    otherwise: impl FnOnce(StoreError) -> OpenError,
-) -> OpenError {
-    match &error {
-        StoreError::Sqlite { source, .. }
-            if matches!(
-                source.sqlite_error_code(),
-                Some(ErrorCode::ReadOnly | ErrorCode::CannotOpen)
-            ) =>
-        {
-            OpenError::ReadOnly {
-                path: path.to_owned(),
-                reason: source.to_string(),
-            }
-        }
-        _ => otherwise(error),
-    }
-}
-
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     if let Some(message) = panic.downcast_ref::<&str>() {
         (*message).to_owned()
@@ -289,79 +212,6 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     } else {
         "(no message)".to_owned()
     }
-}
-
-/// Configures a fresh connection (busy timeout, WAL, full sync) and brings
-/// the schema up to date; a read-only file or directory is reported as such.
-pub(super) fn configure_and_migrate(conn: &mut Connection, path: &Path) -> Result<(), OpenError> {
-    let in_file = |source: StoreError| OpenError::Store {
-        database: path.display().to_string(),
-        source,
-    };
-    if conn.is_readonly(rusqlite::MAIN_DB).unwrap_or(false) {
-        return Err(OpenError::ReadOnly {
-            path: path.to_owned(),
-            reason: "SQLite could open it for reading only".into(),
-        });
-    }
-    let refused = |e| match e {
-        Migration::Store(e) => read_only_or(path, e, in_file),
-        Migration::Refused(e) => e,
-    };
-    configure(conn, path).map_err(refused)?;
-    migrate(conn).map_err(refused)
-}
-
-/// The schema version the database says it has.
-pub(super) fn schema_version(conn: &Connection) -> Result<i64, StoreError> {
-    conn.query_row("PRAGMA user_version", [], |row| row.get(0))
-        .map_err(sqlite("reading the schema version"))
-}
-
-fn configure(conn: &Connection, path: &Path) -> Result<(), Migration> {
-    let sql = |e| Migration::Store(sqlite("configuring the connection")(e));
-    conn.busy_timeout(BUSY_TIMEOUT).map_err(sql)?;
-    let mode: String = conn
-        .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
-        .map_err(sql)?;
-    if !mode.eq_ignore_ascii_case("wal") {
-        return Err(Migration::Refused(OpenError::NoWal {
-            path: path.to_owned(),
-            mode,
-        }));
-    }
-    conn.pragma_update(None, "synchronous", "FULL").map_err(sql)
-}
-
-/// Why configuring or migrating failed: the database, or a refusal.
-enum Migration {
-    Store(StoreError),
-    Refused(OpenError),
-}
-
-/// Applies the migrations the database lacks, each in its own transaction
-/// with the version bump. A database from a newer server is left untouched.
-fn migrate(conn: &mut Connection) -> Result<(), Migration> {
-    let sql = |e| Migration::Store(sqlite("migrating the schema")(e));
-    let current = schema_version(conn).map_err(Migration::Store)?;
-    let current = usize::try_from(current)
-        .map_err(|_| Migration::Refused(OpenError::InvalidSchemaVersion(current)))?;
-    if current > MIGRATIONS.len() {
-        return Err(Migration::Refused(OpenError::NewerSchema {
-            found: current as i64,
-            known: MIGRATIONS.len(),
-        }));
-    }
-    for (version, migration) in MIGRATIONS.iter().enumerate().skip(current) {
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Exclusive)
-            .map_err(sql)?;
-        tx.execute_batch(migration).map_err(sql)?;
-        tx.pragma_update(None, "user_version", version + 1)
-            .map_err(sql)?;
-        tx.commit().map_err(sql)?;
-    }
-    Ok(())
 }
 
 /// Which file a path names: its device and inode.
@@ -815,7 +665,8 @@ mod tests {
     }
 
     async fn list(store: &SqliteStore, status: Option<PetStatus>) -> Vec<Pet> {
-        store.list(query(status)).await.unwrap().pets
+        let page = store.list(query(status)).await.unwrap();
+        serde_json::from_slice(&page.pets.into_bytes()).expect("a JSON array of pets")
     }
 
     async fn open(path: &Path) -> Result<SqliteStore, OpenError> {

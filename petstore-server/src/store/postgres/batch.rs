@@ -13,6 +13,11 @@
 //! with the fewest in flight). A batch that fails for want of the database
 //! fails every create in it with 503, and may have been stored (as any
 //! create whose connection is lost mid-commit).
+//!
+//! The queue is bounded ([`QUEUE_MAX`]): when the database falls that far
+//! behind, a create is refused at once with 503 (nothing stored) rather than
+//! queued, so memory never grows without bound and a client learns to
+//! back off instead of waiting for an answer that may come too late.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,15 +25,18 @@ use std::sync::Arc;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_postgres::types::ToSql;
 
-use super::postgres_shared::SharedConnections;
-use super::{PostgresFailure, StoreError};
-use crate::model::{NewPet, Pet, PetStatus};
+use super::shared::SharedConnections;
+use crate::store::{PostgresFailure, StoreError};
+use petstore_api::model::{NewPet, Pet, PetStatus};
 
 /// The most creates stored by one statement.
 pub(super) const BATCH_MAX: usize = 512;
 
 /// Batches committing at once (and connections for them).
 pub(super) const WRITERS: usize = 2;
+
+/// The most creates waiting for a batch: four rounds of full batches.
+pub(super) const QUEUE_MAX: usize = 4 * WRITERS * BATCH_MAX;
 
 /// A create waiting for its batch.
 struct Waiting {
@@ -38,25 +46,37 @@ struct Waiting {
 
 /// The queue of plain creates and the task that stores them.
 pub(super) struct CreateBatcher {
-    queue: mpsc::UnboundedSender<Waiting>,
+    queue: mpsc::Sender<Waiting>,
 }
 
 impl CreateBatcher {
     /// Starts the writer task on the current runtime, storing through
     /// `connections`. It ends when the batcher is dropped.
     pub fn start(connections: Arc<SharedConnections>) -> CreateBatcher {
-        let (queue, waiting) = mpsc::unbounded_channel();
+        let (batcher, waiting) = CreateBatcher::with_queue(QUEUE_MAX);
         tokio::spawn(write_batches(waiting, connections));
-        CreateBatcher { queue }
+        batcher
+    }
+
+    /// A batcher whose creates wait in a queue of `capacity`, for whoever
+    /// takes them from the receiver.
+    fn with_queue(capacity: usize) -> (CreateBatcher, mpsc::Receiver<Waiting>) {
+        let (queue, waiting) = mpsc::channel(capacity);
+        (CreateBatcher { queue }, waiting)
     }
 
     /// Stores `pet` (in the next batch) and returns it with its id once the
-    /// batch is committed.
+    /// batch is committed; refuses at once when the queue is full.
     pub async fn create(&self, pet: NewPet) -> Result<Pet, StoreError> {
         let (answer, stored) = oneshot::channel();
         self.queue
-            .send(Waiting { pet, answer })
-            .map_err(|_| StoreError::Closed)?;
+            .try_send(Waiting { pet, answer })
+            .map_err(|error| match error {
+                mpsc::error::TrySendError::Full(_) => {
+                    StoreError::Overloaded(self.queue.max_capacity())
+                }
+                mpsc::error::TrySendError::Closed(_) => StoreError::Closed,
+            })?;
         // The writer answers every create it takes, unless the runtime is
         // shutting down under it.
         stored.await.unwrap_or(Err(StoreError::Closed))
@@ -65,10 +85,7 @@ impl CreateBatcher {
 
 /// The writer: takes what is waiting, stores it, answers; at most
 /// [`WRITERS`] batches at once.
-async fn write_batches(
-    mut waiting: mpsc::UnboundedReceiver<Waiting>,
-    connections: Arc<SharedConnections>,
-) {
+async fn write_batches(mut waiting: mpsc::Receiver<Waiting>, connections: Arc<SharedConnections>) {
     let writers = Arc::new(Semaphore::new(WRITERS));
     loop {
         let Ok(writer) = Arc::clone(&writers).acquire_owned().await else {
@@ -193,4 +210,49 @@ async fn insert(batch: &[Waiting], connections: &SharedConnections) -> Result<Ve
                 )))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rex() -> NewPet {
+        NewPet {
+            name: "Rex".into(),
+            category_id: 1,
+            status: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_refuses_a_create_at_once_and_keeps_what_it_holds() {
+        let (batcher, mut waiting) = CreateBatcher::with_queue(2);
+        let batcher = Arc::new(batcher);
+        let queued: Vec<_> = (0..2)
+            .map(|_| {
+                let batcher = Arc::clone(&batcher);
+                tokio::spawn(async move { batcher.create(rex()).await })
+            })
+            .collect();
+        // Both wait in the queue, unanswered, once the channel is full.
+        let full = || std::future::ready(batcher.queue.capacity() == 0);
+        petstore_support::eventually_async("both creates queued", full).await;
+        let refused = batcher.create(rex()).await.unwrap_err();
+        assert!(matches!(refused, StoreError::Overloaded(2)), "{refused:?}");
+        assert!(refused.is_unavailable(), "a full queue is a 503");
+        // What was queued is still there, and answered by whoever takes it.
+        for (id, create) in (1..).zip(queued) {
+            let Waiting { pet, answer } = waiting.recv().await.unwrap();
+            answer.send(Ok(Pet::from_new(id, pet))).unwrap();
+            assert_eq!(create.await.unwrap().unwrap().id, id);
+        }
+        // Room again.
+        let next = tokio::spawn({
+            let batcher = Arc::clone(&batcher);
+            async move { batcher.create(rex()).await }
+        });
+        let Waiting { pet, answer } = waiting.recv().await.unwrap();
+        answer.send(Ok(Pet::from_new(3, pet))).unwrap();
+        assert_eq!(next.await.unwrap().unwrap().id, 3);
+    }
 }

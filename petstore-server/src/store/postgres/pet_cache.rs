@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 use std::sync::RwLock;
 
-use crate::model::Pet;
+use petstore_api::model::Pet;
 
 /// The pets read by id so far.
 #[derive(Debug, Default)]

@@ -17,8 +17,8 @@
 //! append-only on disk as SQLite rows, and the writer applies them to this
 //! copy after the commit, as it appends today.
 
-use super::{ListQuery, Page};
-use crate::model::{Pet, PetStatus};
+use crate::store::{ListQuery, Page};
+use petstore_api::model::{Pet, PetArrayWriter, PetStatus};
 
 /// The committed pets, in id order.
 #[derive(Default)]
@@ -53,29 +53,33 @@ impl Catalogue {
     }
 
     /// The page `query` asks for: up to `limit` pets after the cursor, of
-    /// the status if one is given, and whether more follow.
+    /// the status if one is given, encoded straight from the columns, and
+    /// whether more follow.
     pub fn page(&self, query: ListQuery) -> Page {
         let limit = query.limit as usize;
         let after = query.after.unwrap_or(i64::MIN);
-        let (pets, more) = match query.status {
+        let mut pets = PetArrayWriter::with_capacity(limit);
+        let more = match query.status {
             None => {
                 let start = self.ids.first_after(after);
                 let end = (start + limit).min(self.ids.len());
-                let pets = (start..end).map(|at| self.pet(at)).collect();
-                (pets, end < self.ids.len())
+                (start..end).for_each(|at| self.encode(at, &mut pets));
+                end < self.ids.len()
             }
             Some(status) => {
                 let positions = &self.by_status[status as usize];
                 let start = positions.partition_point(|&at| self.ids.at(at as usize) <= after);
                 let end = (start + limit).min(positions.len());
-                let pets = positions[start..end]
-                    .iter()
-                    .map(|&at| self.pet(at as usize))
-                    .collect();
-                (pets, end < positions.len())
+                for &at in &positions[start..end] {
+                    self.encode(at as usize, &mut pets);
+                }
+                end < positions.len()
             }
         };
-        Page { pets, more }
+        Page {
+            pets: pets.finish(),
+            more,
+        }
     }
 
     /// How many pets there are.
@@ -89,13 +93,22 @@ impl Catalogue {
     }
 
     fn pet(&self, at: usize) -> Pet {
-        let start = if at == 0 { 0 } else { self.name_ends[at - 1] };
         Pet {
             id: self.ids.at(at),
-            name: self.names[start..self.name_ends[at]].to_owned(),
+            name: self.name(at).to_owned(),
             category_id: self.category_ids[at],
             status: self.statuses[at],
         }
+    }
+
+    fn encode(&self, at: usize, pets: &mut PetArrayWriter) {
+        let (id, category_id) = (self.ids.at(at), self.category_ids[at]);
+        pets.push(id, self.name(at), category_id, self.statuses[at]);
+    }
+
+    fn name(&self, at: usize) -> &str {
+        let start = if at == 0 { 0 } else { self.name_ends[at - 1] };
+        &self.names[start..self.name_ends[at]]
     }
 }
 
@@ -188,6 +201,21 @@ mod tests {
         }
     }
 
+    /// A page as a client reads it.
+    struct Decoded {
+        pets: Vec<Pet>,
+        more: bool,
+    }
+
+    fn decoded(catalogue: &Catalogue, query: ListQuery) -> Decoded {
+        let page = catalogue.page(query);
+        let pets = serde_json::from_slice(&page.pets.into_bytes()).expect("a JSON array of pets");
+        Decoded {
+            pets,
+            more: page.more,
+        }
+    }
+
     #[test]
     fn pets_come_back_exactly_as_pushed() {
         let mut catalogue = Catalogue::default();
@@ -202,9 +230,9 @@ mod tests {
         }
         assert_eq!(catalogue.get(11), None);
         assert_eq!(catalogue.get(i64::MIN), None);
-        let all = catalogue.page(query(100, None, None));
+        let all = decoded(&catalogue, query(100, None, None));
         assert_eq!((all.pets, all.more), (pets.clone(), false));
-        let first = catalogue.page(query(2, None, None));
+        let first = decoded(&catalogue, query(2, None, None));
         assert_eq!((first.pets, first.more), (pets[..2].to_vec(), true));
     }
 
@@ -213,7 +241,7 @@ mod tests {
         let mut seen = Vec::new();
         let mut after = None;
         loop {
-            let page = catalogue.page(query(limit, status, after));
+            let page = decoded(catalogue, query(limit, status, after));
             assert!(page.pets.len() <= limit as usize);
             seen.extend(page.pets.iter().cloned());
             match page.pets.last() {
@@ -260,7 +288,10 @@ mod tests {
                 }
             }
             // A cursor deep in a rare status, before the first, past the last.
-            let deep = catalogue.page(query(3, Some(PetStatus::Pending), Some(all[949].id)));
+            let deep = decoded(
+                &catalogue,
+                query(3, Some(PetStatus::Pending), Some(all[949].id)),
+            );
             assert_eq!(
                 deep.pets.iter().map(|p| p.id).collect::<Vec<_>>(),
                 [all[999].id],
@@ -268,16 +299,19 @@ mod tests {
             );
             assert!(!deep.more);
             assert_eq!(
-                catalogue.page(query(1, None, Some(i64::MIN))).pets[0],
+                decoded(&catalogue, query(1, None, Some(i64::MIN))).pets[0],
                 all[0]
             );
-            assert_eq!(catalogue.page(query(1, None, Some(-5))).pets[0], all[0]);
-            let end = catalogue.page(query(5, None, Some(all[999].id)));
+            assert_eq!(
+                decoded(&catalogue, query(1, None, Some(-5))).pets[0],
+                all[0]
+            );
+            let end = decoded(&catalogue, query(5, None, Some(all[999].id)));
             assert!(end.pets.is_empty() && !end.more);
-            let beyond = catalogue.page(query(5, Some(PetStatus::Sold), Some(i64::MAX)));
+            let beyond = decoded(&catalogue, query(5, Some(PetStatus::Sold), Some(i64::MAX)));
             assert!(beyond.pets.is_empty() && !beyond.more);
             if gapped {
-                let between = catalogue.page(query(1, None, Some(4)));
+                let between = decoded(&catalogue, query(1, None, Some(4)));
                 assert_eq!(between.pets[0].id, 6);
             }
         }

@@ -2,8 +2,8 @@
 //!
 //! - Identifiers come from an identity column, so instances never collide.
 //! - Reads go through a few connections shared by every request, their
-//!   queries pipelined (`postgres_shared.rs`); plain creates are stored many
-//!   per statement, on shared connections of their own (`postgres_batch.rs`).
+//!   queries pipelined (`shared.rs`); plain creates are stored many
+//!   per statement, on shared connections of their own (`batch.rs`).
 //!   Both run in autocommit mode: with PostgreSQL's default
 //!   `synchronous_commit = on`, an `INSERT` has been flushed to the WAL when
 //!   it returns, so a `201` is durable.
@@ -16,7 +16,6 @@
 //!   is back.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::types::ToSql;
@@ -24,14 +23,18 @@ use tokio_postgres::{NoTls, Row};
 
 use super::idempotency::{CreateOutcome, Idempotency};
 use super::keys::{KeyError, KeyStore, Revoked, StoredKey, stored_digest};
-use super::pet_cache::PetCache;
-use super::postgres_batch::{CreateBatcher, WRITERS};
-use super::postgres_shared::SharedConnections;
+mod batch;
+mod pet_cache;
+mod shared;
+
+use self::batch::{CreateBatcher, WRITERS};
+use self::pet_cache::PetCache;
+use self::shared::{CONNECTION_TIMEOUT, SharedConnections};
 use super::{
-    EncodedPage, ListQuery, OpenError, Page, PetStore, PoolStats, PostgresFailure, PostgresUrl,
-    SharedStats, StoreError, StoreStats,
+    ListQuery, OpenError, Page, PetStore, PoolStats, PostgresFailure, PostgresUrl, SharedStats,
+    StoreError, StoreStats,
 };
-use crate::model::{NewPet, Pet, PetArrayWriter, PetStatus};
+use petstore_api::model::{NewPet, Pet, PetArrayWriter, PetStatus};
 
 /// Schema migrations; `petstore_schema.version` counts those applied.
 const MIGRATIONS: &[&str] = &[
@@ -72,13 +75,8 @@ const MIGRATIONS: &[&str] = &[
 /// Serialises migrations between instances starting at the same time.
 const MIGRATION_LOCK: i64 = 0x7065_7473_746f_7265; // "petstore"
 
-/// How long a request waits for a connection, or for one to be made, before
-/// it fails with 503 (a statement on a shared connection then has
-/// `STATEMENT_TIMEOUT` of its own).
-pub(super) const CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// The most shared connections for reads (fewer when the pool is smaller),
-/// each with at most `postgres_shared::DEPTH` statements in flight.
+/// each with at most `shared::DEPTH` statements in flight.
 /// Measured on two cores (BENCHMARKS.md): 4 connections with unbounded
 /// depth gave the most throughput and a p99 ten times the pool's — a
 /// backend that waits for a core holds up everything queued on its
@@ -454,21 +452,8 @@ impl PetStore for PostgresStore {
         Ok(usize::try_from(deleted).unwrap_or(usize::MAX))
     }
 
-    async fn list(&self, query: ListQuery) -> Result<Page, StoreError> {
-        let limit = query.limit as usize;
-        let mut pets = self
-            .list_rows(query)
-            .await?
-            .iter()
-            .map(pet_from_row)
-            .collect::<Result<Vec<Pet>, StoreError>>()?;
-        let more = pets.len() > limit;
-        pets.truncate(limit);
-        Ok(Page { pets, more })
-    }
-
     /// The JSON straight from the rows: no `Pet`, no `String` per name.
-    async fn list_encoded(&self, query: ListQuery) -> Result<EncodedPage, StoreError> {
+    async fn list(&self, query: ListQuery) -> Result<Page, StoreError> {
         let limit = query.limit as usize;
         let rows = self.list_rows(query).await?;
         let decode = postgres("decoding a row");
@@ -483,7 +468,7 @@ impl PetStore for PostgresStore {
                 status,
             );
         }
-        Ok(EncodedPage {
+        Ok(Page {
             pets: pets.finish(),
             more: rows.len() > limit,
         })

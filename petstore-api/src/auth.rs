@@ -1,0 +1,149 @@
+//! Bearer-key authentication: the interface's half.
+//!
+//! The contract says that every operation needs an API key and that a
+//! missing or refused key is `401` before anything else about the request
+//! is looked at. Which keys are accepted is the implementation's business.
+//! So the interface defines what it needs of the implementation, a
+//! [`Gatekeeper`], and the context type that carries one, [`ApiContext`];
+//! the [`Authenticated`] extractor asks it.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use dropshot::{
+    ApiEndpointBodyContentType, ErrorStatusCode, ExtensionMode, ExtractorMetadata, HttpError,
+    RequestContext, ServerContext, SharedExtractor,
+};
+use http::HeaderMap;
+
+/// What the implementation decides about each request's key.
+pub trait Gatekeeper: Send + Sync + 'static {
+    /// Admits the request or refuses it. It must decide at once, without
+    /// waiting on anything: that is what lets its `401` come before any
+    /// body or parameter error (see [`Authenticated`]).
+    fn admit(&self, request: &Knock<'_>) -> Result<Caller, Refusal>;
+}
+
+/// A request asking to be admitted.
+#[derive(Debug)]
+pub struct Knock<'a> {
+    /// The request's headers (the key is in `Authorization`).
+    pub headers: &'a HeaderMap,
+    /// The operation asked for (its `operationId`).
+    pub operation_id: &'a str,
+    /// dropshot's id for the request, as its log records name it.
+    pub request_id: &'a str,
+}
+
+/// Who an admitted request comes from.
+pub struct Caller {
+    /// An identity the implementation chose for the key, which never
+    /// reveals the key (its SHA-256 digest): what idempotency keys are
+    /// scoped to.
+    pub identity: [u8; 32],
+    /// Kept for as long as the request is handled, then dropped: the
+    /// implementation counts requests in flight with it.
+    pub guard: Box<dyn Send + Sync>,
+}
+
+impl std::fmt::Debug for Caller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Caller").finish_non_exhaustive()
+    }
+}
+
+/// Why a request was refused: a `401`.
+#[derive(Debug)]
+pub struct Refusal {
+    /// What the client is told.
+    pub message: &'static str,
+    /// What the log records (never the key).
+    pub reason: &'static str,
+}
+
+/// The state dropshot hands every endpoint of the API: the implementation,
+/// seen by the interface only as its [`Gatekeeper`].
+pub struct ApiContext {
+    gatekeeper: Arc<dyn Gatekeeper>,
+    implementation: Arc<dyn Any + Send + Sync>,
+}
+
+impl ApiContext {
+    /// The context of a server whose state is `implementation`.
+    pub fn new<T: Gatekeeper>(implementation: Arc<T>) -> ApiContext {
+        ApiContext {
+            gatekeeper: Arc::clone(&implementation) as Arc<dyn Gatekeeper>,
+            implementation,
+        }
+    }
+
+    /// The implementation's state, if it is a `T`.
+    pub fn implementation<T: 'static>(&self) -> Option<&T> {
+        self.implementation.downcast_ref()
+    }
+}
+
+/// Implemented by [`ApiContext`] alone: `PetstoreApi::Context` must be it.
+pub trait IsApiContext: sealed::Sealed {}
+
+impl IsApiContext for ApiContext {}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::ApiContext {}
+}
+
+/// Proof that the request carried an accepted API key.
+///
+/// Every endpoint takes this extractor first. dropshot runs extractors in
+/// order, and this one never awaits, so its 401 wins over any error the
+/// body or parameter extractors would raise.
+#[derive(Debug)]
+pub struct Authenticated {
+    caller: Caller,
+}
+
+impl Authenticated {
+    /// The caller's identity (see [`Caller::identity`]).
+    pub fn identity(&self) -> [u8; 32] {
+        self.caller.identity
+    }
+}
+
+#[async_trait::async_trait]
+impl SharedExtractor for Authenticated {
+    async fn from_request<Context: ServerContext>(
+        rqctx: &RequestContext<Context>,
+    ) -> Result<Self, HttpError> {
+        // The extractor trait is generic over the context type, so the
+        // gatekeeper is found by downcasting to the API's context.
+        let context: &dyn Any = rqctx.context();
+        let Some(context) = context.downcast_ref::<ApiContext>() else {
+            return Err(HttpError::for_internal_error(
+                "Authenticated used with a context other than ApiContext".into(),
+            ));
+        };
+        let knock = Knock {
+            headers: rqctx.request.headers(),
+            operation_id: &rqctx.endpoint.operation_id,
+            request_id: &rqctx.request_id,
+        };
+        match context.gatekeeper.admit(&knock) {
+            Ok(caller) => Ok(Authenticated { caller }),
+            Err(refusal) => Err(HttpError {
+                status_code: ErrorStatusCode::UNAUTHORIZED,
+                error_code: None,
+                external_message: refusal.message.into(),
+                internal_message: format!("authentication failed: {}", refusal.reason),
+                headers: None,
+            }),
+        }
+    }
+
+    fn metadata(_body_content_type: ApiEndpointBodyContentType) -> ExtractorMetadata {
+        ExtractorMetadata {
+            extension_mode: ExtensionMode::None,
+            parameters: Vec::new(),
+        }
+    }
+}

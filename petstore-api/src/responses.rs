@@ -1,0 +1,159 @@
+//! The responses' shapes beyond the model: the headers of a page and of a
+//! deprecated operation, and a page of animals already encoded.
+
+use dropshot::{
+    ApiEndpointResponse, Body, HttpError, HttpResponse, HttpResponseHeaders, HttpResponseOk,
+};
+use http::{Response, StatusCode};
+use schemars::JsonSchema;
+use serde::Serialize;
+
+use crate::model::{EncodedPets, Pet, PetStatus};
+
+/// The headers of a page of `GET /pets`.
+#[derive(Debug, Default, Serialize, JsonSchema)]
+pub struct PageHeaders {
+    /// Present while more animals may follow: the next page, as
+    /// `</v1/pets?limit=L&status=S&after=ID>; rel="next"` (RFC 8288).
+    #[serde(rename = "Link", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
+    pub link: Option<String>,
+}
+
+impl PageHeaders {
+    /// The `next` link after a page that ended at `last_id`, keeping the
+    /// request's `limit` and `status`.
+    pub fn next(limit: u32, status: Option<PetStatus>, last_id: i64) -> PageHeaders {
+        let status = status.map_or(String::new(), |s| format!("&status={}", s.as_str()));
+        PageHeaders {
+            link: Some(format!(
+                "</v1/pets?limit={limit}{status}&after={last_id}>; rel=\"next\""
+            )),
+        }
+    }
+}
+
+/// The `200` of `listPets`: a page of animals, already encoded, and its
+/// `Link` header. It is what `HttpResponseHeaders<HttpResponseOk<Vec<Pet>>,
+/// PageHeaders>` would be — the same status, headers, bytes and OpenAPI
+/// description — without a `Pet` per animal to serialise.
+#[derive(Debug)]
+pub struct PetsPage {
+    /// The animals.
+    pub pets: EncodedPets,
+    /// The `next` link, if more may follow.
+    pub headers: PageHeaders,
+}
+
+/// What the OpenAPI document says of a [`PetsPage`].
+type DescribedAs = HttpResponseHeaders<HttpResponseOk<Vec<Pet>>, PageHeaders>;
+
+impl HttpResponse for PetsPage {
+    fn to_result(self) -> Result<Response<Body>, HttpError> {
+        let mut response = Response::builder()
+            .status(StatusCode::OK)
+            .header(http::header::CONTENT_TYPE, "application/json");
+        if let Some(link) = self.headers.link {
+            response = response.header(http::header::LINK, link);
+        }
+        response
+            .body(Body::from(self.pets.into_bytes()))
+            .map_err(|e| HttpError::for_internal_error(e.to_string()))
+    }
+
+    fn response_metadata() -> ApiEndpointResponse {
+        DescribedAs::response_metadata()
+    }
+
+    fn status_code(&self) -> StatusCode {
+        StatusCode::OK
+    }
+}
+
+/// The headers with which every `200` of the deprecated `getPet` announces
+/// its deprecation.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct DeprecationHeaders {
+    /// When this operation was deprecated (RFC 9745).
+    #[serde(rename = "Deprecation")]
+    pub deprecation: &'static str,
+    /// When this operation will be removed (RFC 8594).
+    #[serde(rename = "Sunset")]
+    pub sunset: &'static str,
+    /// The replacement operation, as a `successor-version` link.
+    #[serde(rename = "Link")]
+    pub link: &'static str,
+}
+
+impl DeprecationHeaders {
+    /// The announcement for `GET /pets/{petId}`: deprecated since release
+    /// 1.0.0 (22 November 2026), removed on 5 December 2030, replaced by
+    /// `GET /pets`.
+    pub fn get_pet() -> DeprecationHeaders {
+        DeprecationHeaders {
+            deprecation: "@1795305600",
+            sunset: "Thu, 05 Dec 2030 00:00:00 GMT",
+            link: "</v1/pets>; rel=\"successor-version\"",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http_body_util::BodyExt;
+
+    use super::*;
+
+    /// Status, headers and body of a response.
+    async fn parts(response: Response<Body>) -> (StatusCode, http::HeaderMap, Vec<u8>) {
+        let (head, body) = response.into_parts();
+        let body = body.collect().await.unwrap().to_bytes().to_vec();
+        (head.status, head.headers, body)
+    }
+
+    #[tokio::test]
+    async fn a_pets_page_is_what_dropshot_would_send() {
+        let pets = vec![
+            Pet {
+                id: 1,
+                name: "Rex \"the\" dog".into(),
+                category_id: 2,
+                status: Some(PetStatus::Sold),
+            },
+            Pet {
+                id: 7,
+                name: "Tom".into(),
+                category_id: -1,
+                status: None,
+            },
+        ];
+        for headers in [PageHeaders::default(), PageHeaders::next(2, None, 7)] {
+            let ours = PetsPage {
+                pets: EncodedPets::from_pets(&pets),
+                headers: PageHeaders {
+                    link: headers.link.clone(),
+                },
+            };
+            let dropshot = DescribedAs::new(HttpResponseOk(pets.clone()), headers);
+            assert_eq!(ours.status_code(), dropshot.status_code());
+            assert_eq!(
+                parts(ours.to_result().unwrap()).await,
+                parts(dropshot.to_result().unwrap()).await
+            );
+        }
+    }
+
+    #[test]
+    fn next_links_keep_limit_and_status() {
+        assert_eq!(
+            PageHeaders::next(20, None, 40).link.unwrap(),
+            "</v1/pets?limit=20&after=40>; rel=\"next\""
+        );
+        assert_eq!(
+            PageHeaders::next(5, Some(PetStatus::Pending), 7)
+                .link
+                .unwrap(),
+            "</v1/pets?limit=5&status=pending&after=7>; rel=\"next\""
+        );
+    }
+}
