@@ -9,10 +9,14 @@
 //! - **Digests only.** Keys are held, stored and compared only as SHA-256
 //!   digests. A plain fast hash is enough here: the keys are random and
 //!   long, so there is nothing to guess that a slow hash would protect.
-//! - **Constant time.** A presented key is hashed and compared with every
-//!   accepted digest, always all of them, so the time taken does not depend
-//!   on the key material.
+//! - **Found by digest.** A presented key is hashed once and its digest
+//!   looked up in a hash table of the accepted digests: the same work
+//!   whatever the number of keys. How long the lookup takes may say
+//!   something about the stored digests near the presented one, but a
+//!   digest is no use to an attacker, who would need a key that hashes to
+//!   it (a SHA-256 preimage); a presented key itself is only ever hashed.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -34,15 +38,6 @@ impl KeyDigest {
     /// The digest of `key`.
     pub fn of(key: &str) -> KeyDigest {
         KeyDigest(Sha256::digest(key.as_bytes()).into())
-    }
-
-    /// Compares in time independent of where the digests differ.
-    fn constant_time_eq(&self, other: &KeyDigest) -> bool {
-        self.0
-            .iter()
-            .zip(&other.0)
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
     }
 }
 
@@ -154,6 +149,9 @@ pub struct AcceptedKey {
 #[derive(Debug, Default)]
 pub struct KeySet {
     keys: Vec<AcceptedKey>,
+    /// Where each digest's key is in `keys` (the last, should two keys be
+    /// the same).
+    by_digest: HashMap<KeyDigest, usize>,
     /// How many stored keys were left out as revoked (for monitoring).
     revoked: usize,
 }
@@ -161,7 +159,16 @@ pub struct KeySet {
 impl KeySet {
     /// A set of exactly these keys, `revoked` more having been left out.
     pub fn new(keys: Vec<AcceptedKey>, revoked: usize) -> KeySet {
-        KeySet { keys, revoked }
+        let by_digest = keys
+            .iter()
+            .enumerate()
+            .map(|(index, key)| (key.digest, index))
+            .collect();
+        KeySet {
+            keys,
+            by_digest,
+            revoked,
+        }
     }
 
     /// How many stored keys were left out as revoked.
@@ -183,22 +190,17 @@ impl KeySet {
     }
 
     /// Checks a request's `Authorization` header at time `now` (Unix
-    /// seconds) and says which key it carries. Compares the presented digest
-    /// with every key, whichever matches, and records the use.
+    /// seconds) and says which key it carries: one digest and one lookup,
+    /// however many keys there are. Records the use.
     pub fn authenticate(&self, headers: &HeaderMap, now: i64) -> Result<&AcceptedKey, AuthFailure> {
         let token = bearer_token(headers)?;
         if !pst_key_is_intact(token) {
             return Err(AuthFailure::Checksum);
         }
-        let presented = KeyDigest::of(token);
-        let matched = self.keys.iter().fold(None, |found, key| {
-            if key.digest.constant_time_eq(&presented) {
-                Some(key)
-            } else {
-                found
-            }
-        });
-        let key = matched.ok_or(AuthFailure::Unknown)?;
+        let index = self.by_digest.get(&KeyDigest::of(token));
+        let key = index
+            .map(|&index| &self.keys[index])
+            .ok_or(AuthFailure::Unknown)?;
         if key.expires_at.is_some_and(|at| at <= now) {
             return Err(AuthFailure::Expired);
         }
@@ -410,6 +412,51 @@ mod tests {
         );
         assert_eq!(keys.usable_at(1_999), 1);
         assert_eq!(keys.usable_at(2_000), 0);
+    }
+
+    #[test]
+    fn among_thousands_of_keys_each_is_found_and_no_other() {
+        const NOW: i64 = 1_000;
+        let keys: Vec<String> = (0..5_000).map(|_| generate().unwrap()).collect();
+        // Every tenth key expired at NOW.
+        let expired = |index: usize| index.is_multiple_of(10);
+        let accepted = keys.iter().enumerate().map(|(index, key)| AcceptedKey {
+            name: format!("key-{index}").into(),
+            digest: KeyDigest::of(key),
+            expires_at: Some(if expired(index) { NOW } else { NOW + 1 }),
+            last_used: Arc::default(),
+        });
+        let set = KeySet::new(accepted.collect(), 0);
+        assert_eq!(set.usable_at(NOW), 4_500);
+        for (index, key) in keys.iter().enumerate() {
+            let found = set.authenticate(&headers(&[&format!("Bearer {key}")]), NOW);
+            if expired(index) {
+                assert_eq!(found.unwrap_err(), AuthFailure::Expired, "{index}");
+            } else {
+                assert_eq!(&*found.unwrap().name, format!("key-{index}"));
+            }
+        }
+        let used = |index: usize| set.keys()[index].last_used.load(Ordering::Relaxed);
+        assert_eq!((used(0), used(1), used(4_999)), (0, NOW, NOW));
+        for _ in 0..100 {
+            assert_eq!(check(&set, &generate().unwrap()), Err(AuthFailure::Unknown));
+        }
+        let mut typo = keys[1].clone().into_bytes();
+        typo[10] = if typo[10] == b'a' { b'b' } else { b'a' };
+        let typo = String::from_utf8(typo).unwrap();
+        assert_eq!(check(&set, &typo), Err(AuthFailure::Checksum));
+    }
+
+    #[test]
+    fn the_last_of_two_equal_keys_is_the_one_accepted() {
+        let named = |name: &str| AcceptedKey {
+            name: name.into(),
+            digest: KeyDigest::of("same"),
+            expires_at: None,
+            last_used: Arc::default(),
+        };
+        let set = KeySet::new(vec![named("first"), named("second")], 0);
+        assert_eq!(check(&set, "same").unwrap(), "second");
     }
 
     #[test]

@@ -10,17 +10,25 @@
 //! writes again. When the server is quiet a record is written at once; under
 //! load, many records go out in one `write`, no request hands its record to
 //! another thread, and at most the first record after each write wakes the
-//! writing thread. The output's buffer is bounded ([`BUFFER_MAX`]): when
-//! whatever reads the log falls that far behind, the threads that log wait
-//! for it rather than lose records — the whole server then waits, health
-//! checks included, until the log is read again.
+//! writing thread.
+//!
+//! Logging never blocks the thread that logs (a tokio worker, most often):
+//! the output's buffer is bounded ([`BUFFER_MAX`]), and when whatever reads
+//! the log falls that far behind, the records that do not fit are dropped
+//! rather than wait for it. They are counted ([`dropped_records`], the
+//! metric `petstore_log_records_dropped_total`) and, once the writing thread
+//! has caught up, reported in a record of their own, `log records dropped`
+//! with their number in `dropped` (as slog-async's `DropAndReport` does).
+//! Everything that was buffered is still written when the last logger is
+//! dropped.
 
 use std::cell::{Cell, RefCell};
 use std::io::Write;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, LazyLock, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use prometheus_client::metrics::counter::Counter;
 use slog::{Drain, Logger, OwnedKVList, Record, o};
 
 /// How log records are written.
@@ -47,24 +55,37 @@ pub struct LogSettings {
 /// A logger writing the records `settings` asks for to `out`.
 pub fn logger(settings: LogSettings, out: impl Write + Send + 'static) -> Logger {
     let access_log = settings.access_log;
-    let drain = Buffered {
-        format: settings.format,
-        output: Output::start(out),
-    };
+    let drain = LastOut(Output::start(out, settings.format));
     let drain = slog::Filter::new(drain, move |record: &Record<'_>| {
         access_log || !is_access_record(record)
     });
-    Logger::root(
-        drain.filter_level(settings.level).fuse(),
-        o!("name" => "petstore-server"),
-    )
+    named(drain.filter_level(settings.level).fuse())
+}
+
+/// The root logger of `drain`.
+fn named<D>(drain: D) -> Logger
+where
+    D: slog::SendSyncRefUnwindSafeDrain<Ok = (), Err = slog::Never>
+        + std::panic::UnwindSafe
+        + 'static,
+{
+    Logger::root(drain, o!("name" => "petstore-server"))
+}
+
+/// Log records this process dropped because their output fell behind (or
+/// its writing thread died).
+static DROPPED: LazyLock<Counter> = LazyLock::new(Counter::default);
+
+/// The count of log records dropped, for the metrics.
+pub fn dropped_records() -> Counter {
+    DROPPED.clone()
 }
 
 /// How long the writing thread lets records gather after a write.
 const GATHER: Duration = Duration::from_millis(5);
 
 /// The most bytes of records waiting to be written; a record that would
-/// go past it waits for the writing thread.
+/// go past it is dropped.
 const BUFFER_MAX: usize = 4 << 20;
 
 /// Formats each record on the thread that makes it and hands the bytes to
@@ -147,8 +168,8 @@ impl Drop for Formatting {
 /// Records waiting to be written, and the thread that writes them.
 struct Output {
     state: Mutex<Waiting>,
-    /// Signalled when records arrive in an empty buffer, when the buffer
-    /// has been taken, and when the output closes.
+    /// Signalled when records arrive in an empty buffer and when the output
+    /// closes.
     changed: Condvar,
     writer: Mutex<Option<JoinHandle<()>>>,
 }
@@ -156,47 +177,48 @@ struct Output {
 #[derive(Default)]
 struct Waiting {
     bytes: Vec<u8>,
+    /// Records dropped since the writing thread last took the buffer.
+    dropped: u64,
     closed: bool,
-    /// The writing thread ended (it panicked): records are dropped rather
-    /// than wait for it forever.
+    /// The writing thread ended (it panicked): every record is dropped.
     writer_gone: bool,
 }
 
 impl Output {
-    /// Starts the writing thread for `out`.
-    fn start(out: impl Write + Send + 'static) -> Arc<Output> {
+    /// Starts the writing thread for `out`; the loggers' drain formats
+    /// records as `format`, and so does the writing thread its reports.
+    fn start(out: impl Write + Send + 'static, format: LogFormat) -> Buffered {
         let output = Arc::new(Output {
             state: Mutex::new(Waiting::default()),
             changed: Condvar::new(),
             writer: Mutex::new(None),
         });
+        let report = named(Buffered {
+            format,
+            output: Arc::clone(&output),
+        });
         let writing = Arc::clone(&output);
         let thread = std::thread::Builder::new()
             .name("log-writer".into())
-            .spawn(move || writing.write_out(out))
+            .spawn(move || writing.write_out(out, report))
             .expect("the log's writing thread starts");
         *output.writer.lock().unwrap_or_else(|e| e.into_inner()) = Some(thread);
-        output
+        Buffered { format, output }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Waiting> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Queues one formatted record.
+    /// Queues one formatted record, or drops it (and counts it) when the
+    /// buffer has no room for it: never waits for the writing thread.
     fn append(&self, record: &[u8]) {
         let mut waiting = self.lock();
-        if waiting.writer_gone {
+        let full = waiting.bytes.len() + record.len() > BUFFER_MAX && !waiting.bytes.is_empty();
+        if full || waiting.writer_gone {
+            waiting.dropped += 1;
+            DROPPED.inc();
             return;
-        }
-        while waiting.bytes.len() + record.len() > BUFFER_MAX
-            && !waiting.bytes.is_empty()
-            && !waiting.writer_gone
-        {
-            waiting = self
-                .changed
-                .wait(waiting)
-                .unwrap_or_else(|e| e.into_inner());
         }
         let was_empty = waiting.bytes.is_empty();
         waiting.bytes.extend_from_slice(record);
@@ -207,8 +229,10 @@ impl Output {
     }
 
     /// The writing thread: writes whatever waits, then lets more gather.
-    /// A failed write is dropped: there is nowhere left to report it.
-    fn write_out(&self, mut out: impl Write) {
+    /// Once it has written what waited, it reports the records dropped
+    /// meanwhile, through `report`. A failed write is dropped: there is
+    /// nowhere left to report it.
+    fn write_out(&self, mut out: impl Write, report: Logger) {
         let _gone = WriterGone(self);
         let mut bytes = Vec::new();
         loop {
@@ -220,16 +244,20 @@ impl Output {
                     .unwrap_or_else(|e| e.into_inner());
             }
             let closed = waiting.closed;
+            let dropped = std::mem::take(&mut waiting.dropped);
             std::mem::swap(&mut bytes, &mut waiting.bytes);
             drop(waiting);
-            // Records held back by a full buffer may go on.
-            self.changed.notify_all();
             write_all(&mut out, &bytes);
             bytes.clear();
-            if closed {
+            if dropped > 0 {
+                // Written with the next batch, the last one included.
+                slog::error!(report, "log records dropped: the log's output fell behind";
+                    "dropped" => dropped);
+            } else if closed {
                 return;
+            } else {
+                std::thread::sleep(GATHER);
             }
-            std::thread::sleep(GATHER);
         }
     }
 }
@@ -251,24 +279,34 @@ fn write_all(out: &mut impl Write, mut bytes: &[u8]) {
     let _ = out.flush();
 }
 
-/// Marks the writing thread gone when it ends, however it ends, and lets
-/// records held back by a full buffer go (to be dropped).
+/// Marks the writing thread gone when it ends, however it ends.
 struct WriterGone<'a>(&'a Output);
 
 impl Drop for WriterGone<'_> {
     fn drop(&mut self) {
         self.0.lock().writer_gone = true;
-        self.0.changed.notify_all();
     }
 }
 
-/// The last logger gone: what waits is written before the thread ends.
-impl Drop for Buffered {
+/// The loggers' drain: when the last logger is gone, what waits is written
+/// before the writing thread ends.
+struct LastOut(Buffered);
+
+impl Drain for LastOut {
+    type Ok = ();
+    type Err = slog::Never;
+
+    fn log(&self, record: &Record<'_>, values: &OwnedKVList) -> Result<(), slog::Never> {
+        self.0.log(record, values)
+    }
+}
+
+impl Drop for LastOut {
     fn drop(&mut self) {
-        self.output.lock().closed = true;
-        self.output.changed.notify_all();
-        let writer = self
-            .output
+        let output = &self.0.output;
+        output.lock().closed = true;
+        output.changed.notify_all();
+        let writer = output
             .writer
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -384,6 +422,111 @@ mod tests {
             text.contains("started") && text.contains("bind: 127.0.0.1:8080"),
             "{text}"
         );
+    }
+
+    /// An output whose writes do not return until it is released, like a
+    /// pipe nobody reads; what it was given is then in `written`.
+    #[derive(Clone, Default)]
+    struct Stalled {
+        state: Arc<(Mutex<Stall>, Condvar)>,
+        written: Shared,
+    }
+
+    #[derive(Default)]
+    struct Stall {
+        writing: bool,
+        released: bool,
+    }
+
+    impl Stalled {
+        fn wait_until(&self, condition: impl Fn(&Stall) -> bool) {
+            let (stall, changed) = &*self.state;
+            let stall = stall.lock().unwrap();
+            drop(
+                changed
+                    .wait_while(stall, |stall| !condition(stall))
+                    .unwrap(),
+            );
+        }
+
+        fn release(&self) {
+            self.state.0.lock().unwrap().released = true;
+            self.state.1.notify_all();
+        }
+    }
+
+    impl Write for Stalled {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.state.0.lock().unwrap().writing = true;
+            self.state.1.notify_all();
+            self.wait_until(|stall| stall.released);
+            self.written.write(bytes)
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_stalled_output_never_holds_up_the_threads_that_log_and_drops_are_reported() {
+        let out = Stalled::default();
+        let log = logger(settings(LogFormat::Json), out.clone());
+        let dropped_before = dropped_records().get();
+        slog::info!(log, "first");
+        // The writing thread is stuck in the output with the first record.
+        out.wait_until(|stall| stall.writing);
+        let big = "x".repeat(64 * 1024);
+        let logged = 2 * BUFFER_MAX / big.len();
+        let (done, returned) = std::sync::mpsc::channel();
+        let logging = std::thread::spawn({
+            let log = log.clone();
+            move || {
+                for i in 0..logged {
+                    slog::info!(log, "big"; "i" => i, "value" => &big);
+                }
+                done.send(()).unwrap();
+            }
+        });
+        // Twice what the buffer holds is logged while the output is stalled
+        // (it is released only below): had a record waited for room, this
+        // would never come. (The bound only turns such a hang into a failure.)
+        returned
+            .recv_timeout(Duration::from_secs(60))
+            .expect("logging returned while the output was stalled");
+        logging.join().unwrap();
+        out.release();
+        drop(log);
+        let text = String::from_utf8(out.written.0.lock().unwrap().clone()).unwrap();
+        let records: Vec<serde_json::Value> = text
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        assert_eq!(records[0]["msg"], "first");
+        let kept: Vec<_> = records.iter().filter(|r| r["msg"] == "big").collect();
+        let reports: Vec<_> = records.iter().filter(|r| r["level"] == "ERRO").collect();
+        assert_eq!(
+            records.len(),
+            1 + kept.len() + reports.len(),
+            "{text:.2000}"
+        );
+        assert_eq!(reports.len(), 1);
+        assert_eq!(
+            reports[0]["msg"],
+            "log records dropped: the log's output fell behind"
+        );
+        let dropped = reports[0]["dropped"].as_u64().unwrap() as usize;
+        assert!(kept.len() > 1 && dropped > 1, "{} kept", kept.len());
+        // Nothing else was lost: what was kept is intact and in order, and
+        // with the dropped makes up what was logged.
+        assert_eq!(kept.len() + dropped, logged);
+        assert!(
+            kept.iter()
+                .all(|r| r["value"].as_str().unwrap().len() == 64 * 1024)
+        );
+        let order: Vec<_> = kept.iter().map(|r| r["i"].as_u64().unwrap()).collect();
+        assert!(order.is_sorted(), "{order:?}");
+        assert!(dropped_records().get() - dropped_before >= dropped as u64);
     }
 
     /// An output that fails for good.

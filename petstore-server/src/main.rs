@@ -12,7 +12,7 @@ use petstore_server::{ServerConfig, store};
 mod cli;
 
 use cli::keys::KeysCommand;
-use cli::settings::{AdminBind, DatabaseArgs, DatabaseSettings, ServeArgs, ServeSettings};
+use cli::settings::{AdminBind, DatabaseArgs, DatabaseSettings, ServeArgs, ServeSettings, Switch};
 
 /// The pet store catalogue service (OpenAPI contract: openapi/petstore.yaml).
 #[derive(Parser)]
@@ -61,17 +61,17 @@ fn main() -> ExitCode {
         Err(e) => e.exit(),
     };
     // The subcommand's own matches tell a flag from its environment variable.
-    let sub = matches.subcommand().map(|(_, sub)| sub);
+    let (_, sub) = matches.subcommand().expect("clap requires a command");
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(e) => return fail(format!("cannot start the async runtime: {e}")),
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve(args) => serve(ServeSettings::resolve(args, sub)?).await,
-            Command::Migrate(args) => migrate(DatabaseSettings::resolve(args, sub)?).await,
+            Command::Serve(args) => serve(args.resolve(sub)?).await,
+            Command::Migrate(args) => migrate(args.resolve(sub)?).await,
             Command::Keys(command) => {
-                let sub = sub.and_then(|keys| keys.subcommand().map(|(_, m)| m));
+                let (_, sub) = sub.subcommand().expect("clap requires a keys command");
                 cli::keys::run(command, sub).await
             }
             Command::Config(ConfigCommand::Check { file }) => config_check(file),
@@ -99,19 +99,19 @@ async fn serve(settings: ServeSettings) -> anyhow::Result<()> {
     let log = logging::logger(settings.log(), std::io::stderr());
     raise_open_file_limit(&log);
     let api_keys = ApiKeys::parse(&std::env::var("PETSTORE_API_KEYS").unwrap_or_default())?;
-    let deadline = Duration::from_secs(settings.shutdown_timeout.value);
+    let deadline = Duration::from_secs(settings.shutdown_timeout);
     let server = petstore_server::start(
         ServerConfig {
-            bind: settings.bind.value,
-            database: settings.database.database(),
+            bind: settings.bind,
+            database: settings.database.url(),
             api_keys,
-            admin_bind: match settings.admin_bind.value {
+            admin_bind: match settings.admin_bind {
                 AdminBind::On(address) => Some(address),
                 AdminBind::Off => None,
             },
             tls: settings.tls()?,
-            idempotency_retention: settings.idempotency_retention.value,
-            docs: settings.docs.value == cli::settings::Switch::On,
+            idempotency_retention: settings.idempotency_retention,
+            docs: settings.docs == Switch::On,
         },
         log.clone(),
     )
@@ -176,7 +176,7 @@ async fn shutdown_signal() -> anyhow::Result<&'static str> {
 
 async fn migrate(settings: DatabaseSettings) -> anyhow::Result<()> {
     let log = slog::Logger::root(slog::Discard, slog::o!());
-    let database: DatabaseUrl = settings.database();
+    let database: DatabaseUrl = settings.url();
     let opened = store::open(
         &database,
         &log,
@@ -200,11 +200,11 @@ fn config_check(file: std::path::PathBuf) -> anyhow::Result<()> {
     let matches = FileAndEnvironment::command()
         .try_get_matches_from([std::ffi::OsString::from("--config"), file.into_os_string()])?;
     let args = FileAndEnvironment::from_arg_matches(&matches)?.serve;
-    let settings = ServeSettings::resolve(args, Some(&matches))?;
+    let settings = args.resolve(&matches)?;
     if let Some(tls) = settings.tls()? {
         tls.load()?;
     }
-    print!("{}", settings.describe());
+    print!("{}", settings.describe()?);
     eprintln!("the configuration is valid");
     Ok(())
 }

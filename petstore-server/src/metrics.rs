@@ -226,6 +226,12 @@ impl Metrics {
             metrics.pool_waiting.clone(),
         );
         r.register(
+            "log_records_dropped",
+            "Log records dropped because the log's output fell behind (each drop is also \
+             reported in the log once it catches up)",
+            crate::logging::dropped_records(),
+        );
+        r.register(
             "open_fds",
             "File descriptors the process has open",
             metrics.open_fds.clone(),

@@ -391,6 +391,11 @@ async fn metrics_parse_as_prometheus_text_and_count_what_happened() {
     );
     assert!(value(&s, "petstore_max_fds", &[]).unwrap() > 0.0);
     assert!(value(&s, "petstore_open_sockets", &[]).unwrap() >= 2.0);
+    // The log is read as it is written: nothing dropped.
+    assert_eq!(
+        value(&s, "petstore_log_records_dropped_total", &[]),
+        Some(0.0)
+    );
     let histogram = s
         .samples
         .iter()

@@ -8,7 +8,7 @@ use petstore_server::keyring::{REFRESH_INTERVAL, unix_now};
 use petstore_server::keys::{KeyDigest, generate};
 use petstore_server::store::{self, Revoked, StoredKey};
 
-use super::settings::{DatabaseArgs, DatabaseSettings};
+use super::settings::DatabaseArgs;
 
 /// What to do with keys.
 #[derive(clap::Subcommand, Debug)]
@@ -55,7 +55,7 @@ fn valid_name(name: &str) -> bool {
 }
 
 /// Runs a `keys` command.
-pub async fn run(command: KeysCommand, matches: Option<&clap::ArgMatches>) -> anyhow::Result<()> {
+pub async fn run(command: KeysCommand, matches: &clap::ArgMatches) -> anyhow::Result<()> {
     match command {
         KeysCommand::Create {
             name,
@@ -72,9 +72,9 @@ pub async fn run(command: KeysCommand, matches: Option<&clap::ArgMatches>) -> an
 /// wrong database.
 async fn open(
     database: DatabaseArgs,
-    matches: Option<&clap::ArgMatches>,
+    matches: &clap::ArgMatches,
 ) -> anyhow::Result<std::sync::Arc<dyn store::KeyStore>> {
-    let url = DatabaseSettings::resolve(database, matches)?.database();
+    let url = database.resolve(matches)?.url();
     let keys = store::open_keys(&url).await?;
     eprintln!("database: {url}");
     Ok(keys)
@@ -84,7 +84,7 @@ async fn create(
     name: String,
     expires_in: Option<Duration>,
     database: DatabaseArgs,
-    matches: Option<&clap::ArgMatches>,
+    matches: &clap::ArgMatches,
 ) -> anyhow::Result<()> {
     if !valid_name(&name) {
         bail!(
@@ -125,7 +125,7 @@ async fn create(
     Ok(())
 }
 
-async fn list(database: DatabaseArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result<()> {
+async fn list(database: DatabaseArgs, matches: &clap::ArgMatches) -> anyhow::Result<()> {
     let keys = open(database, matches).await?.list_keys().await?;
     let now = unix_now();
     let optional = |at: Option<i64>| at.map_or_else(|| "-".to_owned(), time);
@@ -182,7 +182,7 @@ async fn list(database: DatabaseArgs, matches: Option<&clap::ArgMatches>) -> any
 async fn revoke(
     name: String,
     database: DatabaseArgs,
-    matches: Option<&clap::ArgMatches>,
+    matches: &clap::ArgMatches,
 ) -> anyhow::Result<()> {
     let keys = open(database, matches).await?;
     match keys.revoke_key(&name, unix_now()).await? {

@@ -1,87 +1,136 @@
 //! The server's settings, from four layers: a flag, else its environment
 //! variable, else the configuration file (`--config`), else the default.
 //!
+//! Each setting is declared once, as a field of [`ServeArgs`] or
+//! [`DatabaseArgs`]: clap's attributes give its flag, environment variable,
+//! parser, default and help; serde's, how `config check` prints it. The file
+//! and `config check` follow from those fields.
+//!
+//! Why clap and serde rather than a layering crate: clap already layers
+//! three of the four (flag, environment variable, default), parses each
+//! value with the setting's own parser, puts the default in the help, and
+//! says which layer gave a value ([`ArgMatches::value_source`]). The file is
+//! the one layer it lacks, so it is slotted in under the environment: where
+//! a value came from the default, the file's value for that key, if any, is
+//! parsed by the same flag's parser and replaces it
+//! ([`FromArgMatches::update_from_arg_matches`]). figment would have taken
+//! the environment over from clap, with other parsing and other messages
+//! than the flags', and its errors name providers rather than the key and
+//! the file; what we need of it is [`Resolved::layer`].
+//!
 //! The file is TOML; its keys are the long flags' names with `_` for `-`
-//! (`bind`, `database`, `database_pool_size`, …). An unknown key is an
-//! error naming the key and the file. API keys are refused there: they are
-//! secrets, and belong in the database (`keys create`, stored hashed) or,
-//! for development, in `PETSTORE_API_KEYS`.
+//! (`bind`, `database`, `database_pool_size`, …), each value of the type
+//! `config check` prints for it (a string or an integer), read as its
+//! flag's value would be. An unknown key is an error naming the key and the
+//! file. API keys are refused there: they are secrets, and belong in the
+//! database (`keys create`, stored hashed) or, for development, in
+//! `PETSTORE_API_KEYS`.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use clap::ValueEnum;
+use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::parser::{ArgMatches, ValueSource};
+use clap::{Args, FromArgMatches, ValueEnum};
 use petstore_server::logging::{LogFormat, LogSettings};
 use petstore_server::store::{DatabaseUrl, PostgresUrl};
 use petstore_server::{IDEMPOTENCY_RETENTION_MIN, TlsFiles};
+use serde::{Deserialize, Serialize, Serializer};
 
 /// The database flags every command that opens the database takes.
-#[derive(clap::Args, Clone, Debug)]
+#[derive(clap::Args, Clone, Debug, Serialize)]
 pub struct DatabaseArgs {
     /// A TOML configuration file; flags and environment variables override it.
     #[arg(long, env = "PETSTORE_CONFIG", value_name = "FILE")]
+    #[serde(skip)]
     pub config: Option<PathBuf>,
     /// Database URL: sqlite://FILE (relative to the working directory), sqlite:///ABSOLUTE/FILE,
-    /// or postgres://USER:PASSWORD@HOST:PORT/DATABASE [default: sqlite://petstore.db]
-    #[arg(long, env = "PETSTORE_DATABASE_URL", hide_env_values = true)]
-    pub database: Option<DatabaseUrl>,
+    /// or postgres://USER:PASSWORD@HOST:PORT/DATABASE
+    #[arg(
+        long,
+        env = "PETSTORE_DATABASE_URL",
+        hide_env_values = true,
+        default_value = "sqlite://petstore.db"
+    )]
+    #[serde(serialize_with = "text")] // Its Display masks the password.
+    pub database: DatabaseUrl,
     /// Pooled PostgreSQL connections per server process, one per idempotent create in progress
-    /// (reads share up to 4 more, plain creates 2); not used with SQLite [default: 16]
+    /// (reads share up to 4 more, plain creates 2); not used with SQLite
     #[arg(
         long,
         env = "PETSTORE_DATABASE_POOL_SIZE",
-        value_parser = clap::value_parser!(u16).range(1..=1000)
+        value_parser = clap::value_parser!(u16).range(1..=1000),
+        default_value_t = PostgresUrl::DEFAULT_POOL_SIZE as u16
     )]
-    pub database_pool_size: Option<u16>,
+    pub database_pool_size: u16,
 }
 
 /// The flags of `serve`.
-#[derive(clap::Args, Clone, Debug)]
+#[derive(clap::Args, Clone, Debug, Serialize)]
 pub struct ServeArgs {
-    #[command(flatten)]
-    pub database: DatabaseArgs,
-    /// Address to listen on [default: 127.0.0.1:8080]
-    #[arg(long, env = "PETSTORE_BIND")]
-    pub bind: Option<SocketAddr>,
+    /// Address to listen on
+    #[arg(long, env = "PETSTORE_BIND", default_value = "127.0.0.1:8080")]
+    pub bind: SocketAddr,
     /// The management listener (/healthz, /readyz, /metrics; no API key), or `off`
-    /// [default: 127.0.0.1:9090]
-    #[arg(long, env = "PETSTORE_ADMIN_BIND", value_parser = parse_admin_bind)]
-    pub admin_bind: Option<AdminBind>,
+    #[arg(
+        long,
+        env = "PETSTORE_ADMIN_BIND",
+        value_parser = parse_admin_bind,
+        default_value = "127.0.0.1:9090"
+    )]
+    #[serde(serialize_with = "text")]
+    pub admin_bind: AdminBind,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub database: DatabaseArgs,
     /// PEM certificate chain: serve HTTPS (with --tls-key). SIGHUP reloads it.
     #[arg(long, env = "PETSTORE_TLS_CERT", value_name = "FILE")]
     pub tls_cert: Option<PathBuf>,
     /// PEM private key of --tls-cert.
     #[arg(long, env = "PETSTORE_TLS_KEY", value_name = "FILE")]
     pub tls_key: Option<PathBuf>,
-    /// Log level [default: info]
-    #[arg(long, env = "PETSTORE_LOG_LEVEL")]
-    pub log_level: Option<LogLevel>,
-    /// Log format, written to stderr [default: json]
-    #[arg(long, env = "PETSTORE_LOG_FORMAT")]
-    pub log_format: Option<LogFormatArg>,
-    /// The access log: one record per request and per connection, at info [default: on]
-    #[arg(long, env = "PETSTORE_ACCESS_LOG")]
-    pub access_log: Option<Switch>,
+    /// Log level
+    #[arg(long, env = "PETSTORE_LOG_LEVEL", default_value = "info")]
+    #[serde(serialize_with = "value_name")]
+    pub log_level: LogLevel,
+    /// Log format, written to stderr
+    #[arg(long, env = "PETSTORE_LOG_FORMAT", default_value = "json")]
+    #[serde(serialize_with = "value_name")]
+    pub log_format: LogFormatArg,
+    /// The access log: one record per request and per connection, at info
+    #[arg(long, env = "PETSTORE_ACCESS_LOG", default_value = "on")]
+    #[serde(serialize_with = "value_name")]
+    pub access_log: Switch,
     /// On SIGTERM or SIGINT, how long in-flight requests may take to finish (seconds)
-    /// before their connections are dropped [default: 30]
+    /// before their connections are dropped
     #[arg(
         long,
         env = "PETSTORE_SHUTDOWN_TIMEOUT",
-        value_parser = clap::value_parser!(u64).range(0..=3600)
+        value_parser = clap::value_parser!(u64).range(0..=3600),
+        default_value_t = 30
     )]
-    pub shutdown_timeout: Option<u64>,
+    pub shutdown_timeout: u64,
     /// How long the first 201 of each Idempotency-Key is kept and replayed, at least 24h
-    /// (the contract's promise), e.g. 48h or 7d [default: 24h]
-    #[arg(long, env = "PETSTORE_IDEMPOTENCY_RETENTION", value_parser = parse_retention)]
-    pub idempotency_retention: Option<Duration>,
+    /// (the contract's promise), e.g. 48h or 7d
+    #[arg(
+        long,
+        env = "PETSTORE_IDEMPOTENCY_RETENTION",
+        value_parser = parse_retention,
+        default_value = "24h"
+    )]
+    #[serde(serialize_with = "duration")]
+    pub idempotency_retention: Duration,
     /// The contract (/openapi.yaml, /openapi.json) and an interactive page (/docs/),
-    /// no API key needed to read them [default: on]
-    #[arg(long, env = "PETSTORE_DOCS")]
-    pub docs: Option<Switch>,
+    /// no API key needed to read them
+    #[arg(long, env = "PETSTORE_DOCS", default_value = "on")]
+    #[serde(serialize_with = "value_name")]
+    pub docs: Switch,
 }
 
 fn parse_retention(text: &str) -> Result<Duration, String> {
@@ -172,42 +221,20 @@ impl From<LogLevel> for slog::Level {
     }
 }
 
-/// The configuration file, as written.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileSettings {
-    bind: Option<String>,
-    admin_bind: Option<String>,
-    database: Option<String>,
-    database_pool_size: Option<u16>,
-    tls_cert: Option<PathBuf>,
-    tls_key: Option<PathBuf>,
-    log_level: Option<String>,
-    log_format: Option<String>,
-    access_log: Option<String>,
-    shutdown_timeout: Option<u64>,
-    idempotency_retention: Option<String>,
-    docs: Option<String>,
-    /// Only to refuse it with a reason.
-    api_keys: Option<toml::Value>,
+/// How `config check` prints a value: its `Display`.
+fn text<S: Serializer>(value: &impl std::fmt::Display, out: S) -> Result<S::Ok, S::Error> {
+    out.collect_str(value)
 }
 
-impl FileSettings {
-    fn read(path: &Path) -> anyhow::Result<FileSettings> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read the configuration file {}", path.display()))?;
-        let settings: FileSettings = toml::from_str(&text)
-            .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.to_string().trim_end()))?;
-        if settings.api_keys.is_some() {
-            bail!(
-                "{}: `api_keys` is not a setting of the configuration file: API keys are \
-                 secrets; create them with `petstore-server keys create` (stored hashed), or \
-                 set PETSTORE_API_KEYS for development",
-                path.display()
-            );
-        }
-        Ok(settings)
-    }
+/// How `config check` prints a choice: its flag's name for it.
+fn value_name<S: Serializer>(value: &impl ValueEnum, out: S) -> Result<S::Ok, S::Error> {
+    let name = value.to_possible_value().expect("no value is skipped");
+    out.serialize_str(name.get_name())
+}
+
+/// How `config check` prints a duration: `1day`, `7days 3h`.
+fn duration<S: Serializer>(value: &Duration, out: S) -> Result<S::Ok, S::Error> {
+    out.collect_str(&humantime::format_duration(*value))
 }
 
 /// Where a setting's value came from.
@@ -234,357 +261,299 @@ impl Source {
     }
 }
 
-/// A setting's effective value and where it came from.
+/// Settings in effect (`A`, through `Deref`), and where each came from.
 #[derive(Clone, Debug)]
-pub struct Setting<T> {
-    /// The value.
-    pub value: T,
-    /// Its source.
-    pub source: Source,
+pub struct Resolved<A> {
+    args: A,
+    /// Each setting's source, by its key, in the flags' order.
+    sources: Vec<(String, Source)>,
+    /// The configuration file, if one was read.
+    file: Option<PathBuf>,
 }
 
-/// Picks a setting from its layers. `matches` tells a flag from its
-/// environment variable; `file` is parsed only when it is used, and its
-/// errors name the key and the file.
-fn layer<T>(
-    id: &str,
-    given: Option<T>,
-    matches: Option<&ArgMatches>,
-    file: Option<(&str, &Path)>,
-    parse: impl Fn(&str) -> Result<T, String>,
-    default: impl FnOnce() -> T,
-) -> anyhow::Result<Setting<T>> {
-    if let Some(value) = given {
-        let source = match matches.and_then(|m| m.value_source(id)) {
-            Some(ValueSource::EnvVariable) => Source::Environment,
-            _ => Source::Flag,
-        };
-        return Ok(Setting { value, source });
+/// Everything `serve` uses.
+pub type ServeSettings = Resolved<ServeArgs>;
+/// What the commands that only open the database use.
+pub type DatabaseSettings = Resolved<DatabaseArgs>;
+
+impl<A> Deref for Resolved<A> {
+    type Target = A;
+
+    fn deref(&self) -> &A {
+        &self.args
     }
-    if let Some((text, path)) = file {
-        let value =
-            parse(text).map_err(|e| anyhow::anyhow!("{}: key `{id}`: {e}", path.display()))?;
-        return Ok(Setting {
-            value,
-            source: Source::File,
-        });
-    }
-    Ok(Setting {
-        value: default(),
-        source: Source::Default,
-    })
 }
 
-fn value_enum<T: ValueEnum>(text: &str) -> Result<T, String> {
-    T::from_str(text, false).map_err(|_| {
-        let allowed: Vec<String> = T::value_variants()
+impl<A: Args + FromArgMatches + Serialize> Resolved<A> {
+    /// Lays the file (if any) under `args`, as parsed into `matches`: its
+    /// value replaces each that came from the default.
+    fn layer(mut args: A, matches: &ArgMatches, file: Option<&Path>) -> anyhow::Result<Self> {
+        let values = file.map(read_file).transpose()?.unwrap_or_default();
+        // A value in the file has the type `config check` prints for it.
+        let printed = toml::Table::try_from(&args)?;
+        // The file's values parsed as flags, with no environment and no defaults.
+        let mut as_flags = A::augment_args(clap::Command::new("file"))
+            .no_binary_name(true)
+            .mut_args(|arg| arg.env(None).default_value(None));
+        let flags: Vec<_> = as_flags.get_arguments().cloned().collect();
+        let mut sources = Vec::with_capacity(flags.len());
+        for flag in flags {
+            let key = flag.get_id().as_str();
+            let source = match (matches.value_source(key), values.get(key), file) {
+                (Some(ValueSource::CommandLine), ..) => Source::Flag,
+                (Some(ValueSource::EnvVariable), ..) => Source::Environment,
+                (_, Some(value), Some(path)) => {
+                    let in_error =
+                        |reason| anyhow::anyhow!("{}: key `{key}`: {reason}", path.display());
+                    let printed = printed.get(key).map_or("string", toml::Value::type_str);
+                    let value = flag_text(value, printed).map_err(in_error)?;
+                    let long = flag.get_long().expect("every setting is a long flag");
+                    let from_file = as_flags
+                        .try_get_matches_from_mut([format!("--{long}={value}")])
+                        .map_err(|e| in_error(parse_error(&value, &e)))?;
+                    args.update_from_arg_matches(&from_file)?;
+                    Source::File
+                }
+                _ => Source::Default,
+            };
+            sources.push((key.to_owned(), source));
+        }
+        Ok(Resolved {
+            args,
+            sources,
+            file: file.map(Path::to_owned),
+        })
+    }
+
+    /// Where `key`'s value came from.
+    fn source(&self, key: &str) -> Source {
+        self.sources
             .iter()
-            .filter_map(|v| v.to_possible_value().map(|p| p.get_name().to_owned()))
-            .collect();
-        format!("{text:?} is not one of {}", allowed.join(", "))
-    })
+            .find_map(|(id, source)| (id == key).then_some(*source))
+            .unwrap_or(Source::Default)
+    }
 }
 
-/// The database settings in effect.
-#[derive(Clone, Debug)]
-pub struct DatabaseSettings {
-    /// The URL.
-    pub url: Setting<DatabaseUrl>,
-    /// The PostgreSQL pool size.
-    pub pool_size: Setting<u16>,
-}
-
-impl DatabaseSettings {
+impl DatabaseArgs {
     /// The database to open.
-    pub fn database(&self) -> DatabaseUrl {
-        match &self.url.value {
+    pub fn url(&self) -> DatabaseUrl {
+        match &self.database {
             DatabaseUrl::Postgres(url) => {
-                DatabaseUrl::Postgres(url.clone().with_pool_size(self.pool_size.value.into()))
+                DatabaseUrl::Postgres(url.clone().with_pool_size(self.database_pool_size.into()))
             }
             sqlite => sqlite.clone(),
         }
     }
 
-    /// Resolves the database settings of any command.
-    pub fn resolve(args: DatabaseArgs, matches: Option<&ArgMatches>) -> anyhow::Result<Self> {
-        let (file, path) = read_file(args.config.as_deref())?;
-        DatabaseSettings::from_layers(args, matches, &file, &path)
-    }
-
-    fn from_layers(
-        args: DatabaseArgs,
-        matches: Option<&ArgMatches>,
-        file: &FileSettings,
-        path: &Path,
-    ) -> anyhow::Result<Self> {
-        let pool = file.database_pool_size.map(|n| n.to_string());
-        Ok(DatabaseSettings {
-            url: layer(
-                "database",
-                args.database,
-                matches,
-                at(&file.database, path),
-                |text| text.parse::<DatabaseUrl>().map_err(|e| e.to_string()),
-                || DatabaseUrl::Sqlite("petstore.db".into()),
-            )?,
-            pool_size: layer(
-                "database_pool_size",
-                args.database_pool_size,
-                matches,
-                at(&pool, path),
-                |text| match text.parse::<u16>() {
-                    Ok(n @ 1..=1000) => Ok(n),
-                    _ => Err(format!("{text} is not in 1..=1000")),
-                },
-                || PostgresUrl::DEFAULT_POOL_SIZE as u16,
-            )?,
-        })
+    /// Resolves the database settings of any command from its parsed flags.
+    pub fn resolve(self, matches: &ArgMatches) -> anyhow::Result<DatabaseSettings> {
+        let file = self.config.clone();
+        Resolved::layer(self, matches, file.as_deref())
     }
 }
 
-/// A value from the file, with the file's path for error messages.
-fn at<'a>(value: &'a Option<String>, path: &'a Path) -> Option<(&'a str, &'a Path)> {
-    value.as_deref().map(|text| (text, path))
-}
-
-fn read_file(path: Option<&Path>) -> anyhow::Result<(FileSettings, PathBuf)> {
-    match path {
-        Some(path) => Ok((FileSettings::read(path)?, path.to_owned())),
-        None => Ok((FileSettings::default(), PathBuf::new())),
-    }
-}
-
-/// Everything `serve` uses.
-#[derive(Clone, Debug)]
-pub struct ServeSettings {
-    /// The database.
-    pub database: DatabaseSettings,
-    /// The API address.
-    pub bind: Setting<SocketAddr>,
-    /// The management address.
-    pub admin_bind: Setting<AdminBind>,
-    /// The certificate, when serving HTTPS.
-    pub tls_cert: Option<Setting<PathBuf>>,
-    /// Its key.
-    pub tls_key: Option<Setting<PathBuf>>,
-    /// The log level.
-    pub log_level: Setting<LogLevel>,
-    /// The log format.
-    pub log_format: Setting<LogFormatArg>,
-    /// Whether the access log is written.
-    pub access_log: Setting<Switch>,
-    /// The shutdown deadline, seconds.
-    pub shutdown_timeout: Setting<u64>,
-    /// How long idempotency keys are kept.
-    pub idempotency_retention: Setting<Duration>,
-    /// Whether the contract and the docs page are served.
-    pub docs: Setting<Switch>,
-    /// The configuration file, if one was read.
-    pub file: Option<PathBuf>,
-}
-
-impl ServeSettings {
-    /// Resolves the settings of `serve` (or of `config check`, with no flags).
-    pub fn resolve(args: ServeArgs, matches: Option<&ArgMatches>) -> anyhow::Result<Self> {
-        let config_file = args.database.config.clone();
-        let (file, path) = read_file(args.database.config.as_deref())?;
-        let database = DatabaseSettings::from_layers(args.database, matches, &file, &path)?;
-        let shutdown = file.shutdown_timeout.map(|n| n.to_string());
-        let path_setting = |id: &str, given: Option<PathBuf>, in_file: &Option<PathBuf>| {
-            let in_file = in_file.as_ref().map(|p| p.display().to_string());
-            match (given.is_some(), in_file.is_some()) {
-                (false, false) => Ok(None),
-                _ => layer(
-                    id,
-                    given,
-                    matches,
-                    in_file.as_deref().map(|text| (text, path.as_path())),
-                    |text| Ok(PathBuf::from(text)),
-                    PathBuf::new,
-                )
-                .map(Some),
-            }
-        };
-        let settings = ServeSettings {
-            database,
-            bind: layer(
-                "bind",
-                args.bind,
-                matches,
-                at(&file.bind, &path),
-                |text| text.parse().map_err(|e| format!("{e}")),
-                || SocketAddr::from(([127, 0, 0, 1], 8080)),
-            )?,
-            admin_bind: layer(
-                "admin_bind",
-                args.admin_bind,
-                matches,
-                at(&file.admin_bind, &path),
-                parse_admin_bind,
-                || AdminBind::On(SocketAddr::from(([127, 0, 0, 1], 9090))),
-            )?,
-            tls_cert: path_setting("tls_cert", args.tls_cert, &file.tls_cert)?,
-            tls_key: path_setting("tls_key", args.tls_key, &file.tls_key)?,
-            log_level: layer(
-                "log_level",
-                args.log_level,
-                matches,
-                at(&file.log_level, &path),
-                value_enum,
-                || LogLevel::Info,
-            )?,
-            log_format: layer(
-                "log_format",
-                args.log_format,
-                matches,
-                at(&file.log_format, &path),
-                value_enum,
-                || LogFormatArg::Json,
-            )?,
-            access_log: layer(
-                "access_log",
-                args.access_log,
-                matches,
-                at(&file.access_log, &path),
-                value_enum,
-                || Switch::On,
-            )?,
-            shutdown_timeout: layer(
-                "shutdown_timeout",
-                args.shutdown_timeout,
-                matches,
-                at(&shutdown, &path),
-                |text| match text.parse::<u64>() {
-                    Ok(n @ 0..=3600) => Ok(n),
-                    _ => Err(format!("{text} is not in 0..=3600")),
-                },
-                || 30,
-            )?,
-            idempotency_retention: layer(
-                "idempotency_retention",
-                args.idempotency_retention,
-                matches,
-                at(&file.idempotency_retention, &path),
-                parse_retention,
-                || IDEMPOTENCY_RETENTION_MIN,
-            )?,
-            docs: layer(
-                "docs",
-                args.docs,
-                matches,
-                at(&file.docs, &path),
-                value_enum,
-                || Switch::On,
-            )?,
-            file: config_file,
-        };
+impl ServeArgs {
+    /// Resolves the settings of `serve` (or of `config check`, with no
+    /// flags but `--config`) from its parsed flags.
+    pub fn resolve(self, matches: &ArgMatches) -> anyhow::Result<ServeSettings> {
+        let file = self.database.config.clone();
+        let settings = Resolved::layer(self, matches, file.as_deref())?;
         settings.tls()?;
         Ok(settings)
     }
+}
 
+impl ServeSettings {
     /// The TLS files, when both are set; an error when only one is.
     pub fn tls(&self) -> anyhow::Result<Option<TlsFiles>> {
-        match (&self.tls_cert, &self.tls_key) {
-            (None, None) => Ok(None),
-            (Some(cert), Some(key)) => Ok(Some(TlsFiles {
-                cert: cert.value.clone(),
-                key: key.value.clone(),
-            })),
-            (cert, key) => {
-                let (set, unset, source) = match (cert, key) {
-                    (Some(cert), _) => ("tls_cert", "tls_key", cert.source),
-                    (_, Some(key)) => ("tls_key", "tls_cert", key.source),
-                    _ => unreachable!("one of the two is set"),
-                };
-                let from = match (source, &self.file) {
-                    (Source::File, Some(file)) => format!(" (in {})", file.display()),
-                    _ => String::new(),
-                };
-                bail!(
-                    "TLS needs both a certificate and a key: {set} is set{from} but {unset} \
-                     is not (--tls-cert and --tls-key go together)"
-                )
+        let (set, unset) = match (&self.tls_cert, &self.tls_key) {
+            (None, None) => return Ok(None),
+            (Some(cert), Some(key)) => {
+                return Ok(Some(TlsFiles {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                }));
             }
-        }
+            (Some(_), None) => ("tls_cert", "tls_key"),
+            (None, Some(_)) => ("tls_key", "tls_cert"),
+        };
+        let from = match (self.source(set), &self.file) {
+            (Source::File, Some(file)) => format!(" (in {})", file.display()),
+            _ => String::new(),
+        };
+        bail!(
+            "TLS needs both a certificate and a key: {set} is set{from} but {unset} \
+             is not (--tls-cert and --tls-key go together)"
+        )
     }
 
     /// How to log.
     pub fn log(&self) -> LogSettings {
         LogSettings {
-            format: match self.log_format.value {
+            format: match self.log_format {
                 LogFormatArg::Json => LogFormat::Json,
                 LogFormatArg::Text => LogFormat::Text,
             },
-            level: self.log_level.value.into(),
-            access_log: self.access_log.value == Switch::On,
+            level: self.log_level.into(),
+            access_log: self.access_log == Switch::On,
         }
     }
 
     /// The effective configuration as TOML, each line saying where its
     /// value came from; the database password is masked.
-    pub fn describe(&self) -> String {
+    pub fn describe(&self) -> anyhow::Result<String> {
+        let values = toml::Table::try_from(&self.args)?;
         let mut out = String::new();
-        let mut line = |key: &str, value: String, source: Source| {
-            let _ = writeln!(out, "{key} = {value}  # {}", source.name());
-        };
-        let quoted = |value: &dyn std::fmt::Display| format!("\"{value}\"");
-        line("bind", quoted(&self.bind.value), self.bind.source);
-        line(
-            "admin_bind",
-            quoted(&self.admin_bind.value),
-            self.admin_bind.source,
-        );
-        line(
-            "database",
-            quoted(&self.database.url.value),
-            self.database.url.source,
-        );
-        line(
-            "database_pool_size",
-            self.database.pool_size.value.to_string(),
-            self.database.pool_size.source,
-        );
-        for (key, setting) in [("tls_cert", &self.tls_cert), ("tls_key", &self.tls_key)] {
-            if let Some(setting) = setting {
-                line(key, quoted(&setting.value.display()), setting.source);
+        for (key, source) in &self.sources {
+            if let Some(value) = values.get(key) {
+                let _ = writeln!(out, "{key} = {value}  # {}", source.name());
             }
         }
-        let name = |v: &dyn Fn() -> Option<clap::builder::PossibleValue>| {
-            v().map(|p| format!("\"{}\"", p.get_name()))
-                .unwrap_or_default()
-        };
-        line(
-            "log_level",
-            name(&|| self.log_level.value.to_possible_value()),
-            self.log_level.source,
+        Ok(out)
+    }
+}
+
+/// Why the flag's parser refused `value`, without clap's framing.
+fn parse_error(value: &str, error: &clap::Error) -> String {
+    match (error.kind(), error.get(ContextKind::ValidValue)) {
+        (ErrorKind::InvalidValue, Some(ContextValue::Strings(allowed))) => {
+            format!("{value:?} is not one of {}", allowed.join(", "))
+        }
+        _ => std::error::Error::source(error).map_or_else(|| error.to_string(), |e| e.to_string()),
+    }
+}
+
+/// The keys a configuration file may hold: the settings of `serve`, and
+/// `api_keys`, only to refuse it with a reason.
+static FILE_KEYS: LazyLock<&'static [&'static str]> = LazyLock::new(|| {
+    let serve = ServeArgs::augment_args(clap::Command::new("serve"));
+    let settings = serve.get_arguments().map(|flag| flag.get_id().as_str());
+    let keys: Vec<&'static str> = settings
+        .filter(|&key| key != "config")
+        .map(|key| &*Box::leak(key.into()))
+        .chain(["api_keys"])
+        .collect();
+    keys.leak()
+});
+
+/// Reads a configuration file: each setting's value, by its key.
+fn read_file(path: &Path) -> anyhow::Result<HashMap<String, toml::Value>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the configuration file {}", path.display()))?;
+    let values: HashMap<FileKey, toml::Value> = toml::from_str(&text)
+        .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.to_string().trim_end()))?;
+    if values.contains_key("api_keys") {
+        bail!(
+            "{}: `api_keys` is not a setting of the configuration file: API keys are \
+             secrets; create them with `petstore-server keys create` (stored hashed), or \
+             set PETSTORE_API_KEYS for development",
+            path.display()
         );
-        line(
-            "log_format",
-            name(&|| self.log_format.value.to_possible_value()),
-            self.log_format.source,
+    }
+    Ok(values
+        .into_iter()
+        .map(|(FileKey(key), value)| (key, value))
+        .collect())
+}
+
+/// A key of the file, checked as it is read so that toml's error points at
+/// it in the file: one of [`FILE_KEYS`].
+#[derive(PartialEq, Eq, Hash)]
+struct FileKey(String);
+
+impl std::borrow::Borrow<str> for FileKey {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for FileKey {
+    fn deserialize<D: serde::Deserializer<'de>>(input: D) -> Result<Self, D::Error> {
+        let key = String::deserialize(input)?;
+        match FILE_KEYS.contains(&key.as_str()) {
+            true => Ok(FileKey(key)),
+            false => Err(serde::de::Error::unknown_field(&key, *FILE_KEYS)),
+        }
+    }
+}
+
+/// A file's value as its flag would be given it (a string's text, an
+/// integer's digits), if it is of the type `expected`.
+fn flag_text(value: &toml::Value, expected: &str) -> Result<String, String> {
+    match value {
+        _ if value.type_str() != expected => Err(format!(
+            "invalid type: {} `{value}`, expected {}",
+            value.type_str(),
+            if expected == "integer" {
+                "an integer"
+            } else {
+                "a string"
+            }
+        )),
+        toml::Value::String(text) => Ok(text.clone()),
+        other => Ok(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, Parser};
+
+    #[derive(Parser)]
+    #[command(no_binary_name = true)]
+    struct Serve {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    /// `config check`'s lines for these flags.
+    fn described(flags: &[&str]) -> anyhow::Result<String> {
+        let matches = Serve::command().try_get_matches_from(flags)?;
+        let args = Serve::from_arg_matches(&matches)?.serve;
+        args.resolve(&matches)?.describe()
+    }
+
+    #[test]
+    fn every_setting_is_read_from_the_file_below_its_flag() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("petstore.toml");
+        // Every setting of `serve`, none at its default, as `config check`
+        // prints them.
+        let settings = "bind = \"0.0.0.0:8443\"\n\
+            admin_bind = \"off\"\n\
+            database = \"postgres://pets:***@db.internal/pets\"\n\
+            database_pool_size = 9\n\
+            tls_cert = \"/etc/tls/cert.pem\"\n\
+            tls_key = \"/etc/tls/key.pem\"\n\
+            log_level = \"debug\"\n\
+            log_format = \"text\"\n\
+            access_log = \"off\"\n\
+            shutdown_timeout = 0\n\
+            idempotency_retention = \"7days 3h\"\n\
+            docs = \"off\"\n";
+        std::fs::write(&file, settings).unwrap();
+        let file = file.to_str().unwrap();
+        let from_file: String = settings.lines().map(|l| format!("{l}  # file\n")).collect();
+        assert_eq!(described(&["--config", file]).unwrap(), from_file);
+        let with_flag = described(&["--config", file, "--log-level", "warn"]).unwrap();
+        assert_eq!(
+            with_flag,
+            from_file.replace(
+                "log_level = \"debug\"  # file",
+                "log_level = \"warn\"  # flag"
+            )
         );
-        line(
-            "access_log",
-            name(&|| self.access_log.value.to_possible_value()),
-            self.access_log.source,
+    }
+
+    #[test]
+    fn with_no_file_every_setting_is_its_default() {
+        let described = described(&[]).unwrap();
+        assert_eq!(described.lines().count(), 10, "{described}");
+        assert!(
+            described.lines().all(|line| line.ends_with("  # default")),
+            "{described}"
         );
-        line(
-            "shutdown_timeout",
-            self.shutdown_timeout.value.to_string(),
-            self.shutdown_timeout.source,
-        );
-        line(
-            "idempotency_retention",
-            quoted(&humantime::format_duration(
-                self.idempotency_retention.value,
-            )),
-            self.idempotency_retention.source,
-        );
-        line(
-            "docs",
-            name(&|| self.docs.value.to_possible_value()),
-            self.docs.source,
-        );
-        out
+        assert!(described.contains("idempotency_retention = \"1day\""));
     }
 }
