@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::process::Command;
 
-use super::options::Options;
+use super::options::{Options, Switch};
 use super::wrk;
 
 /// The machine, described once at the start.
@@ -94,7 +94,7 @@ impl Machine {
              medians over rounds",
             wrk::THREADS,
             wrk::CONNECTIONS,
-            o.duration.as_secs(),
+            o.duration().as_secs(),
             o.rounds
         );
         let _ = writeln!(
@@ -107,7 +107,7 @@ impl Machine {
         let _ = writeln!(
             out,
             "- Server metrics (management listener): {}",
-            if o.metrics { "on" } else { "off" }
+            if o.metrics == Switch::On { "on" } else { "off" }
         );
         let _ = writeln!(
             out,

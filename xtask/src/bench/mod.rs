@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use clap::ValueEnum;
 use petstore_server::store::DatabaseUrl;
 use petstore_support::postgres::Cluster;
 use petstore_support::{free_loopback_addr, generate_key};
@@ -39,7 +40,8 @@ mod scenario;
 mod seed;
 mod wrk;
 
-use options::{Options, Parsed};
+pub use options::Options;
+use options::Switch;
 use process::Service;
 use report::{Round, Row, Sample, pets_label};
 use scenario::Scenario;
@@ -51,15 +53,8 @@ const WARM_UP: Duration = Duration::from_secs(1);
 /// closing connections) is not measured.
 const SETTLE: Duration = Duration::from_millis(300);
 
-/// Runs `cargo xtask bench ARGS`.
-pub fn run(args: &[&str]) -> anyhow::Result<()> {
-    let options = match options::parse(args)? {
-        Parsed::Help => {
-            println!("{}", options::USAGE);
-            return Ok(());
-        }
-        Parsed::Run(options) => options,
-    };
+/// Runs `cargo xtask bench` with `options`.
+pub fn run(options: Options) -> anyhow::Result<()> {
     wrk::ensure_installed()?;
     let binaries = Binaries::build()?;
     let machine = machine::Machine::describe();
@@ -76,7 +71,7 @@ pub fn run(args: &[&str]) -> anyhow::Result<()> {
         interrupted: watch_interrupts(&runtime)?,
         runtime,
     };
-    let outcome = bench.run_all(args, &machine);
+    let outcome = bench.run_all(&machine);
     if bench.interrupted.load(Ordering::Relaxed) {
         bail!("interrupted; everything the bench started has been stopped");
     }
@@ -182,7 +177,7 @@ struct Bench {
 
 impl Bench {
     /// Every setup, then the results.
-    fn run_all(&self, args: &[&str], machine: &machine::Machine) -> anyhow::Result<()> {
+    fn run_all(&self, machine: &machine::Machine) -> anyhow::Result<()> {
         let mut rows = Vec::new();
         let mut seeding = Vec::new();
         for setup in self.setups() {
@@ -196,8 +191,8 @@ impl Bench {
             ));
         }
         let run = machine::RunInfo {
-            command: std::iter::once("cargo xtask bench")
-                .chain(args.iter().copied())
+            command: std::iter::once("cargo xtask".to_owned())
+                .chain(std::env::args().skip(1))
                 .collect::<Vec<_>>()
                 .join(" "),
             options: self.options.clone(),
@@ -220,8 +215,9 @@ impl Bench {
     /// 1k on SQLite, the scaling dataset (reads only), 1k on PostgreSQL.
     fn setups(&self) -> Vec<Setup> {
         let chosen = |reads_only: bool| -> Vec<Scenario> {
-            Scenario::ALL
-                .into_iter()
+            Scenario::value_variants()
+                .iter()
+                .copied()
                 .filter(|s| self.options.scenario.is_none_or(|only| only == *s))
                 .filter(|s| !reads_only || s.reads_only())
                 .collect()
@@ -239,7 +235,7 @@ impl Bench {
                 scenarios: chosen(true),
             });
         }
-        if self.options.postgres {
+        if self.options.postgres() {
             setups.push(Setup {
                 backend: Backend::Postgres,
                 pets: report::BASE_PETS,
@@ -322,7 +318,7 @@ impl Bench {
             command.args(["--log-level", level]);
         }
         // Metrics on, as by default, on a port of its own.
-        let admin = if self.options.metrics {
+        let admin = if self.options.metrics == Switch::On {
             free_loopback_addr()?.to_string()
         } else {
             "off".to_owned()
@@ -416,7 +412,7 @@ impl Bench {
     /// target always gets the quieter moment.
     fn round(
         &self,
-        round: usize,
+        round: u64,
         targets: &Targets,
         scenario: Scenario,
         script: &Path,
@@ -429,7 +425,12 @@ impl Bench {
         }
         let (mut server, mut ceiling, mut peer) = (None, None, None);
         for (which, target) in order {
-            let sample = measure(target, script, self.options.duration, &dir.join("wrk.out"))?;
+            let sample = measure(
+                target,
+                script,
+                self.options.duration(),
+                &dir.join("wrk.out"),
+            )?;
             match which {
                 Target::Server => server = Some(sample),
                 Target::Ceiling => ceiling = Some(sample),
@@ -532,7 +533,7 @@ fn measure(
     })
 }
 
-fn print_round(label: &str, scenario: Scenario, round: usize, rounds: usize, r: &Round) {
+fn print_round(label: &str, scenario: Scenario, round: u64, rounds: u64, r: &Round) {
     let describe = |s: &Sample| match &s.error {
         Some(error) => format!("ERROR ({error})"),
         None => format!(
