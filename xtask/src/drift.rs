@@ -7,12 +7,13 @@
 //!   YAML are parsed with `openapiv3`, normalised by [`canon`] (so that only
 //!   meaning is left: no descriptions, no key order, references resolved) and
 //!   compared facet by facet by [`diff`].
-//! - [`probe`]: what the emitted document cannot carry — query defaults,
-//!   security, the exact error statuses, the error body — is checked by
-//!   starting a real server in-process and sending it requests whose expected
-//!   answers are read from the YAML.
+//! - [`probe`]: what the emitted document cannot carry and schemathesis
+//!   does not check — query defaults, security, which error statuses each
+//!   operation answers, `null` for optional properties, the error body's
+//!   `status` — is asked of a real server started in-process, every expected
+//!   answer read from the YAML (the module says what is kept, and why).
 //!
-//! [`check_contract`] takes the YAML as text, so the mutation tests
+//! [`check_contract`] takes the YAML as text, so the mutation table
 //! (`mutations`) can feed it edited copies.
 
 use std::fmt;
