@@ -85,16 +85,12 @@ impl fmt::Display for Finding {
 }
 
 /// Every change from `old` to `new`, and the verdict over all of them.
-pub fn compare(old: &OpenAPI, new: &OpenAPI) -> (Vec<Finding>, Verdict) {
+pub fn compare(old: &OpenAPI, new: &OpenAPI) -> anyhow::Result<(Vec<Finding>, Verdict)> {
     let old_side = canon::Side::new(old, "", canon::Mode::Probe);
     let new_side = canon::Side::new(new, "", canon::Mode::Probe);
-    let findings = rules::compare(&old_side, &new_side);
-    let verdict = findings
-        .iter()
-        .map(|f| f.verdict)
-        .max()
-        .unwrap_or(Verdict::SemanticFree);
-    (findings, verdict)
+    let findings = rules::compare(&old_side, &new_side)?;
+    let verdict = findings.iter().map(|f| f.verdict).max();
+    Ok((findings, verdict.unwrap_or(Verdict::SemanticFree)))
 }
 
 /// A released document.
@@ -164,7 +160,7 @@ pub fn gate(new_path: &Path, dir: &Path) -> anyhow::Result<Outcome> {
     }
     for old in &released {
         let name = old.path.file_name().unwrap_or_default().to_string_lossy();
-        let (findings, verdict) = compare(&old.api, &new);
+        let (findings, verdict) = compare(&old.api, &new)?;
         if version == old.version {
             if verdict != Verdict::SemanticFree {
                 outcome.failures.push(format!(

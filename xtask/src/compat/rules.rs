@@ -7,11 +7,18 @@
 //! but not widen: an older client must still understand every answer. A
 //! schema used both ways (`PetStatus` is a request filter and a response
 //! field) is judged both ways, and the stricter verdict stands.
+//!
+//! Where Oxide's `drift` crate judges a kind of change as these rules do —
+//! new operations; parameters added, removed, made required or optional;
+//! request bodies added, made required or optional — its judgment is taken
+//! ([`adopted`]) and these rules do not look. What it cannot judge, or judges
+//! otherwise, stays here: `docs/compatibility.md` has the measurement.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::SystemTime;
 
-use openapiv3::{Parameter, ParameterSchemaOrContent, Response};
+use openapi_drift::{ChangeClass, ChangeDetails};
+use openapiv3::{OpenAPI, Parameter, ParameterSchemaOrContent, Response};
 use serde_json::{Map, Value};
 
 use super::{Finding, Verdict};
@@ -36,11 +43,11 @@ enum Change {
 }
 
 /// Every change from `old` to `new`, sorted, each once.
-pub fn compare(old: &Side<'_>, new: &Side<'_>) -> Vec<Finding> {
+pub fn compare(old: &Side<'_>, new: &Side<'_>) -> anyhow::Result<Vec<Finding>> {
     let mut rules = Rules {
         old,
         new,
-        findings: Vec::new(),
+        findings: adopted(old.api, new.api)?,
         compared: HashSet::new(),
     };
     rules.operations();
@@ -48,7 +55,77 @@ pub fn compare(old: &Side<'_>, new: &Side<'_>) -> Vec<Finding> {
     let mut findings = rules.findings;
     findings.sort();
     findings.dedup();
-    findings
+    Ok(findings)
+}
+
+/// The changes `drift` judges as these rules would, judged by it. It is not
+/// shown any `content`: it stops (`todo!`) on a media type added or removed,
+/// and what it says of schemas is left to these rules anyway.
+fn adopted(old: &OpenAPI, new: &OpenAPI) -> anyhow::Result<Vec<Finding>> {
+    use {ChangeClass::*, ChangeDetails::*};
+    let (old, new) = (without_content(old)?, without_content(new)?);
+    let mut findings = Vec::new();
+    for change in openapi_drift::compare(&old, &new)? {
+        let Some(path) = change.paths.first() else {
+            continue;
+        };
+        for info in &change.changes {
+            // A change's direction is not told apart from the others' in its
+            // record (an operation's), so it is read from what changed.
+            let parameter = [&info.old_subpath, &info.new_subpath]
+                .iter()
+                .any(|p| p.starts_with("parameters/"));
+            let whole = info.old_subpath.is_empty() && info.new_subpath.is_empty();
+            let adopted = match (info.details, info.class) {
+                (Removed | Added | AddedRequired | MoreStrict | LessStrict, _) if parameter => true,
+                // A new operation or optional body; a new required body; a
+                // body made required, or optional. (A body or a response
+                // removed and a response added are judged otherwise here.)
+                (Added, ForwardIncompatible) | (AddedRequired, Incompatible) => whole,
+                (MoreStrict, BackwardIncompatible) | (LessStrict, ForwardIncompatible) => whole,
+                _ => false,
+            };
+            let verdict = match info.class {
+                ForwardIncompatible => Verdict::Compatible,
+                _ => Verdict::Breaking,
+            };
+            // A new operation's record is at the paths on the old side.
+            let pointer = match path.old.to_string() {
+                old if old == "#/paths" => path.new.to_string(),
+                old => old,
+            };
+            let keys = pointer.trim_start_matches("#/").split('/');
+            let keys: Vec<String> = keys
+                .map(|key| key.replace("~1", "/").replace("~0", "~"))
+                .collect();
+            if adopted {
+                let (location, message) = (keys.join("."), format!("drift: {}", info.message));
+                findings.push(Finding {
+                    location,
+                    message,
+                    verdict,
+                });
+            }
+        }
+    }
+    Ok(findings)
+}
+
+/// `api` as JSON, every `content` emptied.
+fn without_content(api: &OpenAPI) -> anyhow::Result<Value> {
+    fn empty(value: &mut Value) {
+        match value {
+            Value::Object(map) => map.iter_mut().for_each(|(key, value)| match key.as_str() {
+                "content" => *value = Value::Object(Map::new()),
+                _ => empty(value),
+            }),
+            Value::Array(items) => items.iter_mut().for_each(empty),
+            _ => {}
+        }
+    }
+    let mut json = serde_json::to_value(api)?;
+    empty(&mut json);
+    Ok(json)
 }
 
 struct Rules<'s, 'a> {
@@ -105,11 +182,6 @@ impl Rules<'_, '_> {
             match new_ops.get(key) {
                 Some(new_op) => self.operation(&location, old_op, new_op),
                 None => self.removed_operation(&location, old_op),
-            }
-        }
-        for (key, new_op) in &new_ops {
-            if !old_ops.contains_key(key) {
-                self.compatible(&new_op.location(), "new operation");
             }
         }
     }
@@ -174,37 +246,20 @@ impl Rules<'_, '_> {
         self.responses(location, old, new);
     }
 
+    /// Parameters in both documents (those added or removed, and whether
+    /// each is required, are drift's).
     fn parameters(&mut self, location: &str, old: &Op<'_>, new: &Op<'_>) {
-        let key = |p: &&Parameter| (canon::location(p), p.parameter_data_ref().name.clone());
-        let old_params: BTreeMap<_, _> = old.parameters.iter().map(|p| (key(p), *p)).collect();
-        let new_params: BTreeMap<_, _> = new.parameters.iter().map(|p| (key(p), *p)).collect();
-        for ((place, name), old_param) in &old_params {
-            let here = format!("{location}.parameters.{name}");
-            match new_params.get(&(place, name.clone())) {
-                None => self.breaking(&here, format!("{place} parameter removed")),
-                Some(new_param) => self.parameter(&here, old_param, new_param),
-            }
-        }
-        for ((place, name), new_param) in &new_params {
-            if old_params.contains_key(&(place, name.clone())) {
-                continue;
-            }
-            let here = format!("{location}.parameters.{name}");
-            if new_param.parameter_data_ref().required {
-                self.breaking(&here, format!("new required {place} parameter"));
-            } else {
-                self.compatible(&here, format!("new optional {place} parameter"));
+        let key = |p: &Parameter| (canon::location(p), p.parameter_data_ref().name.clone());
+        for old_param in &old.parameters {
+            if let Some(new_param) = new.parameters.iter().find(|p| key(p) == key(old_param)) {
+                let here = format!("{location}.parameters.{}", key(old_param).1);
+                self.parameter(&here, old_param, new_param);
             }
         }
     }
 
     fn parameter(&mut self, location: &str, old: &Parameter, new: &Parameter) {
         let (old_data, new_data) = (old.parameter_data_ref(), new.parameter_data_ref());
-        match (old_data.required, new_data.required) {
-            (false, true) => self.breaking(&format!("{location}.required"), "now required"),
-            (true, false) => self.compatible(&format!("{location}.required"), "no longer required"),
-            _ => {}
-        }
         match (old_data.deprecated, new_data.deprecated) {
             (a, b) if a.unwrap_or(false) != b.unwrap_or(false) => self.compatible(
                 &format!("{location}.deprecated"),
@@ -236,6 +291,8 @@ impl Rules<'_, '_> {
         }
     }
 
+    /// A request body removed, and the content of one in both documents (one
+    /// added, and whether it is required, are drift's).
     fn request_body(&mut self, location: &str, old: &Op<'_>, new: &Op<'_>) {
         let here = format!("{location}.requestBody");
         let old_body = old
@@ -249,18 +306,8 @@ impl Rules<'_, '_> {
             .as_ref()
             .and_then(|b| self.new.body(b));
         match (old_body, new_body) {
-            (None, None) => {}
-            (None, Some(body)) if body.required => {
-                self.breaking(&here, "new required request body")
-            }
-            (None, Some(_)) => self.compatible(&here, "new optional request body"),
             (Some(_), None) => self.breaking(&here, "request body removed"),
             (Some(a), Some(b)) => {
-                if !a.required && b.required {
-                    self.breaking(&format!("{here}.required"), "now required");
-                } else if a.required && !b.required {
-                    self.compatible(&format!("{here}.required"), "no longer required");
-                }
                 let (a, b) = (content(self.old, &a.content), content(self.new, &b.content));
                 self.content(
                     &format!("{here}.content"),
@@ -270,6 +317,7 @@ impl Rules<'_, '_> {
                     false,
                 );
             }
+            _ => {}
         }
     }
 
