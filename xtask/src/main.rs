@@ -13,7 +13,7 @@ mod conformance;
 mod drift;
 mod openapi;
 mod python;
-mod readiness;
+mod service;
 #[cfg(test)]
 mod yaml_edit;
 

@@ -17,7 +17,7 @@
 //! a failure midway leaves no server, ceiling, wrk or cluster behind.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -34,15 +34,14 @@ mod canned;
 mod capture;
 mod machine;
 mod options;
-mod process;
 mod report;
 mod scenario;
 mod seed;
 mod wrk;
 
+use crate::service::{self, Service};
 pub use options::Options;
 use options::Switch;
-use process::Service;
 use report::{Round, Row, Sample, pets_label};
 use scenario::Scenario;
 
@@ -106,39 +105,17 @@ struct Binaries {
 }
 
 impl Binaries {
-    /// `cargo build --release` of the server and the ceiling; their paths as
-    /// cargo reports them (so a custom target directory is no problem).
+    /// `cargo build --release` of the server and the ceiling.
     fn build() -> anyhow::Result<Binaries> {
         println!("bench: building the release server and ceiling");
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let output = Command::new(cargo)
-            .current_dir(workspace_root())
-            .args([
-                "build",
-                "--release",
-                "--message-format=json-render-diagnostics",
-            ])
-            .args(["-p", "petstore-server", "--bin", "petstore-server"])
-            .args(["-p", "xtask", "--bin", "bench-ceiling"])
-            .stderr(Stdio::inherit())
-            .output()
-            .context("running cargo build")?;
-        if !output.status.success() {
-            bail!("cargo build --release failed: {}", output.status);
-        }
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let executable = |name: &str| {
-            stdout
-                .lines()
-                .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-                .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == name)
-                .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-                .with_context(|| format!("cargo build reported no {name} executable"))
-        };
-        Ok(Binaries {
-            server: executable("petstore-server")?,
-            ceiling: executable("bench-ceiling")?,
-        })
+        let bins = [
+            ("petstore-server", "petstore-server"),
+            ("xtask", "bench-ceiling"),
+        ];
+        let [server, ceiling]: [PathBuf; 2] = service::build(&["--release"], &bins)?
+            .try_into()
+            .expect("two");
+        Ok(Binaries { server, ceiling })
     }
 }
 
@@ -326,7 +303,7 @@ impl Bench {
         command.args(["--admin-bind", &admin]);
         // Only what is given here counts, not the caller's PETSTORE_* settings.
         petstore_support::without_petstore_settings(&mut command).env("PETSTORE_API_KEYS", key);
-        Service::start("petstore-server", &mut command, addr, key)
+        Service::start("petstore-server", &mut command, (addr, key), None)
     }
 
     /// Starts the peer (`--compare-with`) on a throwaway cluster of its own
@@ -343,7 +320,7 @@ impl Bench {
             .env("BENCH_PORT", addr.port().to_string())
             .env("BENCH_DATABASE_URL", cluster.url("postgres"))
             .env("BENCH_API_KEY", key);
-        let service = Service::start("peer", &mut shell, addr, key)
+        let service = Service::start("peer", &mut shell, (addr, key), None)
             .with_context(|| format!("starting the peer: sh -c 'exec {command}'"))?;
         println!("bench: [{label}] seeding the peer with {pets} pets through POST /v1/pets");
         let seeded = self
@@ -365,7 +342,7 @@ impl Bench {
             .arg("--responses")
             .arg(responses)
             .env("BENCH_CEILING_KEY", key);
-        Service::start("bench-ceiling", &mut command, addr, key)
+        Service::start("bench-ceiling", &mut command, (addr, key), None)
     }
 
     /// The warm-up, then every round of every scenario of `setup`.
