@@ -19,6 +19,15 @@
 //! are parsed with `openapiv3`, references are resolved, annotations are
 //! dropped and lists sorted, so only meaning is compared. The rules are in
 //! [`rules`]; [`catalogue`] proves them on a catalogue of edits.
+//!
+//! Oxide's `drift` crate was measured on that catalogue
+//! (`docs/compatibility.md`): its judgment is taken for new operations, and
+//! for parameters and request bodies added, removed or made (not) required,
+//! which it judges as the rules would. It cannot judge the rest: it calls
+//! every constraint change inside a schema *unhandled*, does not look at
+//! operation ids, deprecation, security or response headers, knows no sunset,
+//! and judges removed or new response statuses, removed bodies and changed
+//! defaults otherwise (for old clients only); so the rules keep those.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
