@@ -64,8 +64,27 @@ pub fn compare(old: &Side<'_>, new: &Side<'_>) -> anyhow::Result<Vec<Finding>> {
 fn adopted(old: &OpenAPI, new: &OpenAPI) -> anyhow::Result<Vec<Finding>> {
     use {ChangeClass::*, ChangeDetails::*};
     let (old, new) = (without_content(old)?, without_content(new)?);
+    let changes = match std::panic::catch_unwind(|| openapi_drift::compare(&old, &new)) {
+        Ok(Ok(changes)) => changes,
+        // It cannot read a document with a reference to nothing or an
+        // undeclared path parameter (it even panics on the latter): no
+        // valid contract, so no compatible one.
+        failed => {
+            let why = failed.map_or("it panicked".to_owned(), |e| {
+                format!("{:#}", e.unwrap_err())
+            });
+            let message =
+                format!("drift cannot compare the documents ({why}); are both valid OpenAPI?");
+            let location = "paths".to_owned();
+            return Ok(vec![Finding {
+                location,
+                message,
+                verdict: Verdict::Breaking,
+            }]);
+        }
+    };
     let mut findings = Vec::new();
-    for change in openapi_drift::compare(&old, &new)? {
+    for change in changes {
         let Some(path) = change.paths.first() else {
             continue;
         };
