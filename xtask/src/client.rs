@@ -20,6 +20,8 @@
 //! leave it alone, so the committed text is exactly what generation produces.
 
 use anyhow::{Context, bail};
+// As progenitor names the `Client` methods (snake case) and builders (upper camel case).
+use heck::{ToSnakeCase, ToUpperCamelCase};
 use openapiv3::{OpenAPI, Operation};
 use progenitor::{GenerationSettings, Generator, InterfaceStyle, TagStyle};
 use syn::visit_mut::{self, VisitMut};
@@ -249,7 +251,7 @@ fn deprecation_table(spec: &OpenAPI) -> anyhow::Result<Item> {
         };
         arms.push_str(&format!(
             "CliCommand::{} => {note},\n",
-            pascal_case(operation_id)
+            operation_id.to_upper_camel_case()
         ));
     }
     syn::parse_str(&format!(
@@ -304,8 +306,8 @@ fn mark_deprecated(file: &mut syn::File, spec: &OpenAPI) -> anyhow::Result<()> {
         let deprecated: Attribute = parse_quote!(#[deprecated(since = #since, note = #note)]);
         let allow: Attribute = parse_quote!(#[allow(deprecated)]);
 
-        let method_name = snake_case(operation_id);
-        let builder_name = pascal_case(operation_id);
+        let method_name = operation_id.to_snake_case();
+        let builder_name = operation_id.to_upper_camel_case();
         let mut marked_method = false;
         let mut marked_builder = false;
         for item in &mut file.items {
@@ -422,7 +424,7 @@ fn name_replacements(spec: &OpenAPI, sentence: &str) -> Option<String> {
                 });
         match operation {
             Some(operation_id) => {
-                out.push_str(&snake_case(operation_id));
+                out.push_str(&operation_id.to_snake_case());
                 named = true;
             }
             None => out.push_str(piece),
@@ -435,27 +437,6 @@ fn lowercase_first(s: &str) -> String {
     let mut chars = s.chars();
     match chars.next() {
         Some(c) => c.to_lowercase().chain(chars).collect(),
-        None => String::new(),
-    }
-}
-
-/// `listPets` → `list_pets`, as progenitor names the `Client` methods.
-fn snake_case(operation_id: &str) -> String {
-    let mut out = String::new();
-    for (i, c) in operation_id.chars().enumerate() {
-        if c.is_uppercase() && i > 0 {
-            out.push('_');
-        }
-        out.extend(c.to_lowercase());
-    }
-    out
-}
-
-/// `listPets` → `ListPets`, as progenitor names the builder types.
-fn pascal_case(operation_id: &str) -> String {
-    let mut chars = operation_id.chars();
-    match chars.next() {
-        Some(c) => c.to_uppercase().chain(chars).collect(),
         None => String::new(),
     }
 }
@@ -486,13 +467,6 @@ fn space_out(code: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn names_follow_progenitor() {
-        assert_eq!(snake_case("getPet"), "get_pet");
-        assert_eq!(snake_case("listPets"), "list_pets");
-        assert_eq!(pascal_case("getPet"), "GetPet");
-    }
 
     #[test]
     fn first_difference_reports_the_line() {

@@ -50,14 +50,14 @@
 
 use std::fs::File;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
 
 use anyhow::{Context, bail};
-use petstore_support::ChildGuard;
 
-use crate::{openapi, python, readiness, workspace_root};
+use crate::service::{self, Service};
+use crate::{openapi, python, workspace_root};
 
 /// The schemathesis release the run is pinned to.
 const SCHEMATHESIS: &str = "schemathesis==4.32.5";
@@ -65,12 +65,6 @@ const SCHEMATHESIS: &str = "schemathesis==4.32.5";
 /// The environment variable through which schemathesis gets the key: the
 /// key stays out of process listings and out of the config file.
 const KEY_VARIABLE: &str = "PETSTORE_CONFORMANCE_KEY";
-
-/// How long the server may take to answer after it is spawned.
-const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// How long the server may take to stop after SIGTERM.
-const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The schemathesis configuration. The seed and the example budget are
 /// fixed here: 500 cases per operation and phase keeps schemathesis to one or two
@@ -116,53 +110,42 @@ fail-on = true
 pub fn run() -> anyhow::Result<()> {
     let started = Instant::now();
     let venv = python::venv(&[SCHEMATHESIS])?;
-    let binary = build_server()?;
+    let binary = service::build(&[], &[("petstore-server", "petstore-server")])?.remove(0);
     let out = workspace_root().join("target/conformance");
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let config = out.join("schemathesis.toml");
     std::fs::write(&config, CONFIG).with_context(|| format!("writing {}", config.display()))?;
     let scratch = tempfile::Builder::new()
         .prefix("petstore-conformance-")
-        .tempdir()
-        .context("creating a temporary directory for the database")?;
+        .tempdir()?;
     let key = petstore_support::generate_key("conformance")?;
-    let server = Server::start(&binary, scratch.path(), &key, &out.join("server.log"))?;
-    let tested = schemathesis(&venv, &config, &out, server.addr, &key);
+    let addr = petstore_support::free_loopback_addr()?;
+    let database = format!("sqlite://{}", scratch.path().join("petstore.db").display());
+    let mut command = Command::new(binary);
+    // Only what is given here counts, not the caller's PETSTORE_* settings.
+    petstore_support::without_petstore_settings(&mut command)
+        .arg("serve")
+        .args([
+            "--bind",
+            &addr.to_string(),
+            "--database",
+            &database,
+            "--admin-bind",
+            "off",
+        ])
+        .args(["--log-format", "json", "--log-level", "info"])
+        .env("PETSTORE_API_KEYS", &key);
+    let log = out.join("server.log");
+    let file = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+    let server = Service::start("petstore-server", &mut command, (addr, &key), Some(file))?;
+    println!("conformance: server listening on http://{addr}/v1");
+    let tested = schemathesis(&venv, &config, &out, addr, &key);
     // Stopped before the result is looked at, so a failed run stops it too.
     let stopped = server.stop();
     tested?;
     stopped?;
     println!("conformance: passed in {:.0?}", started.elapsed());
     Ok(())
-}
-
-/// Builds the server binary and returns its path, as cargo reports it (so
-/// a custom target directory is no problem).
-fn build_server() -> anyhow::Result<PathBuf> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let output = Command::new(cargo)
-        .current_dir(workspace_root())
-        .args(["build", "--package", "petstore-server"])
-        .args([
-            "--bin",
-            "petstore-server",
-            "--message-format=json-render-diagnostics",
-        ])
-        .stderr(Stdio::inherit())
-        .output()
-        .context("running cargo build")?;
-    if !output.status.success() {
-        bail!("cargo build -p petstore-server failed: {}", output.status);
-    }
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|message| {
-            message["reason"] == "compiler-artifact"
-                && message["target"]["name"] == "petstore-server"
-        })
-        .find_map(|message| message["executable"].as_str().map(PathBuf::from))
-        .context("cargo build reported no petstore-server executable")
 }
 
 /// Runs schemathesis against the server at `addr`, in `out` (where it may
@@ -195,80 +178,4 @@ fn schemathesis(
         );
     }
     Ok(())
-}
-
-/// The server under test, as a child process; the guard kills it if it is
-/// dropped running, so an early return or a panic never leaves it behind.
-struct Server {
-    child: ChildGuard,
-    addr: SocketAddr,
-    log: PathBuf,
-}
-
-impl Server {
-    /// Starts the server on a free loopback port with a new database in
-    /// `scratch`, logging to `log`, and waits until it answers.
-    fn start(binary: &Path, scratch: &Path, key: &str, log: &Path) -> anyhow::Result<Server> {
-        let addr = petstore_support::free_loopback_addr()?;
-        let log_file = File::create(log).with_context(|| format!("creating {}", log.display()))?;
-        let database = format!("sqlite://{}", scratch.join("petstore.db").display());
-        let mut command = Command::new(binary);
-        // Only what is given here counts, not the caller's PETSTORE_* settings.
-        petstore_support::without_petstore_settings(&mut command)
-            .arg("serve")
-            .args(["--bind", &addr.to_string(), "--database", &database])
-            .args(["--admin-bind", "off"])
-            .args(["--log-format", "json", "--log-level", "info"])
-            .env("PETSTORE_API_KEYS", key)
-            .stdin(Stdio::null())
-            .stdout(log_file.try_clone()?)
-            .stderr(log_file);
-        let child = ChildGuard::spawn("petstore-server", &mut command)?;
-        let mut server = Server {
-            child,
-            addr,
-            log: log.to_owned(),
-        };
-        server.wait_until_ready(key)?;
-        println!("conformance: server listening on http://{addr}/v1");
-        Ok(server)
-    }
-
-    /// Waits until an authenticated `GET /v1/pets` gets 200, which also
-    /// proves the generated key is accepted.
-    fn wait_until_ready(&mut self, key: &str) -> anyhow::Result<()> {
-        let deadline = Instant::now() + STARTUP_TIMEOUT;
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                bail!(
-                    "the server exited during start-up ({status}); see {}",
-                    self.log.display()
-                );
-            }
-            if readiness::status(self.addr, key) == Some(200) {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "the server did not answer within {STARTUP_TIMEOUT:?}; see {}",
-                    self.log.display()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// Stops the server the way an operator would, with SIGTERM, which also
-    /// checks that it shuts down cleanly; kills it if it does not stop in
-    /// time.
-    fn stop(mut self) -> anyhow::Result<()> {
-        match self.child.terminate(SHUTDOWN_TIMEOUT)? {
-            Some(status) if status.success() => Ok(()),
-            Some(status) => bail!(
-                "the server exited with {status} after SIGTERM; see {}",
-                self.log.display()
-            ),
-            None => bail!("the server did not stop on SIGTERM; it was killed"),
-        }
-    }
 }

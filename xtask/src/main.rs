@@ -1,17 +1,10 @@
-//! Project automation, in plain Rust: `cargo xtask <command>`.
-//!
-//! - `openapi emit`: write the document the server emits to
-//!   `target/openapi/emitted.json`.
-//! - `openapi validate`: validate `openapi/petstore.yaml` with a real
-//!   OpenAPI 3.0 validator (`openapi-spec-validator`, in a venv under `target/`).
-//! - `openapi check`: the drift check between the contract and the server.
-//! - `openapi compat`: the compatibility gate against the released contracts.
-//! - `client generate` / `client check`: the progenitor-generated client, its
-//!   mocks and its command line.
-//! - `conformance`: schemathesis against a server built from the tree.
+//! Project automation, in plain Rust: `cargo xtask <command>` (`cargo xtask
+//! help` lists the commands).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
 
 mod bench;
 mod client;
@@ -20,42 +13,56 @@ mod conformance;
 mod drift;
 mod openapi;
 mod python;
-mod readiness;
+mod service;
 #[cfg(test)]
 mod yaml_edit;
 
-const USAGE: &str = "usage: cargo xtask <command>
+/// Project automation for the pet store workspace.
+#[derive(Parser)]
+#[command(bin_name = "cargo xtask")]
+enum Command {
+    /// The contract, openapi/petstore.yaml
+    #[command(subcommand)]
+    Openapi(Openapi),
+    /// The client generated from the contract (petstore-client)
+    #[command(subcommand)]
+    Client(Client),
+    /// Run schemathesis against a server built from the tree
+    Conformance,
+    /// wrk load test of the release server next to a hyper ceiling (see BENCHMARKS.md)
+    Bench(bench::Options),
+}
 
-commands:
-  openapi emit       write the server's emitted OpenAPI document to target/openapi/emitted.json
-  openapi validate   validate openapi/petstore.yaml with openapi-spec-validator (venv in target/)
-  openapi check      fail when openapi/petstore.yaml and the server disagree (the drift check)
-  openapi compat     fail when openapi/petstore.yaml breaks a released contract (openapi/released/)
-  client generate    regenerate the client, its mocks and its CLI from openapi/petstore.yaml
-  client check       fail when the committed client, mocks or CLI are not what the YAML generates
-  conformance        run schemathesis against a server built from the tree
-  bench [OPTIONS]    wrk load test of the release server next to a hyper ceiling (bench --help)";
+#[derive(Subcommand)]
+enum Openapi {
+    /// Write the server's emitted OpenAPI document to target/openapi/emitted.json
+    Emit,
+    /// Validate openapi/petstore.yaml with openapi-spec-validator (venv in target/)
+    Validate,
+    /// Fail when openapi/petstore.yaml and the server disagree (the drift check)
+    Check,
+    /// Fail when openapi/petstore.yaml breaks a released contract (openapi/released/)
+    Compat,
+}
+
+#[derive(Subcommand)]
+enum Client {
+    /// Regenerate the client, its mocks and its CLI from openapi/petstore.yaml
+    Generate,
+    /// Fail when the committed client, mocks or CLI are not what the YAML generates
+    Check,
+}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let result = match args.as_slice() {
-        ["openapi", "emit"] => openapi::emit(),
-        ["openapi", "validate"] => openapi::validate(),
-        ["openapi", "check"] => drift::check(),
-        ["openapi", "compat"] => compat::check(),
-        ["client", "generate"] => client::generate(),
-        ["client", "check"] => client::check(),
-        ["conformance"] => conformance::run(),
-        ["bench", rest @ ..] => bench::run(rest),
-        ["help" | "--help" | "-h"] => {
-            println!("{USAGE}");
-            Ok(())
-        }
-        _ => {
-            eprintln!("{USAGE}");
-            return ExitCode::from(2);
-        }
+    let result = match Command::parse() {
+        Command::Openapi(Openapi::Emit) => openapi::emit(),
+        Command::Openapi(Openapi::Validate) => openapi::validate(),
+        Command::Openapi(Openapi::Check) => drift::check(),
+        Command::Openapi(Openapi::Compat) => compat::check(),
+        Command::Client(Client::Generate) => client::generate(),
+        Command::Client(Client::Check) => client::check(),
+        Command::Conformance => conformance::run(),
+        Command::Bench(options) => bench::run(options),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -72,4 +79,13 @@ fn workspace_root() -> PathBuf {
         .parent()
         .expect("xtask lives in the workspace")
         .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_command_line_is_well_formed() {
+        use clap::CommandFactory;
+        super::Command::command().debug_assert();
+    }
 }

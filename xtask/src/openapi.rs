@@ -11,12 +11,18 @@ pub fn contract_path() -> PathBuf {
     workspace_root().join("openapi/petstore.yaml")
 }
 
+/// The document the server emits from its API trait (the interface crate
+/// alone: no server is started).
+pub fn emitted() -> serde_json::Value {
+    petstore_api::openapi_document()
+}
+
 /// Writes the document emitted from the API trait to `target/openapi/emitted.json`.
 pub fn emit() -> anyhow::Result<()> {
     let dir = workspace_root().join("target/openapi");
     std::fs::create_dir_all(&dir)?;
     let path = dir.join("emitted.json");
-    let document = petstore_api::openapi_document();
+    let document = emitted();
     std::fs::write(&path, serde_json::to_string_pretty(&document)? + "\n")
         .with_context(|| format!("writing {}", path.display()))?;
     println!("{}", path.display());

@@ -23,74 +23,14 @@ const PER_RESPONSE_HEADERS: [&str; 5] = [
 /// Captures one response per scenario from the server at `addr` (whose
 /// pets have ids `1..=max_id`). Creates one pet.
 pub async fn capture(addr: SocketAddr, key: &str, max_id: i64) -> anyhow::Result<CannedSet> {
-    let client = Client {
-        http: reqwest::Client::new(),
-        base: format!("http://{addr}/v1"),
-        key,
-    };
-    // The first and the last id must exist, since wrk asks for all of them.
-    client
-        .fetch(Method::GET, "/pets/1", key, StatusCode::OK)
-        .await?;
-    let get = client
-        .fetch(Method::GET, &format!("/pets/{max_id}"), key, StatusCode::OK)
-        .await?;
-    Ok(CannedSet {
-        list20: client
-            .fetch(Method::GET, "/pets?limit=20", key, StatusCode::OK)
-            .await?,
-        list100_available: client
-            .fetch(
-                Method::GET,
-                "/pets?limit=100&status=available",
-                key,
-                StatusCode::OK,
-            )
-            .await?,
-        list20_deep: client
-            .fetch(
-                Method::GET,
-                deep_path(max_id).trim_start_matches("/v1"),
-                key,
-                StatusCode::OK,
-            )
-            .await?,
-        get,
-        max_id,
-        create: client
-            .fetch(Method::POST, "/pets", key, StatusCode::CREATED)
-            .await?,
-        unauthorized: client
-            .fetch(
-                Method::GET,
-                "/pets?limit=20",
-                "not-the-key",
-                StatusCode::UNAUTHORIZED,
-            )
-            .await?,
-    })
-}
-
-struct Client<'a> {
-    http: reqwest::Client,
-    base: String,
-    key: &'a str,
-}
-
-impl Client<'_> {
-    /// Sends one request as `key` and checks its status is `expected`.
-    async fn fetch(
-        &self,
-        method: Method,
-        path: &str,
-        key: &str,
-        expected: StatusCode,
-    ) -> anyhow::Result<Canned> {
+    use {Method as M, StatusCode as S};
+    let http = reqwest::Client::new();
+    // Sends one request as `as_key` and checks its status is `expected`.
+    let fetch = async |method: Method, path: &str, as_key: &str, expected: S| {
         let what = format!("{method} /v1{path}");
-        let mut request = self
-            .http
-            .request(method.clone(), format!("{}{path}", self.base))
-            .bearer_auth(key);
+        let mut request = http
+            .request(method.clone(), format!("http://{addr}/v1{path}"))
+            .bearer_auth(as_key);
         if method == Method::POST {
             request = request
                 .header("content-type", "application/json")
@@ -101,26 +41,43 @@ impl Client<'_> {
         let headers = kept_headers(response.headers()).with_context(|| what.clone())?;
         let body = response.text().await.with_context(|| what.clone())?;
         if status != expected {
-            let as_whom = if key == self.key { "" } else { " (wrong key)" };
+            let as_whom = if as_key == key { "" } else { " (wrong key)" };
             bail!("{what}{as_whom} got {status}, not {expected}: {body}");
         }
-        Ok(Canned {
+        anyhow::Ok(Canned {
             status: status.as_u16(),
             headers,
             body,
         })
-    }
+    };
+    // The first and the last id must exist, since wrk asks for all of them.
+    fetch(M::GET, "/pets/1", key, S::OK).await?;
+    Ok(CannedSet {
+        get: fetch(M::GET, &format!("/pets/{max_id}"), key, S::OK).await?,
+        list20: fetch(M::GET, "/pets?limit=20", key, S::OK).await?,
+        list100_available: fetch(M::GET, "/pets?limit=100&status=available", key, S::OK).await?,
+        list20_deep: fetch(
+            M::GET,
+            deep_path(max_id).trim_start_matches("/v1"),
+            key,
+            S::OK,
+        )
+        .await?,
+        max_id,
+        create: fetch(M::POST, "/pets", key, S::CREATED).await?,
+        unauthorized: fetch(M::GET, "/pets?limit=20", "not-the-key", S::UNAUTHORIZED).await?,
+    })
 }
 
 fn kept_headers(headers: &reqwest::header::HeaderMap) -> anyhow::Result<Vec<(String, String)>> {
-    headers
+    let kept = headers
         .iter()
-        .filter(|(name, _)| !PER_RESPONSE_HEADERS.contains(&name.as_str()))
-        .map(|(name, value)| {
-            let value = value
-                .to_str()
-                .with_context(|| format!("header {name} is not ASCII"))?;
-            Ok((name.as_str().to_owned(), value.to_owned()))
-        })
-        .collect()
+        .filter(|(name, _)| !PER_RESPONSE_HEADERS.contains(&name.as_str()));
+    let text = |(name, value): (&reqwest::header::HeaderName, &reqwest::header::HeaderValue)| {
+        let value = value
+            .to_str()
+            .with_context(|| format!("header {name} is not ASCII"))?;
+        Ok((name.as_str().to_owned(), value.to_owned()))
+    };
+    kept.map(text).collect()
 }

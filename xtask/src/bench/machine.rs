@@ -1,9 +1,8 @@
 //! What machine the numbers come from, and how busy it was.
 
-use std::fmt::Write as _;
 use std::process::Command;
 
-use super::options::Options;
+use super::options::{Options, Switch};
 use super::wrk;
 
 /// The machine, described once at the start.
@@ -76,45 +75,30 @@ impl Machine {
     /// The preamble of `results.md`.
     pub fn markdown(&self, run: &RunInfo) -> String {
         let o = &run.options;
-        let mut out = String::new();
-        let _ = writeln!(out, "Results of `{}`, {}.\n", run.command, self.started);
-        let _ = writeln!(
-            out,
-            "- Machine: {}",
-            self.one_line().split("; load").next().unwrap_or_default()
-        );
-        let _ = writeln!(
-            out,
-            "- Load average (1/5/15 min): {} at the start, {} at the end",
-            run.load_before, run.load_after
-        );
-        let _ = writeln!(
-            out,
-            "- Load: wrk -t {} -c {}, {} s per run, {} round(s), ceiling and server alternating; \
-             medians over rounds",
-            wrk::THREADS,
-            wrk::CONNECTIONS,
-            o.duration.as_secs(),
-            o.rounds
-        );
-        let _ = writeln!(
-            out,
-            "- Server log level: {}",
-            o.log_level
-                .as_deref()
-                .unwrap_or("the default (info, one JSON record per request)")
-        );
-        let _ = writeln!(
-            out,
-            "- Server metrics (management listener): {}",
-            if o.metrics { "on" } else { "off" }
-        );
-        let _ = writeln!(
-            out,
-            "- Seeding through the storage layer, and start-up: {}",
-            run.seeding.join("; ")
-        );
-        out
+        let machine = self.one_line();
+        let machine = machine.split("; load").next().unwrap_or_default();
+        let log_level = o
+            .log_level
+            .as_deref()
+            .unwrap_or("the default (info, one JSON record per request)");
+        let metrics = if o.metrics == Switch::On { "on" } else { "off" };
+        let (duration, rounds) = (o.duration().as_secs(), o.rounds);
+        let (threads, connections) = (wrk::THREADS, wrk::CONNECTIONS);
+        format!(
+            "Results of `{}`, {}.\n\n\
+             - Machine: {machine}\n\
+             - Load average (1/5/15 min): {} at the start, {} at the end\n\
+             - Load: wrk -t {threads} -c {connections}, {duration} s per run, {rounds} round(s), \
+             ceiling and server alternating; medians over rounds\n\
+             - Server log level: {log_level}\n\
+             - Server metrics (management listener): {metrics}\n\
+             - Seeding through the storage layer, and start-up: {}\n",
+            run.command,
+            self.started,
+            run.load_before,
+            run.load_after,
+            run.seeding.join("; "),
+        )
     }
 }
 

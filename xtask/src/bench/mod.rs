@@ -17,12 +17,13 @@
 //! a failure midway leaves no server, ceiling, wrk or cluster behind.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use clap::ValueEnum;
 use petstore_server::store::DatabaseUrl;
 use petstore_support::postgres::Cluster;
 use petstore_support::{free_loopback_addr, generate_key};
@@ -33,14 +34,14 @@ mod canned;
 mod capture;
 mod machine;
 mod options;
-mod process;
 mod report;
 mod scenario;
 mod seed;
 mod wrk;
 
-use options::{Options, Parsed};
-use process::Service;
+use crate::service::{self, Service};
+pub use options::Options;
+use options::Switch;
 use report::{Round, Row, Sample, pets_label};
 use scenario::Scenario;
 
@@ -51,15 +52,8 @@ const WARM_UP: Duration = Duration::from_secs(1);
 /// closing connections) is not measured.
 const SETTLE: Duration = Duration::from_millis(300);
 
-/// Runs `cargo xtask bench ARGS`.
-pub fn run(args: &[&str]) -> anyhow::Result<()> {
-    let options = match options::parse(args)? {
-        Parsed::Help => {
-            println!("{}", options::USAGE);
-            return Ok(());
-        }
-        Parsed::Run(options) => options,
-    };
+/// Runs `cargo xtask bench` with `options`.
+pub fn run(options: Options) -> anyhow::Result<()> {
     wrk::ensure_installed()?;
     let binaries = Binaries::build()?;
     let machine = machine::Machine::describe();
@@ -76,7 +70,7 @@ pub fn run(args: &[&str]) -> anyhow::Result<()> {
         interrupted: watch_interrupts(&runtime)?,
         runtime,
     };
-    let outcome = bench.run_all(args, &machine);
+    let outcome = bench.run_all(&machine);
     if bench.interrupted.load(Ordering::Relaxed) {
         bail!("interrupted; everything the bench started has been stopped");
     }
@@ -111,39 +105,17 @@ struct Binaries {
 }
 
 impl Binaries {
-    /// `cargo build --release` of the server and the ceiling; their paths as
-    /// cargo reports them (so a custom target directory is no problem).
+    /// `cargo build --release` of the server and the ceiling.
     fn build() -> anyhow::Result<Binaries> {
         println!("bench: building the release server and ceiling");
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let output = Command::new(cargo)
-            .current_dir(workspace_root())
-            .args([
-                "build",
-                "--release",
-                "--message-format=json-render-diagnostics",
-            ])
-            .args(["-p", "petstore-server", "--bin", "petstore-server"])
-            .args(["-p", "xtask", "--bin", "bench-ceiling"])
-            .stderr(Stdio::inherit())
-            .output()
-            .context("running cargo build")?;
-        if !output.status.success() {
-            bail!("cargo build --release failed: {}", output.status);
-        }
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let executable = |name: &str| {
-            stdout
-                .lines()
-                .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-                .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == name)
-                .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-                .with_context(|| format!("cargo build reported no {name} executable"))
-        };
-        Ok(Binaries {
-            server: executable("petstore-server")?,
-            ceiling: executable("bench-ceiling")?,
-        })
+        let bins = [
+            ("petstore-server", "petstore-server"),
+            ("xtask", "bench-ceiling"),
+        ];
+        let [server, ceiling]: [PathBuf; 2] = service::build(&["--release"], &bins)?
+            .try_into()
+            .expect("two");
+        Ok(Binaries { server, ceiling })
     }
 }
 
@@ -182,7 +154,7 @@ struct Bench {
 
 impl Bench {
     /// Every setup, then the results.
-    fn run_all(&self, args: &[&str], machine: &machine::Machine) -> anyhow::Result<()> {
+    fn run_all(&self, machine: &machine::Machine) -> anyhow::Result<()> {
         let mut rows = Vec::new();
         let mut seeding = Vec::new();
         for setup in self.setups() {
@@ -196,8 +168,8 @@ impl Bench {
             ));
         }
         let run = machine::RunInfo {
-            command: std::iter::once("cargo xtask bench")
-                .chain(args.iter().copied())
+            command: std::iter::once("cargo xtask".to_owned())
+                .chain(std::env::args().skip(1))
                 .collect::<Vec<_>>()
                 .join(" "),
             options: self.options.clone(),
@@ -220,8 +192,9 @@ impl Bench {
     /// 1k on SQLite, the scaling dataset (reads only), 1k on PostgreSQL.
     fn setups(&self) -> Vec<Setup> {
         let chosen = |reads_only: bool| -> Vec<Scenario> {
-            Scenario::ALL
-                .into_iter()
+            Scenario::value_variants()
+                .iter()
+                .copied()
                 .filter(|s| self.options.scenario.is_none_or(|only| only == *s))
                 .filter(|s| !reads_only || s.reads_only())
                 .collect()
@@ -239,7 +212,7 @@ impl Bench {
                 scenarios: chosen(true),
             });
         }
-        if self.options.postgres {
+        if self.options.postgres() {
             setups.push(Setup {
                 backend: Backend::Postgres,
                 pets: report::BASE_PETS,
@@ -322,7 +295,7 @@ impl Bench {
             command.args(["--log-level", level]);
         }
         // Metrics on, as by default, on a port of its own.
-        let admin = if self.options.metrics {
+        let admin = if self.options.metrics == Switch::On {
             free_loopback_addr()?.to_string()
         } else {
             "off".to_owned()
@@ -330,7 +303,7 @@ impl Bench {
         command.args(["--admin-bind", &admin]);
         // Only what is given here counts, not the caller's PETSTORE_* settings.
         petstore_support::without_petstore_settings(&mut command).env("PETSTORE_API_KEYS", key);
-        Service::start("petstore-server", &mut command, addr, key)
+        Service::start("petstore-server", &mut command, (addr, key), None)
     }
 
     /// Starts the peer (`--compare-with`) on a throwaway cluster of its own
@@ -347,7 +320,7 @@ impl Bench {
             .env("BENCH_PORT", addr.port().to_string())
             .env("BENCH_DATABASE_URL", cluster.url("postgres"))
             .env("BENCH_API_KEY", key);
-        let service = Service::start("peer", &mut shell, addr, key)
+        let service = Service::start("peer", &mut shell, (addr, key), None)
             .with_context(|| format!("starting the peer: sh -c 'exec {command}'"))?;
         println!("bench: [{label}] seeding the peer with {pets} pets through POST /v1/pets");
         let seeded = self
@@ -369,7 +342,7 @@ impl Bench {
             .arg("--responses")
             .arg(responses)
             .env("BENCH_CEILING_KEY", key);
-        Service::start("bench-ceiling", &mut command, addr, key)
+        Service::start("bench-ceiling", &mut command, (addr, key), None)
     }
 
     /// The warm-up, then every round of every scenario of `setup`.
@@ -416,7 +389,7 @@ impl Bench {
     /// target always gets the quieter moment.
     fn round(
         &self,
-        round: usize,
+        round: u64,
         targets: &Targets,
         scenario: Scenario,
         script: &Path,
@@ -429,7 +402,12 @@ impl Bench {
         }
         let (mut server, mut ceiling, mut peer) = (None, None, None);
         for (which, target) in order {
-            let sample = measure(target, script, self.options.duration, &dir.join("wrk.out"))?;
+            let sample = measure(
+                target,
+                script,
+                self.options.duration(),
+                &dir.join("wrk.out"),
+            )?;
             match which {
                 Target::Server => server = Some(sample),
                 Target::Ceiling => ceiling = Some(sample),
@@ -532,7 +510,7 @@ fn measure(
     })
 }
 
-fn print_round(label: &str, scenario: Scenario, round: usize, rounds: usize, r: &Round) {
+fn print_round(label: &str, scenario: Scenario, round: u64, rounds: u64, r: &Round) {
     let describe = |s: &Sample| match &s.error {
         Some(error) => format!("ERROR ({error})"),
         None => format!(

@@ -2,164 +2,115 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use clap::{Args, ValueEnum};
 
 use super::scenario::Scenario;
 
-/// The usage text, printed for `--help` and after a wrong argument.
-pub const USAGE: &str = "usage: cargo xtask bench [OPTIONS]
-
-options:
-  --duration SECS      seconds wrk drives each run (default 10)
-  --rounds N           rounds per scenario, ceiling and server alternating (default 3)
-  --scenario NAME      run only NAME: list20, get_by_id, create, create_idempotent,
-                       list100_available, list20_deep
-  --postgres           also run the 1k scenarios on a throwaway PostgreSQL cluster
-  --postgres-only      only the PostgreSQL setup (implies --postgres)
-  --compare-with CMD   also run another server (a peer) beside ours under the same load
-                       on the PostgreSQL setup (implies --postgres), on a throwaway cluster
-                       of its own seeded with the same pets through POST /v1/pets. CMD is
-                       run by `sh -c 'exec CMD'` with BENCH_PORT (where it must listen on
-                       127.0.0.1), BENCH_DATABASE_URL and BENCH_API_KEY (the bearer key it
-                       must accept) in its environment; only the scenarios a plain pet
-                       store implements (list20, get_by_id, create, list100_available)
-                       are run against it. Example, with the peer built as its README says:
-  --compare-with 'target/peers/release/axum-postgres $BENCH_PORT $BENCH_DATABASE_URL'
-  --scaling-pets N     pets in the scaling dataset (default 1000000; 0 skips it)
-  --log-level LEVEL    pass --log-level to the server (default: the server's own, info),
-                       to measure what logging costs
-  --metrics on|off     the server's metrics and management listener (default on, as the
-                       server's default), off to measure what metrics cost";
-
 /// What to run.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Args, Clone, Debug, PartialEq, Eq)]
 pub struct Options {
-    /// How long wrk drives one run.
-    pub duration: Duration,
-    /// Rounds per scenario and dataset.
-    pub rounds: usize,
-    /// Only this scenario, if given.
+    /// Seconds wrk drives each run
+    #[arg(long, value_name = "SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    duration: u64,
+    /// Rounds per scenario, ceiling and server alternating
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
+    pub rounds: u64,
+    /// Run only this scenario
+    #[arg(long, value_name = "NAME")]
     pub scenario: Option<Scenario>,
-    /// Whether to run the 1k scenarios on PostgreSQL too.
-    pub postgres: bool,
-    /// Whether to run only those (no SQLite setup).
+    /// Also run the 1k scenarios on a throwaway PostgreSQL cluster
+    #[arg(long)]
+    postgres: bool,
+    /// Only the PostgreSQL setup (implies --postgres)
+    #[arg(long)]
     pub postgres_only: bool,
-    /// A shell command starting another server to measure beside ours on
-    /// PostgreSQL, if given.
+    /// Also run another server (a peer) beside ours under the same load on the
+    /// PostgreSQL setup (implies --postgres), on a throwaway cluster of its own
+    /// seeded with the same pets through POST /v1/pets. CMD is run by
+    /// `sh -c 'exec CMD'` with BENCH_PORT (where it must listen on 127.0.0.1),
+    /// BENCH_DATABASE_URL and BENCH_API_KEY (the bearer key it must accept) in
+    /// its environment; only the scenarios a plain pet store implements (list20,
+    /// get_by_id, create, list100_available) are run against it. Example, with
+    /// the peer built as its README says: --compare-with
+    /// 'target/peers/release/axum-postgres $BENCH_PORT $BENCH_DATABASE_URL'
+    #[arg(long, value_name = "CMD", verbatim_doc_comment)]
     pub compare_with: Option<String>,
-    /// Pets in the scaling dataset; 0 skips it.
+    /// Pets in the scaling dataset (0 skips it)
+    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
     pub scaling_pets: u64,
-    /// `--log-level` for the server, if not its default.
+    /// Pass --log-level to the server (default: the server's own, info), to
+    /// measure what logging costs
+    #[arg(long, value_name = "LEVEL")]
     pub log_level: Option<String>,
-    /// Whether the server keeps metrics (its management listener on, as by
-    /// default); off to measure what they cost.
-    pub metrics: bool,
+    /// The server's metrics and management listener (on by default, as the
+    /// server's default); off to measure what metrics cost
+    #[arg(
+        long,
+        value_name = "on|off",
+        hide_possible_values = true,
+        default_value = "on"
+    )]
+    pub metrics: Switch,
 }
 
-impl Default for Options {
-    fn default() -> Options {
-        Options {
-            duration: Duration::from_secs(10),
-            rounds: 3,
-            scenario: None,
-            postgres: false,
-            postgres_only: false,
-            compare_with: None,
-            scaling_pets: 1_000_000,
-            log_level: None,
-            metrics: true,
-        }
+/// `on` or `off`.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub enum Switch {
+    On,
+    Off,
+}
+
+impl Options {
+    /// How long wrk drives one run.
+    pub fn duration(&self) -> Duration {
+        Duration::from_secs(self.duration)
     }
-}
 
-/// What the command line asks for: a run, or the usage text.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Parsed {
-    /// Run the bench with these options.
-    Run(Options),
-    /// Print the usage text.
-    Help,
-}
-
-/// Parses the arguments after `bench`.
-pub fn parse(args: &[&str]) -> anyhow::Result<Parsed> {
-    let mut options = Options::default();
-    let mut args = args.iter();
-    while let Some(&flag) = args.next() {
-        let mut value = || {
-            args.next()
-                .copied()
-                .with_context(|| format!("{flag} needs a value"))
-        };
-        match flag {
-            "--help" | "-h" => return Ok(Parsed::Help),
-            "--postgres" => options.postgres = true,
-            "--postgres-only" => {
-                options.postgres_only = true;
-                options.postgres = true;
-            }
-            "--compare-with" => {
-                options.compare_with = Some(value()?.to_owned());
-                options.postgres = true;
-            }
-            "--duration" => options.duration = Duration::from_secs(positive(flag, value()?)?),
-            "--rounds" => options.rounds = positive(flag, value()?)? as usize,
-            "--scenario" => options.scenario = Some(Scenario::parse(value()?)?),
-            "--scaling-pets" => options.scaling_pets = number(flag, value()?)?,
-            "--log-level" => options.log_level = Some(value()?.to_owned()),
-            "--metrics" => {
-                options.metrics = match value()? {
-                    "on" => true,
-                    "off" => false,
-                    other => bail!("--metrics {other:?}: expected on or off"),
-                }
-            }
-            _ => bail!("unknown argument {flag:?}\n\n{USAGE}"),
-        }
-    }
-    Ok(Parsed::Run(options))
-}
-
-fn number(flag: &str, value: &str) -> anyhow::Result<u64> {
-    value
-        .parse()
-        .with_context(|| format!("{flag} {value:?}: expected a whole number"))
-}
-
-fn positive(flag: &str, value: &str) -> anyhow::Result<u64> {
-    match number(flag, value)? {
-        0 => bail!("{flag} must be at least 1"),
-        n => Ok(n),
+    /// Whether the 1k scenarios run on PostgreSQL (asked for, or implied by
+    /// `--postgres-only` or `--compare-with`).
+    pub fn postgres(&self) -> bool {
+        self.postgres || self.postgres_only || self.compare_with.is_some()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+
     use super::*;
 
-    fn run(args: &[&str]) -> Options {
-        match parse(args).unwrap() {
-            Parsed::Run(options) => options,
-            Parsed::Help => panic!("help"),
-        }
+    #[derive(Parser)]
+    struct Bench {
+        #[command(flatten)]
+        options: Options,
+    }
+
+    fn parse(args: &[&str]) -> Result<Options, clap::Error> {
+        let args = std::iter::once("bench").chain(args.iter().copied());
+        Bench::try_parse_from(args).map(|bench| bench.options)
     }
 
     #[test]
     fn defaults_are_ten_seconds_three_rounds_every_scenario() {
-        assert_eq!(run(&[]), Options::default());
-        assert_eq!(Options::default().duration, Duration::from_secs(10));
-        assert_eq!(Options::default().rounds, 3);
+        let options = parse(&[]).unwrap();
+        assert_eq!(
+            (options.duration(), options.rounds),
+            (Duration::from_secs(10), 3)
+        );
+        assert_eq!((options.scenario, options.scaling_pets), (None, 1_000_000));
+        assert!(!options.postgres() && options.metrics == Switch::On);
     }
 
     #[test]
-    fn every_option_is_read() {
-        let options = run(&[
+    fn every_option_is_read_and_the_implications_hold() {
+        let options = parse(&[
             "--duration",
             "3",
             "--rounds",
             "1",
             "--scenario",
-            "get_by_id",
+            "list100_available",
             "--postgres-only",
             "--scaling-pets",
             "0",
@@ -167,38 +118,37 @@ mod tests {
             "warn",
             "--metrics",
             "off",
-        ]);
+        ])
+        .unwrap();
         assert_eq!(
-            options,
-            Options {
-                duration: Duration::from_secs(3),
-                rounds: 1,
-                scenario: Some(Scenario::GetById),
-                postgres: true,
-                postgres_only: true,
-                compare_with: None,
-                scaling_pets: 0,
-                log_level: Some("warn".into()),
-                metrics: false,
-            }
+            (options.duration(), options.rounds),
+            (Duration::from_secs(3), 1)
+        );
+        assert_eq!(options.scenario, Some(Scenario::List100Available));
+        assert!(options.postgres() && options.postgres_only);
+        assert_eq!(
+            (options.scaling_pets, options.log_level.as_deref()),
+            (0, Some("warn"))
+        );
+        assert_eq!(options.metrics, Switch::Off);
+        assert!(
+            parse(&["--compare-with", "peer $BENCH_PORT"])
+                .unwrap()
+                .postgres()
         );
     }
 
     #[test]
-    fn a_peer_to_compare_with_implies_postgres() {
-        let options = run(&["--compare-with", "peer $BENCH_PORT"]);
-        assert_eq!(options.compare_with.as_deref(), Some("peer $BENCH_PORT"));
-        assert!(options.postgres);
-    }
-
-    #[test]
-    fn wrong_arguments_are_refused_with_a_reason() {
-        let error = |args: &[&str]| parse(args).unwrap_err().to_string();
-        assert!(error(&["--duration"]).contains("needs a value"));
-        assert!(error(&["--duration", "0"]).contains("at least 1"));
-        assert!(error(&["--rounds", "x"]).contains("whole number"));
-        assert!(error(&["--scenario", "nope"]).contains("list20"));
-        assert!(error(&["--fast"]).contains("unknown argument"));
-        assert_eq!(parse(&["--help"]).unwrap(), Parsed::Help);
+    fn wrong_arguments_are_refused() {
+        for args in [
+            &["--duration"][..],
+            &["--duration", "0"],
+            &["--rounds", "x"],
+            &["--scenario", "nope"],
+            &["--metrics", "maybe"],
+            &["--fast"],
+        ] {
+            assert!(parse(args).is_err(), "{args:?}");
+        }
     }
 }

@@ -59,53 +59,32 @@ pub struct Row {
     pub rounds: Vec<Round>,
 }
 
-/// A row's medians over the rounds in which neither run had an error.
+/// A row's medians over the rounds in which no run had an error.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Summary {
     /// Rounds that count.
     pub rounds_ok: usize,
-    /// Server req/s.
-    pub server_rate: f64,
-    /// Ceiling req/s.
-    pub ceiling_rate: f64,
+    /// The server's medians.
+    pub server: Stats,
+    /// The ceiling's medians.
+    pub ceiling: Stats,
     /// Median over rounds of server req/s ÷ ceiling req/s in that round.
     pub ratio: f64,
-    /// Server latency percentiles, ms.
-    pub server_p50_ms: f64,
-    /// Server p99, ms.
-    pub server_p99_ms: f64,
-    /// Ceiling p50, ms.
-    pub ceiling_p50_ms: f64,
-    /// Ceiling p99, ms.
-    pub ceiling_p99_ms: f64,
-    /// Server CPU µs per request.
-    pub server_cpu_us: f64,
-    /// Ceiling CPU µs per request.
-    pub ceiling_cpu_us: f64,
-    /// Server peak RSS over every round, MiB.
-    pub server_rss_mib: f64,
-    /// Ceiling peak RSS over every round, MiB.
-    pub ceiling_rss_mib: f64,
-    /// The peer's medians, when it ran.
-    pub peer: Option<PeerSummary>,
+    /// The peer's medians, and the median of server req/s ÷ peer req/s, when
+    /// it ran.
+    pub peer: Option<(Stats, f64)>,
     /// Every error, with its round.
     pub errors: Vec<String>,
 }
 
-/// The peer's medians over the rounds that count.
+/// One target's medians: req/s, p50 and p99 in ms, CPU µs per request; and
+/// its peak RSS over every round, MiB.
 #[derive(Clone, Debug, PartialEq)]
-pub struct PeerSummary {
-    /// Peer req/s.
+pub struct Stats {
     pub rate: f64,
-    /// Median over rounds of server req/s ÷ peer req/s in that round.
-    pub server_vs_peer: f64,
-    /// Peer p50, ms.
     pub p50_ms: f64,
-    /// Peer p99, ms.
     pub p99_ms: f64,
-    /// Peer CPU µs per request.
     pub cpu_us: f64,
-    /// Peer peak RSS over every round, MiB.
     pub rss_mib: f64,
 }
 
@@ -129,38 +108,36 @@ impl Row {
         let ok: Vec<&Round> = self
             .rounds
             .iter()
-            .filter(|r| r.samples().all(|(_, sample)| sample.error.is_none()))
+            .filter(|r| r.samples().all(|(_, s)| s.error.is_none()))
             .collect();
         let of = |f: &dyn Fn(&Round) -> f64| median(ok.iter().map(|r| f(r)).collect());
-        let ms = |d: Duration| d.as_secs_f64() * 1e3;
-        let us = |d: Duration| d.as_secs_f64() * 1e6;
-        let peak = |f: &dyn Fn(&Round) -> u64| {
-            self.rounds.iter().map(f).max().unwrap_or(0) as f64 / 1024.0
+        let stats = |pick: &dyn Fn(&Round) -> &Sample| Stats {
+            rate: of(&|r| pick(r).rate),
+            p50_ms: of(&|r| pick(r).p50.as_secs_f64() * 1e3),
+            p99_ms: of(&|r| pick(r).p99.as_secs_f64() * 1e3),
+            cpu_us: of(&|r| pick(r).cpu_per_request.as_secs_f64() * 1e6),
+            rss_mib: self
+                .rounds
+                .iter()
+                .map(|r| pick(r).peak_rss_kib)
+                .max()
+                .unwrap_or(0) as f64
+                / 1024.0,
         };
+        fn peer(r: &Round) -> &Sample {
+            r.peer.as_ref().expect("every round has the peer")
+        }
+        let peer = self
+            .rounds
+            .iter()
+            .all(|r| r.peer.is_some())
+            .then(|| (stats(&peer), of(&|r| r.server.rate / peer(r).rate)));
         Summary {
             rounds_ok: ok.len(),
-            server_rate: of(&|r| r.server.rate),
-            ceiling_rate: of(&|r| r.ceiling.rate),
+            server: stats(&|r| &r.server),
+            ceiling: stats(&|r| &r.ceiling),
             ratio: of(&|r| r.server.rate / r.ceiling.rate),
-            server_p50_ms: of(&|r| ms(r.server.p50)),
-            server_p99_ms: of(&|r| ms(r.server.p99)),
-            ceiling_p50_ms: of(&|r| ms(r.ceiling.p50)),
-            ceiling_p99_ms: of(&|r| ms(r.ceiling.p99)),
-            server_cpu_us: of(&|r| us(r.server.cpu_per_request)),
-            ceiling_cpu_us: of(&|r| us(r.ceiling.cpu_per_request)),
-            server_rss_mib: peak(&|r| r.server.peak_rss_kib),
-            ceiling_rss_mib: peak(&|r| r.ceiling.peak_rss_kib),
-            peer: self.rounds.iter().all(|r| r.peer.is_some()).then(|| {
-                let peer = |r: &Round| r.peer.clone().expect("every round has the peer");
-                PeerSummary {
-                    rate: of(&|r| peer(r).rate),
-                    server_vs_peer: of(&|r| r.server.rate / peer(r).rate),
-                    p50_ms: of(&|r| ms(peer(r).p50)),
-                    p99_ms: of(&|r| ms(peer(r).p99)),
-                    cpu_us: of(&|r| us(peer(r).cpu_per_request)),
-                    rss_mib: peak(&|r| peer(r).peak_rss_kib),
-                }
-            }),
+            peer,
             errors: self.errors(),
         }
     }
@@ -186,7 +163,7 @@ impl Row {
         let base = rows.iter().find(|r| {
             r.pets == BASE_PETS && r.scenario == self.scenario && r.backend == self.backend
         })?;
-        let ratio = self.summary().server_p99_ms / base.summary().server_p99_ms;
+        let ratio = self.summary().server.p99_ms / base.summary().server.p99_ms;
         ratio.is_finite().then_some(ratio)
     }
 }
@@ -210,13 +187,14 @@ pub fn tsv(rows: &[Row]) -> String {
     let mut out = format!("{TSV_HEADER}\n");
     for row in rows {
         let s = row.summary();
+        let (server, ceiling) = (&s.server, &s.ceiling);
         let vs = row
             .p99_vs_base(rows)
             .map_or(String::new(), |v| format!("{v:.3}"));
-        let peer = s.peer.as_ref().map_or("\t\t\t\t\t".to_owned(), |p| {
+        let peer = s.peer.as_ref().map_or("\t\t\t\t\t".to_owned(), |(p, vs)| {
             format!(
-                "{:.0}\t{:.4}\t{:.3}\t{:.3}\t{:.1}\t{:.1}",
-                p.rate, p.server_vs_peer, p.p50_ms, p.p99_ms, p.cpu_us, p.rss_mib
+                "{:.0}\t{vs:.4}\t{:.3}\t{:.3}\t{:.1}\t{:.1}",
+                p.rate, p.p50_ms, p.p99_ms, p.cpu_us, p.rss_mib
             )
         });
         let _ = writeln!(
@@ -227,38 +205,57 @@ pub fn tsv(rows: &[Row]) -> String {
             row.backend,
             row.rounds.len(),
             s.rounds_ok,
-            s.server_rate,
-            s.ceiling_rate,
+            server.rate,
+            ceiling.rate,
             s.ratio,
-            s.server_p50_ms,
-            s.server_p99_ms,
-            s.ceiling_p50_ms,
-            s.ceiling_p99_ms,
-            s.server_cpu_us,
-            s.ceiling_cpu_us,
-            s.server_rss_mib,
-            s.ceiling_rss_mib,
+            server.p50_ms,
+            server.p99_ms,
+            ceiling.p50_ms,
+            ceiling.p99_ms,
+            server.cpu_us,
+            ceiling.cpu_us,
+            server.rss_mib,
+            ceiling.rss_mib,
             s.errors.join("; "),
         );
     }
     out
 }
 
-/// The results as a markdown table (also what the bench prints).
+/// The results as a markdown table (also what the bench prints), then the
+/// rounds left out, then the server beside the peer.
 pub fn markdown_table(rows: &[Row]) -> String {
     let mut out = String::from(
         "| scenario | pets | backend | req/s | ceiling req/s | ratio | p50 ms | p99 ms | \
          p99 vs 1k | ceiling p50 / p99 ms | CPU µs/req | ceiling CPU µs/req | peak RSS MiB |\n\
          |---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n",
     );
+    let mut left_out = String::new();
     for row in rows {
         let s = row.summary();
-        let head = row_head(row);
+        let (head, server, ceiling) = (row_head(row), &s.server, &s.ceiling);
         if s.rounds_ok == 0 {
             // The error fills the first number column; the other nine stay empty.
-            let rest = " |".repeat(9);
-            let _ = writeln!(out, "{head}| **ERROR**: {} |{rest}", s.errors.join("; "));
+            let _ = writeln!(
+                out,
+                "{head}| **ERROR**: {} |{}",
+                s.errors.join("; "),
+                " |".repeat(9)
+            );
             continue;
+        }
+        if !s.errors.is_empty() {
+            let what = format!(
+                "{} {} {}",
+                row.scenario.name(),
+                pets_label(row.pets),
+                row.backend
+            );
+            let _ = writeln!(
+                left_out,
+                "\n{what}: rounds left out of the medians: {}",
+                s.errors.join("; ")
+            );
         }
         let vs = row
             .p99_vs_base(rows)
@@ -266,33 +263,19 @@ pub fn markdown_table(rows: &[Row]) -> String {
         let _ = writeln!(
             out,
             "{head}| {:.0} | {:.0} | **{:.3}** | {:.2} | {:.2} | {vs} | {:.2} / {:.2} | {:.1} | {:.1} | {:.1} |",
-            s.server_rate,
-            s.ceiling_rate,
+            server.rate,
+            ceiling.rate,
             s.ratio,
-            s.server_p50_ms,
-            s.server_p99_ms,
-            s.ceiling_p50_ms,
-            s.ceiling_p99_ms,
-            s.server_cpu_us,
-            s.ceiling_cpu_us,
-            s.server_rss_mib,
+            server.p50_ms,
+            server.p99_ms,
+            ceiling.p50_ms,
+            ceiling.p99_ms,
+            server.cpu_us,
+            ceiling.cpu_us,
+            server.rss_mib,
         );
     }
-    for row in rows {
-        let s = row.summary();
-        if s.rounds_ok > 0 && !s.errors.is_empty() {
-            let _ = writeln!(
-                out,
-                "\n{} {} {}: rounds left out of the medians: {}",
-                row.scenario.name(),
-                pets_label(row.pets),
-                row.backend,
-                s.errors.join("; ")
-            );
-        }
-    }
-    out.push_str(&peer_table(rows));
-    out
+    out + &left_out + &peer_table(rows)
 }
 
 /// The first three cells of a row's line: scenario, pets, backend.
@@ -308,39 +291,35 @@ fn row_head(row: &Row) -> String {
 /// The server beside the peer (`--compare-with`), for the rows it ran in;
 /// empty when it ran in none.
 fn peer_table(rows: &[Row]) -> String {
-    let compared: Vec<(&Row, Summary)> = rows
-        .iter()
-        .map(|row| (row, row.summary()))
-        .filter(|(_, s)| s.peer.is_some() && s.rounds_ok > 0)
-        .collect();
-    if compared.is_empty() {
-        return String::new();
-    }
-    let mut out = String::from(
-        "\nBeside the peer (`--compare-with`), same rounds, same load, each on its own \
-         PostgreSQL cluster:\n\n\
-         | scenario | pets | backend | peer req/s | server req/s | server ÷ peer | \
-         p99 ms, peer / server | CPU µs/req, peer / server | peak RSS MiB, peer / server |\n\
-         |---|---|---|--:|--:|--:|--:|--:|--:|\n",
-    );
-    for (row, s) in compared {
-        let peer = s.peer.as_ref().expect("filtered");
+    let mut out = String::new();
+    for row in rows {
+        let s = row.summary();
+        let (Some((peer, vs)), true) = (&s.peer, s.rounds_ok > 0) else {
+            continue;
+        };
+        let server = &s.server;
         let _ = writeln!(
             out,
-            "{}| {:.0} | {:.0} | **{:.2}** | {:.2} / {:.2} | {:.0} / {:.0} | {:.1} / {:.1} |",
+            "{}| {:.0} | {:.0} | **{vs:.2}** | {:.2} / {:.2} | {:.0} / {:.0} | {:.1} / {:.1} |",
             row_head(row),
             peer.rate,
-            s.server_rate,
-            peer.server_vs_peer,
+            server.rate,
             peer.p99_ms,
-            s.server_p99_ms,
+            server.p99_ms,
             peer.cpu_us,
-            s.server_cpu_us,
+            server.cpu_us,
             peer.rss_mib,
-            s.server_rss_mib,
+            server.rss_mib,
         );
     }
-    out
+    if out.is_empty() {
+        return out;
+    }
+    "\nBeside the peer (`--compare-with`), same rounds, same load, each on its own PostgreSQL cluster:\n\n\
+     | scenario | pets | backend | peer req/s | server req/s | server ÷ peer | p99 ms, peer / server | \
+     CPU µs/req, peer / server | peak RSS MiB, peer / server |\n|---|---|---|--:|--:|--:|--:|--:|--:|\n"
+        .to_owned()
+        + &out
 }
 
 #[cfg(test)]
@@ -378,9 +357,9 @@ mod tests {
             backend: "postgres",
             rounds,
         };
-        let peer = row.summary().peer.expect("the peer ran");
+        let (peer, server_vs_peer) = row.summary().peer.expect("the peer ran");
         // Per round: 2.0, 1.0, 0.9.
-        assert_eq!(peer.server_vs_peer, 1.0);
+        assert_eq!(server_vs_peer, 1.0);
         assert_eq!((peer.rate, peer.p99_ms), (100.0, 20.0));
         let table = markdown_table(std::slice::from_ref(&row));
         assert!(
@@ -419,10 +398,8 @@ mod tests {
         let s = row.summary();
         assert_eq!(s.rounds_ok, 3);
         assert_eq!(s.ratio, 0.5);
-        assert_eq!(s.server_rate, 100.0);
-        assert_eq!(s.ceiling_rate, 400.0);
-        assert_eq!(s.server_cpu_us, 50.0);
-        assert_eq!(s.server_rss_mib, 2.0);
+        assert_eq!((s.server.rate, s.ceiling.rate), (100.0, 400.0));
+        assert_eq!((s.server.cpu_us, s.server.rss_mib), (50.0, 2.0));
     }
 
     #[test]

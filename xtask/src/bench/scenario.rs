@@ -1,9 +1,10 @@
 //! The scenarios: which request wrk sends, as a wrk Lua script.
 
-use anyhow::bail;
+use clap::ValueEnum;
 
 /// One kind of request, sent over and over.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "snake_case")]
 pub enum Scenario {
     /// `GET /v1/pets?limit=20`.
     List20,
@@ -25,16 +26,6 @@ pub enum Scenario {
 pub const CREATE_BODY: &str = r#"{"name":"bench","categoryId":1,"status":"available"}"#;
 
 impl Scenario {
-    /// Every scenario, in the order they run.
-    pub const ALL: [Scenario; 6] = [
-        Scenario::List20,
-        Scenario::GetById,
-        Scenario::Create,
-        Scenario::CreateIdempotent,
-        Scenario::List100Available,
-        Scenario::List20Deep,
-    ];
-
     /// The name on the command line and in the results.
     pub fn name(self) -> &'static str {
         match self {
@@ -44,17 +35,6 @@ impl Scenario {
             Scenario::CreateIdempotent => "create_idempotent",
             Scenario::List100Available => "list100_available",
             Scenario::List20Deep => "list20_deep",
-        }
-    }
-
-    /// The scenario called `name`.
-    pub fn parse(name: &str) -> anyhow::Result<Scenario> {
-        match Scenario::ALL.into_iter().find(|s| s.name() == name) {
-            Some(scenario) => Ok(scenario),
-            None => {
-                let names: Vec<_> = Scenario::ALL.iter().map(|s| s.name()).collect();
-                bail!("unknown scenario {name:?}; one of {}", names.join(", "))
-            }
         }
     }
 
@@ -177,9 +157,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_round_trip() {
-        for scenario in Scenario::ALL {
-            assert_eq!(Scenario::parse(scenario.name()).unwrap(), scenario);
+    fn the_command_line_names_scenarios_as_the_results_do() {
+        for &scenario in Scenario::value_variants() {
+            assert_eq!(Scenario::from_str(scenario.name(), false), Ok(scenario));
         }
     }
 

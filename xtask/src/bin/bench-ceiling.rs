@@ -12,7 +12,8 @@
 //! the loopback and wrk allow; the real server's share of it is the ratio the
 //! bench reports.
 //!
-//! Usage: `BENCH_CEILING_KEY=KEY bench-ceiling --bind ADDR --responses FILE`.
+//! Usage: `BENCH_CEILING_KEY=KEY bench-ceiling --bind ADDR --responses FILE`
+//! (the key in the environment, out of process listings).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -33,8 +34,19 @@ mod canned;
 
 use canned::{Canned, CannedSet};
 
-/// The environment variable holding the key (kept out of process listings).
-const KEY_VARIABLE: &str = "BENCH_CEILING_KEY";
+/// Replays the pet store's captured answers: the baseline of `cargo xtask bench`.
+#[derive(clap::Parser)]
+struct Args {
+    /// Where to listen
+    #[arg(long)]
+    bind: SocketAddr,
+    /// The canned responses, as `cargo xtask bench` captured them
+    #[arg(long)]
+    responses: PathBuf,
+    /// The bearer key requests must carry
+    #[arg(long, env = "BENCH_CEILING_KEY", hide_env_values = true)]
+    key: String,
+}
 
 fn main() -> ExitCode {
     match run() {
@@ -47,8 +59,11 @@ fn main() -> ExitCode {
 }
 
 fn run() -> Result<(), String> {
-    let (bind, responses) = parse_args(std::env::args().skip(1))?;
-    let key = std::env::var(KEY_VARIABLE).map_err(|_| format!("{KEY_VARIABLE} is not set"))?;
+    let Args {
+        bind,
+        responses,
+        key,
+    } = clap::Parser::parse();
     let text = std::fs::read_to_string(&responses)
         .map_err(|e| format!("reading {}: {e}", responses.display()))?;
     let set: CannedSet =
@@ -59,22 +74,6 @@ fn run() -> Result<(), String> {
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?
         .block_on(serve(bind, routes))
-}
-
-fn parse_args(mut args: impl Iterator<Item = String>) -> Result<(SocketAddr, PathBuf), String> {
-    let (mut bind, mut responses) = (None, None);
-    while let Some(flag) = args.next() {
-        let value = args.next().ok_or(format!("{flag} needs a value"))?;
-        match flag.as_str() {
-            "--bind" => bind = Some(value.parse().map_err(|e| format!("--bind: {e}"))?),
-            "--responses" => responses = Some(PathBuf::from(value)),
-            _ => return Err(format!("unknown argument {flag:?}")),
-        }
-    }
-    Ok((
-        bind.ok_or("--bind is required")?,
-        responses.ok_or("--responses is required")?,
-    ))
 }
 
 async fn serve(bind: SocketAddr, routes: Arc<Routes>) -> Result<(), String> {
@@ -157,7 +156,7 @@ impl Routes {
     fn new(set: &CannedSet, key: &str) -> Result<Routes, String> {
         Ok(Routes {
             authorization: HeaderValue::try_from(format!("Bearer {key}"))
-                .map_err(|e| format!("{KEY_VARIABLE}: {e}"))?,
+                .map_err(|e| format!("--key: {e}"))?,
             list20: Prepared::new(&set.list20)?,
             list100_available: Prepared::new(&set.list100_available)?,
             list20_deep: Prepared::new(&set.list20_deep)?,

@@ -7,11 +7,18 @@
 //! but not widen: an older client must still understand every answer. A
 //! schema used both ways (`PetStatus` is a request filter and a response
 //! field) is judged both ways, and the stricter verdict stands.
+//!
+//! Where Oxide's `drift` crate judges a kind of change as these rules do —
+//! new operations; parameters added, removed, made required or optional;
+//! request bodies added, made required or optional — its judgment is taken
+//! ([`adopted`]) and these rules do not look. What it cannot judge, or judges
+//! otherwise, stays here: `docs/compatibility.md` has the measurement.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::SystemTime;
 
-use openapiv3::{Parameter, ParameterSchemaOrContent, Response};
+use openapi_drift::{ChangeClass, ChangeDetails};
+use openapiv3::{OpenAPI, Parameter, ParameterSchemaOrContent, Response};
 use serde_json::{Map, Value};
 
 use super::{Finding, Verdict};
@@ -36,11 +43,11 @@ enum Change {
 }
 
 /// Every change from `old` to `new`, sorted, each once.
-pub fn compare(old: &Side<'_>, new: &Side<'_>) -> Vec<Finding> {
+pub fn compare(old: &Side<'_>, new: &Side<'_>) -> anyhow::Result<Vec<Finding>> {
     let mut rules = Rules {
         old,
         new,
-        findings: Vec::new(),
+        findings: adopted(old.api, new.api)?,
         compared: HashSet::new(),
     };
     rules.operations();
@@ -48,7 +55,96 @@ pub fn compare(old: &Side<'_>, new: &Side<'_>) -> Vec<Finding> {
     let mut findings = rules.findings;
     findings.sort();
     findings.dedup();
-    findings
+    Ok(findings)
+}
+
+/// The changes `drift` judges as these rules would, judged by it. It is not
+/// shown any `content`: it stops (`todo!`) on a media type added or removed,
+/// and what it says of schemas is left to these rules anyway.
+fn adopted(old: &OpenAPI, new: &OpenAPI) -> anyhow::Result<Vec<Finding>> {
+    use {ChangeClass::*, ChangeDetails::*};
+    let (old, new) = (without_content(old)?, without_content(new)?);
+    let changes = match std::panic::catch_unwind(|| openapi_drift::compare(&old, &new)) {
+        Ok(Ok(changes)) => changes,
+        // It cannot read a document with a reference to nothing or an
+        // undeclared path parameter (it even panics on the latter): no
+        // valid contract, so no compatible one.
+        failed => {
+            let why = failed.map_or("it panicked".to_owned(), |e| {
+                format!("{:#}", e.unwrap_err())
+            });
+            let message =
+                format!("drift cannot compare the documents ({why}); are both valid OpenAPI?");
+            let location = "paths".to_owned();
+            return Ok(vec![Finding {
+                location,
+                message,
+                verdict: Verdict::Breaking,
+            }]);
+        }
+    };
+    let mut findings = Vec::new();
+    for change in changes {
+        let Some(path) = change.paths.first() else {
+            continue;
+        };
+        for info in &change.changes {
+            // A change's direction is not told apart from the others' in its
+            // record (an operation's), so it is read from what changed.
+            let parameter = [&info.old_subpath, &info.new_subpath]
+                .iter()
+                .any(|p| p.starts_with("parameters/"));
+            let whole = info.old_subpath.is_empty() && info.new_subpath.is_empty();
+            let adopted = match (info.details, info.class) {
+                (Removed | Added | AddedRequired | MoreStrict | LessStrict, _) if parameter => true,
+                // A new operation or optional body; a new required body; a
+                // body made required, or optional. (A body or a response
+                // removed and a response added are judged otherwise here.)
+                (Added, ForwardIncompatible) | (AddedRequired, Incompatible) => whole,
+                (MoreStrict, BackwardIncompatible) | (LessStrict, ForwardIncompatible) => whole,
+                _ => false,
+            };
+            let verdict = match info.class {
+                ForwardIncompatible => Verdict::Compatible,
+                _ => Verdict::Breaking,
+            };
+            // A new operation's record is at the paths on the old side.
+            let pointer = match path.old.to_string() {
+                old if old == "#/paths" => path.new.to_string(),
+                old => old,
+            };
+            let keys = pointer.trim_start_matches("#/").split('/');
+            let keys: Vec<String> = keys
+                .map(|key| key.replace("~1", "/").replace("~0", "~"))
+                .collect();
+            if adopted {
+                let (location, message) = (keys.join("."), format!("drift: {}", info.message));
+                findings.push(Finding {
+                    location,
+                    message,
+                    verdict,
+                });
+            }
+        }
+    }
+    Ok(findings)
+}
+
+/// `api` as JSON, every `content` emptied.
+fn without_content(api: &OpenAPI) -> anyhow::Result<Value> {
+    fn empty(value: &mut Value) {
+        match value {
+            Value::Object(map) => map.iter_mut().for_each(|(key, value)| match key.as_str() {
+                "content" => *value = Value::Object(Map::new()),
+                _ => empty(value),
+            }),
+            Value::Array(items) => items.iter_mut().for_each(empty),
+            _ => {}
+        }
+    }
+    let mut json = serde_json::to_value(api)?;
+    empty(&mut json);
+    Ok(json)
 }
 
 struct Rules<'s, 'a> {
@@ -60,82 +156,73 @@ struct Rules<'s, 'a> {
 }
 
 impl Rules<'_, '_> {
-    fn found(&mut self, location: &str, message: String, verdict: Verdict) {
+    fn found(&mut self, location: impl Into<String>, message: impl Into<String>, verdict: Verdict) {
+        let (location, message) = (location.into(), message.into());
         self.findings.push(Finding {
-            location: location.to_owned(),
+            location,
             message,
             verdict,
         });
     }
 
-    fn breaking(&mut self, location: &str, message: impl Into<String>) {
-        self.found(location, message.into(), Verdict::Breaking);
+    fn breaking(&mut self, location: impl Into<String>, message: impl Into<String>) {
+        self.found(location, message, Verdict::Breaking);
     }
 
-    fn compatible(&mut self, location: &str, message: impl Into<String>) {
-        self.found(location, message.into(), Verdict::Compatible);
+    fn compatible(&mut self, location: impl Into<String>, message: impl Into<String>) {
+        self.found(location, message, Verdict::Compatible);
     }
 
     /// A constraint that narrowed or widened, judged by direction.
-    fn bounded(&mut self, location: &str, what: String, change: Change, direction: Direction) {
+    fn bounded(
+        &mut self,
+        location: impl Into<String>,
+        what: String,
+        change: Change,
+        direction: Direction,
+    ) {
         use {Change::*, Direction::*};
-        match (change, direction) {
-            (Narrower, Request) => {
-                self.breaking(location, format!("{what} (narrows what requests may send)"))
-            }
-            (Wider, Request) => {
-                self.compatible(location, format!("{what} (widens what requests may send)"))
-            }
-            (Narrower, Response) => self.compatible(
-                location,
-                format!("{what} (narrows what responses may hold)"),
-            ),
-            (Wider, Response) => {
-                self.breaking(location, format!("{what} (widens what responses may hold)"))
-            }
-            (Unrelated, _) => self.breaking(location, format!("{what} (changes what is allowed)")),
-        }
+        let (verdict, how) = match (change, direction) {
+            (Narrower, Request) => (Verdict::Breaking, "narrows what requests may send"),
+            (Wider, Request) => (Verdict::Compatible, "widens what requests may send"),
+            (Narrower, Response) => (Verdict::Compatible, "narrows what responses may hold"),
+            (Wider, Response) => (Verdict::Breaking, "widens what responses may hold"),
+            (Unrelated, _) => (Verdict::Breaking, "changes what is allowed"),
+        };
+        self.found(location, format!("{what} ({how})"), verdict);
     }
 
+    /// Operations in both documents, and those removed (new ones are drift's).
     fn operations(&mut self) {
-        let old_ops = self.old.operations();
         let new_ops = self.new.operations();
-        for (key, old_op) in &old_ops {
-            let location = old_op.location();
+        for (key, old_op) in &self.old.operations() {
             match new_ops.get(key) {
-                Some(new_op) => self.operation(&location, old_op, new_op),
-                None => self.removed_operation(&location, old_op),
-            }
-        }
-        for (key, new_op) in &new_ops {
-            if !old_ops.contains_key(key) {
-                self.compatible(&new_op.location(), "new operation");
+                Some(new_op) => self.operation(&old_op.location(), old_op, new_op),
+                None => self.removed_operation(&old_op.location(), old_op),
             }
         }
     }
 
+    /// Removing an operation breaks its clients — unless it was deprecated
+    /// and the sunset its responses announced has passed.
     fn removed_operation(&mut self, location: &str, op: &Op<'_>) {
         if !op.operation.deprecated {
             return self.breaking(location, "operation removed");
         }
-        match sunset(self.old, op) {
-            Some(sunset) if sunset <= SystemTime::now() => self.compatible(
+        let Some(sunset) = sunset(self.old, op) else {
+            let message =
+                "deprecated operation removed, and the older document announces no sunset";
+            return self.breaking(location, message);
+        };
+        let date = httpdate::fmt_http_date(sunset);
+        match sunset <= SystemTime::now() {
+            true => self.compatible(
                 location,
-                format!(
-                    "deprecated operation removed after its sunset ({})",
-                    httpdate::fmt_http_date(sunset)
-                ),
+                format!("deprecated operation removed after its sunset ({date})"),
             ),
-            Some(sunset) => self.breaking(
+            false => self.breaking(
                 location,
-                format!(
-                    "deprecated operation removed before its sunset ({})",
-                    httpdate::fmt_http_date(sunset)
-                ),
-            ),
-            None => self.breaking(
-                location,
-                "deprecated operation removed, and the older document announces no sunset",
+                format!("deprecated operation removed before its sunset ({date})"),
             ),
         }
     }
@@ -143,30 +230,26 @@ impl Rules<'_, '_> {
     fn operation(&mut self, location: &str, old: &Op<'_>, new: &Op<'_>) {
         let (old_id, new_id) = (&old.operation.operation_id, &new.operation.operation_id);
         if old_id != new_id {
-            self.breaking(
-                &format!("{location}.operationId"),
-                format!(
-                    "{} -> {} (renames the generated client's method)",
-                    show(old_id),
-                    show(new_id)
-                ),
+            let message = format!(
+                "{} -> {} (renames the generated client's method)",
+                show(old_id),
+                show(new_id)
             );
+            self.breaking(format!("{location}.operationId"), message);
         }
         match (old.operation.deprecated, new.operation.deprecated) {
-            (false, true) => self.compatible(&format!("{location}.deprecated"), "now deprecated"),
+            (false, true) => self.compatible(format!("{location}.deprecated"), "now deprecated"),
             (true, false) => {
-                self.compatible(&format!("{location}.deprecated"), "no longer deprecated")
+                self.compatible(format!("{location}.deprecated"), "no longer deprecated")
             }
             _ => {}
         }
         let (old_security, new_security) = (security(self.old, old), security(self.new, new));
         if old_security != new_security {
+            let why = "a semantic change: who may call it, and how, is no longer what clients were built for";
             self.breaking(
-                &format!("{location}.security"),
-                format!(
-                    "{old_security:?} -> {new_security:?} (a semantic change: who may call it, \
-                     and how, is no longer what clients were built for)"
-                ),
+                format!("{location}.security"),
+                format!("{old_security:?} -> {new_security:?} ({why})"),
             );
         }
         self.parameters(location, old, new);
@@ -174,68 +257,44 @@ impl Rules<'_, '_> {
         self.responses(location, old, new);
     }
 
+    /// Parameters in both documents (those added or removed, and whether
+    /// each is required, are drift's).
     fn parameters(&mut self, location: &str, old: &Op<'_>, new: &Op<'_>) {
-        let key = |p: &&Parameter| (canon::location(p), p.parameter_data_ref().name.clone());
-        let old_params: BTreeMap<_, _> = old.parameters.iter().map(|p| (key(p), *p)).collect();
-        let new_params: BTreeMap<_, _> = new.parameters.iter().map(|p| (key(p), *p)).collect();
-        for ((place, name), old_param) in &old_params {
-            let here = format!("{location}.parameters.{name}");
-            match new_params.get(&(place, name.clone())) {
-                None => self.breaking(&here, format!("{place} parameter removed")),
-                Some(new_param) => self.parameter(&here, old_param, new_param),
-            }
-        }
-        for ((place, name), new_param) in &new_params {
-            if old_params.contains_key(&(place, name.clone())) {
-                continue;
-            }
-            let here = format!("{location}.parameters.{name}");
-            if new_param.parameter_data_ref().required {
-                self.breaking(&here, format!("new required {place} parameter"));
-            } else {
-                self.compatible(&here, format!("new optional {place} parameter"));
+        let key = |p: &Parameter| (canon::location(p), p.parameter_data_ref().name.clone());
+        for old_param in &old.parameters {
+            if let Some(new_param) = new.parameters.iter().find(|p| key(p) == key(old_param)) {
+                let here = format!("{location}.parameters.{}", key(old_param).1);
+                self.parameter(&here, old_param, new_param);
             }
         }
     }
 
     fn parameter(&mut self, location: &str, old: &Parameter, new: &Parameter) {
         let (old_data, new_data) = (old.parameter_data_ref(), new.parameter_data_ref());
-        match (old_data.required, new_data.required) {
-            (false, true) => self.breaking(&format!("{location}.required"), "now required"),
-            (true, false) => self.compatible(&format!("{location}.required"), "no longer required"),
-            _ => {}
-        }
-        match (old_data.deprecated, new_data.deprecated) {
-            (a, b) if a.unwrap_or(false) != b.unwrap_or(false) => self.compatible(
-                &format!("{location}.deprecated"),
-                format!("{} -> {}", a.unwrap_or(false), b.unwrap_or(false)),
-            ),
-            _ => {}
+        let (a, b) = (
+            old_data.deprecated.unwrap_or(false),
+            new_data.deprecated.unwrap_or(false),
+        );
+        if a != b {
+            self.compatible(format!("{location}.deprecated"), format!("{a} -> {b}"));
         }
         let (old_style, new_style) = (style(old), style(new));
         if old_style != new_style {
-            self.breaking(
-                &format!("{location}.style"),
-                format!("{old_style} -> {new_style} (changes how values are written)"),
-            );
+            let message = format!("{old_style} -> {new_style} (changes how values are written)");
+            self.breaking(format!("{location}.style"), message);
         }
-        match (&old_data.format, &new_data.format) {
-            (ParameterSchemaOrContent::Schema(a), ParameterSchemaOrContent::Schema(b)) => {
-                let (a, b) = (self.old.schema(a), self.new.schema(b));
-                self.schema(&format!("{location}.schema"), &a, &b, Direction::Request);
-            }
-            _ => {
-                let (a, b) = (
-                    self.old.format_json(&old_data.format),
-                    self.new.format_json(&new_data.format),
-                );
-                if a != b {
-                    self.breaking(location, "serialisation changed (schema or content)");
-                }
-            }
+        if let (ParameterSchemaOrContent::Schema(a), ParameterSchemaOrContent::Schema(b)) =
+            (&old_data.format, &new_data.format)
+        {
+            let (a, b) = (self.old.schema(a), self.new.schema(b));
+            self.schema(&format!("{location}.schema"), &a, &b, Direction::Request);
+        } else if self.old.format_json(&old_data.format) != self.new.format_json(&new_data.format) {
+            self.breaking(location, "serialisation changed (schema or content)");
         }
     }
 
+    /// A request body removed, and the content of one in both documents (one
+    /// added, and whether it is required, are drift's).
     fn request_body(&mut self, location: &str, old: &Op<'_>, new: &Op<'_>) {
         let here = format!("{location}.requestBody");
         let old_body = old
@@ -249,18 +308,8 @@ impl Rules<'_, '_> {
             .as_ref()
             .and_then(|b| self.new.body(b));
         match (old_body, new_body) {
-            (None, None) => {}
-            (None, Some(body)) if body.required => {
-                self.breaking(&here, "new required request body")
-            }
-            (None, Some(_)) => self.compatible(&here, "new optional request body"),
-            (Some(_), None) => self.breaking(&here, "request body removed"),
+            (Some(_), None) => self.breaking(here, "request body removed"),
             (Some(a), Some(b)) => {
-                if !a.required && b.required {
-                    self.breaking(&format!("{here}.required"), "now required");
-                } else if a.required && !b.required {
-                    self.compatible(&format!("{here}.required"), "no longer required");
-                }
                 let (a, b) = (content(self.old, &a.content), content(self.new, &b.content));
                 self.content(
                     &format!("{here}.content"),
@@ -270,6 +319,7 @@ impl Rules<'_, '_> {
                     false,
                 );
             }
+            _ => {}
         }
     }
 
@@ -278,71 +328,62 @@ impl Rules<'_, '_> {
             self.old.responses(old.operation).into_iter().collect();
         let new_responses: BTreeMap<String, &Response> =
             self.new.responses(new.operation).into_iter().collect();
-        for (status, old_response) in &old_responses {
+        for (status, a, b) in paired(&old_responses, &new_responses) {
             let here = format!("{location}.responses.{status}");
-            match new_responses.get(status) {
-                None => self.breaking(&here, "response removed"),
-                Some(new_response) => self.response(&here, status, old_response, new_response),
-            }
-        }
-        for status in new_responses.keys() {
-            if old_responses.contains_key(status) {
-                continue;
-            }
-            let here = format!("{location}.responses.{status}");
-            if canon::is_error(status) {
-                self.compatible(
-                    &here,
-                    "new error response (older clients already treat an undeclared error as an error)",
-                );
-            } else {
-                self.breaking(
-                    &here,
+            match (a, b) {
+                (Some(a), Some(b)) => self.response(&here, status, a, b),
+                (Some(_), None) => self.breaking(here, "response removed"),
+                (None, _) if canon::is_error(status) => {
+                    let why = "older clients already treat an undeclared error as an error";
+                    self.compatible(here, format!("new error response ({why})"));
+                }
+                (None, _) => self.breaking(
+                    here,
                     "new success response (older clients cannot decode it)",
-                );
+                ),
             }
         }
     }
 
     fn response(&mut self, location: &str, status: &str, old: &Response, new: &Response) {
         let headers = |side: &Side<'_>, response: &Response| -> BTreeMap<String, (bool, Value)> {
-            response
+            let resolved = response
                 .headers
                 .iter()
-                .filter_map(|(name, h)| {
-                    let header = side.header(h)?;
-                    let (_, format) = side.format_json(&header.format);
-                    Some((name.to_ascii_lowercase(), (header.required, format)))
-                })
-                .collect()
+                .filter_map(|(name, h)| Some((name, side.header(h)?)));
+            let headers = resolved.map(|(name, h)| {
+                (
+                    name.to_ascii_lowercase(),
+                    (h.required, side.format_json(&h.format).1),
+                )
+            });
+            headers.collect()
         };
         let (old_headers, new_headers) = (headers(self.old, old), headers(self.new, new));
-        for (name, (old_required, old_schema)) in &old_headers {
+        for (name, a, b) in paired(&old_headers, &new_headers) {
             let here = format!("{location}.headers.{name}");
-            match new_headers.get(name) {
-                None => self.breaking(&here, "response header removed"),
-                Some((new_required, new_schema)) => {
-                    if *old_required && !new_required {
-                        self.breaking(
-                            &format!("{here}.required"),
-                            "no longer always sent (clients may rely on it)",
-                        );
-                    } else if !old_required && *new_required {
-                        self.compatible(&format!("{here}.required"), "now always sent");
-                    }
-                    self.schema(
-                        &format!("{here}.schema"),
-                        old_schema,
-                        new_schema,
-                        Direction::Response,
-                    );
-                }
+            let Some((old_required, old_schema)) = a else {
+                self.compatible(here, "new response header");
+                continue;
+            };
+            let Some((new_required, new_schema)) = b else {
+                self.breaking(here, "response header removed");
+                continue;
+            };
+            match (old_required, new_required) {
+                (true, false) => self.breaking(
+                    format!("{here}.required"),
+                    "no longer always sent (clients may rely on it)",
+                ),
+                (false, true) => self.compatible(format!("{here}.required"), "now always sent"),
+                _ => {}
             }
-        }
-        for name in new_headers.keys() {
-            if !old_headers.contains_key(name) {
-                self.compatible(&format!("{location}.headers.{name}"), "new response header");
-            }
+            self.schema(
+                &format!("{here}.schema"),
+                old_schema,
+                new_schema,
+                Direction::Response,
+            );
         }
         let (a, b) = (
             content(self.old, &old.content),
@@ -365,25 +406,17 @@ impl Rules<'_, '_> {
         direction: Direction,
         is_error: bool,
     ) {
-        for (media_type, old_schema) in old {
+        for (media_type, a, b) in paired(old, new) {
             let here = format!("{location}.{media_type}");
-            match new.get(media_type) {
-                None => self.breaking(&here, "media type removed"),
-                Some(new_schema) => {
-                    self.schema(&format!("{here}.schema"), old_schema, new_schema, direction)
+            match (a, b, direction) {
+                (Some(a), Some(b), _) => self.schema(&format!("{here}.schema"), a, b, direction),
+                (Some(_), None, _) => self.breaking(here, "media type removed"),
+                (None, _, Direction::Request) => self.compatible(here, "new media type accepted"),
+                (None, _, Direction::Response) if is_error => {
+                    self.compatible(here, "new error media type")
                 }
-            }
-        }
-        for media_type in new.keys() {
-            if old.contains_key(media_type) {
-                continue;
-            }
-            let here = format!("{location}.{media_type}");
-            match direction {
-                Direction::Request => self.compatible(&here, "new media type accepted"),
-                Direction::Response if is_error => self.compatible(&here, "new error media type"),
-                Direction::Response => {
-                    self.breaking(&here, "new media type (older clients cannot decode it)")
+                (None, _, Direction::Response) => {
+                    self.breaking(here, "new media type (older clients cannot decode it)")
                 }
             }
         }
@@ -391,26 +424,19 @@ impl Rules<'_, '_> {
 
     fn security_schemes(&mut self) {
         let schemes = |side: &Side<'_>| -> BTreeMap<String, Value> {
-            side.api
-                .components
-                .iter()
-                .flat_map(|c| &c.security_schemes)
-                .map(|(name, scheme)| {
-                    let mut json = serde_json::to_value(scheme).unwrap_or_default();
-                    if let Some(map) = json.as_object_mut() {
-                        map.remove("description");
-                    }
-                    (name.clone(), json)
-                })
-                .collect()
+            let schemes = side.api.components.iter().flat_map(|c| &c.security_schemes);
+            let without_description = |(name, scheme): (&String, _)| {
+                let mut json = serde_json::to_value(scheme).unwrap_or_default();
+                json.as_object_mut().map(|map| map.remove("description"));
+                (name.clone(), json)
+            };
+            schemes.map(without_description).collect()
         };
         let (old, new) = (schemes(self.old), schemes(self.new));
         for (name, scheme) in &old {
             if new.get(name) != Some(scheme) {
-                self.breaking(
-                    &format!("components.securitySchemes.{name}"),
-                    "security scheme removed or changed (clients authenticate as before)",
-                );
+                let message = "security scheme removed or changed (clients authenticate as before)";
+                self.breaking(format!("components.securitySchemes.{name}"), message);
             }
         }
     }
@@ -418,17 +444,16 @@ impl Rules<'_, '_> {
     /// Compares two canonical schemas; a component referenced on both sides
     /// is compared once per direction, where it is defined.
     fn schema(&mut self, location: &str, old: &Value, new: &Value, direction: Direction) {
-        if let (Some(a), Some(b)) = (canon::ref_name(old), canon::ref_name(new))
-            && a == b
-        {
-            if !self.compared.insert((a.to_owned(), direction)) {
-                return;
+        let (resolved_old, resolved_new) = (self.old.resolve(old), self.new.resolve(new));
+        match (canon::ref_name(old), canon::ref_name(new)) {
+            (Some(a), Some(b)) if a == b => {
+                if self.compared.insert((a.to_owned(), direction)) {
+                    let location = format!("components.schemas.{a}");
+                    self.schema_body(&location, &resolved_old, &resolved_new, direction);
+                }
             }
-            let (old, new) = (self.old.resolve(old), self.new.resolve(new));
-            return self.schema_body(&format!("components.schemas.{a}"), &old, &new, direction);
+            _ => self.schema_body(location, &resolved_old, &resolved_new, direction),
         }
-        let (old, new) = (self.old.resolve(old), self.new.resolve(new));
-        self.schema_body(location, &old, &new, direction);
     }
 
     fn schema_body(&mut self, location: &str, old: &Value, new: &Value, direction: Direction) {
@@ -444,76 +469,55 @@ impl Rules<'_, '_> {
             if a == b {
                 continue;
             }
-            let here = format!("{location}.{key}");
-            match key.as_str() {
-                "type" => self.type_change(&here, a, b, direction),
-                "format" => {
-                    let change = format_change(a, b);
-                    self.bounded(&here, transition(a, b), change, direction)
+            let (here, what) = (format!("{location}.{key}"), transition(a, b));
+            // Absent means false (the canonical form drops `false`).
+            let became_true = b == Some(&Value::Bool(true));
+            let change = match key.as_str() {
+                "type" => type_change(a, b),
+                "format" => format_change(a, b),
+                "minimum" | "minLength" | "minItems" | "minProperties" => bound_change(a, b, true),
+                "maximum" | "maxLength" | "maxItems" | "maxProperties" => bound_change(a, b, false),
+                "nullable" if became_true => Change::Wider,
+                "nullable" => Change::Narrower,
+                "exclusiveMinimum" | "exclusiveMaximum" if became_true => Change::Narrower,
+                "exclusiveMinimum" | "exclusiveMaximum" => Change::Wider,
+                "pattern" => match (a, b) {
+                    (None, Some(_)) => Change::Narrower,
+                    (Some(_), None) => Change::Wider,
+                    _ => Change::Unrelated,
+                },
+                "enum" => {
+                    self.enum_change(&here, a, b, direction);
+                    continue;
                 }
-                "enum" => self.enum_change(&here, a, b, direction),
-                "minimum" | "minLength" | "minItems" | "minProperties" => {
-                    self.bounded(&here, transition(a, b), bound_change(a, b, true), direction)
+                "default" => {
+                    self.breaking(
+                        here,
+                        format!("{what} (changes what an omitted value means)"),
+                    );
+                    continue;
                 }
-                "maximum" | "maxLength" | "maxItems" | "maxProperties" => self.bounded(
-                    &here,
-                    transition(a, b),
-                    bound_change(a, b, false),
-                    direction,
-                ),
-                "exclusiveMinimum" | "exclusiveMaximum" | "nullable" => {
-                    // Absent means false (canonical form drops `false`).
-                    let became_true = b == Some(&Value::Bool(true));
-                    let change = match key.as_str() {
-                        "nullable" if became_true => Change::Wider,
-                        "nullable" => Change::Narrower,
-                        _ if became_true => Change::Narrower,
-                        _ => Change::Wider,
-                    };
-                    self.bounded(&here, transition(a, b), change, direction)
+                "deprecated" => {
+                    self.compatible(here, what);
+                    continue;
                 }
-                "pattern" => {
-                    let change = match (a, b) {
-                        (None, Some(_)) => Change::Narrower,
-                        (Some(_), None) => Change::Wider,
-                        _ => Change::Unrelated,
-                    };
-                    self.bounded(&here, transition(a, b), change, direction)
-                }
-                "default" => self.breaking(
-                    &here,
-                    format!("{} (changes what an omitted value means)", transition(a, b)),
-                ),
-                "deprecated" => self.compatible(&here, transition(a, b)),
-                "required" | "properties" | "additionalProperties" => {}
+                "required" | "properties" | "additionalProperties" => continue,
                 "items" => {
                     let (a, b) = (
                         a.cloned().unwrap_or_default(),
                         b.cloned().unwrap_or_default(),
                     );
                     self.schema(&here, &a, &b, direction);
+                    continue;
                 }
-                _ => self.breaking(&here, format!("{} (changed)", transition(a, b))),
-            }
+                _ => {
+                    self.breaking(here, format!("{what} (changed)"));
+                    continue;
+                }
+            };
+            self.bounded(here, what, change, direction);
         }
         self.object(location, old, new, direction);
-    }
-
-    fn type_change(
-        &mut self,
-        location: &str,
-        a: Option<&Value>,
-        b: Option<&Value>,
-        direction: Direction,
-    ) {
-        let what = transition(a, b);
-        let (a, b) = (a.and_then(Value::as_str), b.and_then(Value::as_str));
-        let change = match (a, b) {
-            (Some("integer"), Some("number")) | (Some(_), None) => Change::Wider,
-            (Some("number"), Some("integer")) | (None, Some(_)) => Change::Narrower,
-            _ => Change::Unrelated,
-        };
-        self.bounded(location, what, change, direction);
     }
 
     fn enum_change(
@@ -526,39 +530,42 @@ impl Rules<'_, '_> {
         let values = |v: Option<&Value>| -> Option<BTreeSet<String>> {
             Some(v?.as_array()?.iter().map(Value::to_string).collect())
         };
-        match (values(a), values(b)) {
-            (None, Some(_)) => self.bounded(
+        let (old, new) = match (values(a), values(b)) {
+            (None, Some(_)) => {
+                return self.bounded(
+                    location,
+                    "values restricted to an enum".into(),
+                    Change::Narrower,
+                    direction,
+                );
+            }
+            (Some(_), None) => {
+                return self.bounded(location, "enum dropped".into(), Change::Wider, direction);
+            }
+            (None, None) => return self.breaking(location, "enum changed"),
+            (Some(old), Some(new)) => (old, new),
+        };
+        let removed: Vec<&String> = old.difference(&new).collect();
+        if !removed.is_empty() {
+            self.bounded(
                 location,
-                "values restricted to an enum".into(),
+                format!("values removed: {}", list(&removed)),
                 Change::Narrower,
                 direction,
-            ),
-            (Some(_), None) => {
-                self.bounded(location, "enum dropped".into(), Change::Wider, direction)
-            }
-            (Some(old), Some(new)) => {
-                let removed: Vec<&String> = old.difference(&new).collect();
-                let added: Vec<&String> = new.difference(&old).collect();
-                if !removed.is_empty() {
-                    self.bounded(
-                        location,
-                        format!("values removed: {}", list(&removed)),
-                        Change::Narrower,
-                        direction,
-                    );
-                }
-                if !added.is_empty() {
-                    let what = match direction {
-                        Direction::Response => format!(
-                            "values added: {} (generated clients' enums reject unknown values)",
-                            list(&added)
-                        ),
-                        Direction::Request => format!("values added: {}", list(&added)),
-                    };
-                    self.bounded(location, what, Change::Wider, direction);
-                }
-            }
-            (None, None) => self.breaking(location, "enum changed"),
+            );
+        }
+        let added: Vec<&String> = new.difference(&old).collect();
+        if !added.is_empty() {
+            let why = match direction {
+                Direction::Response => " (generated clients' enums reject unknown values)",
+                Direction::Request => "",
+            };
+            self.bounded(
+                location,
+                format!("values added: {}{why}", list(&added)),
+                Change::Wider,
+                direction,
+            );
         }
     }
 
@@ -570,96 +577,93 @@ impl Rules<'_, '_> {
         new: &Map<String, Value>,
         direction: Direction,
     ) {
-        let empty = Map::new();
-        let properties = |schema: &Map<String, Value>| -> Map<String, Value> {
-            schema
-                .get("properties")
-                .and_then(Value::as_object)
-                .unwrap_or(&empty)
-                .clone()
+        let properties = |schema: &Map<String, Value>| -> BTreeMap<String, Value> {
+            let properties = schema.get("properties").and_then(Value::as_object);
+            properties
+                .map(|p| p.clone().into_iter().collect())
+                .unwrap_or_default()
         };
         let (old_props, new_props) = (properties(old), properties(new));
         let (old_required, new_required) = (canon::required_names(old), canon::required_names(new));
         let closed = |schema: &Map<String, Value>| {
             schema.get("additionalProperties") == Some(&Value::Bool(false))
         };
-        for (name, old_prop) in &old_props {
+        for (name, a, b) in paired(&old_props, &new_props) {
             let here = format!("{location}.properties.{name}");
-            match new_props.get(name) {
-                None => self.breaking(&here, "property removed"),
-                Some(new_prop) => self.schema(&here, old_prop, new_prop, direction),
-            }
-        }
-        for name in new_props.keys() {
-            if old_props.contains_key(name) {
-                continue;
-            }
-            let here = format!("{location}.properties.{name}");
-            match direction {
-                Direction::Request if new_required.contains(name) => {
-                    self.breaking(&here, "new required property")
+            match (a, b, direction) {
+                (Some(a), Some(b), _) => self.schema(&here, a, b, direction),
+                (Some(_), None, _) => self.breaking(here, "property removed"),
+                (None, _, Direction::Request) if new_required.contains(name) => {
+                    self.breaking(here, "new required property")
                 }
-                Direction::Request => self.compatible(&here, "new optional property"),
-                Direction::Response if closed(old) => self.breaking(
-                    &here,
-                    "new property in an object that allowed no others (older clients reject it)",
-                ),
-                Direction::Response => self.compatible(
-                    &here,
-                    "new property (older clients ignore properties they do not know)",
-                ),
+                (None, _, Direction::Request) => self.compatible(here, "new optional property"),
+                (None, _, Direction::Response) if closed(old) => {
+                    let why = "older clients reject it";
+                    self.breaking(
+                        here,
+                        format!("new property in an object that allowed no others ({why})"),
+                    );
+                }
+                (None, _, Direction::Response) => {
+                    let why = "older clients ignore properties they do not know";
+                    self.compatible(here, format!("new property ({why})"));
+                }
             }
         }
-        for name in &new_required {
-            if old_required.contains(name) || !old_props.contains_key(name) {
-                continue;
-            }
+        for name in new_required
+            .iter()
+            .filter(|n| !old_required.contains(n) && old_props.contains_key(*n))
+        {
             let here = format!("{location}.required.{name}");
             self.bounded(
-                &here,
+                here,
                 "property now required".into(),
                 Change::Narrower,
                 direction,
             );
         }
-        for name in &old_required {
-            if new_required.contains(name) || !new_props.contains_key(name) {
-                continue;
-            }
+        for name in old_required
+            .iter()
+            .filter(|n| !new_required.contains(n) && new_props.contains_key(*n))
+        {
             let here = format!("{location}.required.{name}");
             self.bounded(
-                &here,
+                here,
                 "property no longer required".into(),
                 Change::Wider,
                 direction,
             );
         }
+        let here = format!("{location}.additionalProperties");
         match (
             old.get("additionalProperties"),
             new.get("additionalProperties"),
         ) {
             (a, b) if a == b => {}
-            (Some(Value::Object(_)), Some(Value::Object(_))) => {
-                let (a, b) = (&old["additionalProperties"], &new["additionalProperties"]);
-                self.schema(&format!("{location}.additionalProperties"), a, b, direction);
+            (Some(a @ Value::Object(_)), Some(b @ Value::Object(_))) => {
+                self.schema(&here, a, b, direction)
             }
             (a, b) => {
-                let change = if closed(new) {
-                    Change::Narrower
-                } else if closed(old) {
-                    Change::Wider
-                } else {
-                    Change::Unrelated
+                let change = match (closed(old), closed(new)) {
+                    (_, true) => Change::Narrower,
+                    (true, _) => Change::Wider,
+                    _ => Change::Unrelated,
                 };
-                self.bounded(
-                    &format!("{location}.additionalProperties"),
-                    transition(a, b),
-                    change,
-                    direction,
-                );
+                self.bounded(here, transition(a, b), change, direction);
             }
         }
     }
+}
+
+/// The entries of two maps paired by key, in key order: `(key, old, new)`.
+fn paired<'m, V>(
+    old: &'m BTreeMap<String, V>,
+    new: &'m BTreeMap<String, V>,
+) -> Vec<(&'m String, Option<&'m V>, Option<&'m V>)> {
+    let keys: BTreeSet<&String> = old.keys().chain(new.keys()).collect();
+    keys.into_iter()
+        .map(|key| (key, old.get(key), new.get(key)))
+        .collect()
 }
 
 /// `a -> b`, `absent` for a missing side.
@@ -678,6 +682,15 @@ fn list(values: &[&String]) -> String {
         .map(|v| v.as_str())
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// How a `type` changed: an integer is a number; any type is within none.
+fn type_change(a: Option<&Value>, b: Option<&Value>) -> Change {
+    match (a.and_then(Value::as_str), b.and_then(Value::as_str)) {
+        (Some("integer"), Some("number")) | (Some(_), None) => Change::Wider,
+        (Some("number"), Some("integer")) | (None, Some(_)) => Change::Narrower,
+        _ => Change::Unrelated,
+    }
 }
 
 /// How a lower (`is_min`) or upper bound changed.
@@ -699,6 +712,7 @@ fn format_change(a: Option<&Value>, b: Option<&Value>) -> Change {
         "int64" | "double" => Some(1),
         _ => None,
     };
+    let same_family = |a: &str, b: &str| a.starts_with("int") == b.starts_with("int");
     match (a.and_then(Value::as_str), b.and_then(Value::as_str)) {
         (None, Some(_)) => Change::Narrower,
         (Some(_), None) => Change::Wider,
@@ -711,24 +725,18 @@ fn format_change(a: Option<&Value>, b: Option<&Value>) -> Change {
     }
 }
 
-fn same_family(a: &str, b: &str) -> bool {
-    let integer = |f: &str| f.starts_with("int");
-    integer(a) == integer(b)
-}
-
 /// The effective security of an operation: its own, or the document's.
 fn security(side: &Side<'_>, op: &Op<'_>) -> Vec<Vec<String>> {
     let requirements = op
         .operation
         .security
         .as_ref()
-        .or(side.api.security.as_ref())
-        .cloned()
-        .unwrap_or_default();
-    let mut alternatives: Vec<Vec<String>> = requirements
-        .iter()
-        .map(|requirement| requirement.keys().cloned().collect())
-        .collect();
+        .or(side.api.security.as_ref());
+    let alternatives = requirements
+        .into_iter()
+        .flatten()
+        .map(|r| r.keys().cloned().collect());
+    let mut alternatives: Vec<Vec<String>> = alternatives.collect();
     alternatives.sort();
     alternatives
 }
@@ -753,16 +761,16 @@ fn style(parameter: &Parameter) -> String {
 
 /// The canonical schema of each media type of `content`.
 fn content(side: &Side<'_>, content: &openapiv3::Content) -> BTreeMap<String, Value> {
+    let schema = |media: &openapiv3::MediaType| {
+        media
+            .schema
+            .as_ref()
+            .map(|s| side.schema(s))
+            .unwrap_or_default()
+    };
     content
         .iter()
-        .map(|(media_type, media)| {
-            let schema = media
-                .schema
-                .as_ref()
-                .map(|s| side.schema(s))
-                .unwrap_or_default();
-            (media_type.to_ascii_lowercase(), schema)
-        })
+        .map(|(media_type, media)| (media_type.to_ascii_lowercase(), schema(media)))
         .collect()
 }
 
@@ -776,14 +784,12 @@ fn sunset(side: &Side<'_>, op: &Op<'_>) -> Option<SystemTime> {
                 .headers
                 .iter()
                 .find(|(name, _)| name.eq_ignore_ascii_case("sunset"))?;
-            let header = side.header(header)?;
-            let ParameterSchemaOrContent::Schema(schema) = &header.format else {
+            let ParameterSchemaOrContent::Schema(schema) = &side.header(header)?.format else {
                 return None;
             };
             let schema = serde_json::to_value(schema).ok()?;
-            let date = schema
-                .get("example")
-                .or_else(|| schema.get("default"))
+            let date = schema.get("example").or_else(|| schema.get("default"));
+            let date = date
                 .or_else(|| schema.get("enum").and_then(|e| e.get(0)))?
                 .as_str()?;
             httpdate::parse_http_date(date).ok()

@@ -73,8 +73,9 @@ pub enum Mode {
     /// Comparing with the emitted document: the `nullable` of an optional
     /// property's `allOf` wrapper is dropped (schemars' `Option<T>`).
     Compare,
-    /// Probing: every `nullable` is kept, so that the probes send `null`
-    /// where the YAML allows it and see whether the server agrees.
+    /// Probing, and comparing two YAMLs: every `nullable` is kept, so that
+    /// the probes learn where the YAML allows `null` (and ask the server),
+    /// and the compatibility gate sees it change.
     Probe,
 }
 

@@ -1,8 +1,11 @@
-//! Child processes the bench starts, and what `/proc` says about them.
+//! Servers xtask starts as child processes (for `conformance` and `bench`):
+//! started, waited for until they answer, stopped, and what `/proc` says
+//! about them.
 
 use std::collections::VecDeque;
-use std::io::{PipeReader, Read};
-use std::net::SocketAddr;
+use std::io::{PipeReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -10,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use petstore_support::ChildGuard;
 
-use crate::readiness;
+use crate::workspace_root;
 
 /// How long a server may take to answer after it is spawned (a 1M-pet
 /// SQLite file or a PostgreSQL pool takes a moment).
@@ -18,7 +21,7 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a server may take to stop after SIGTERM.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// A server under load (the pet store or the ceiling), started as a child
+/// A server (the pet store, the bench's ceiling or peer), started as a child
 /// process on the loopback interface.
 pub struct Service {
     guard: ChildGuard,
@@ -32,15 +35,16 @@ impl Service {
     /// Spawns `command` (which must listen on `addr`) and waits until an
     /// authenticated `GET /v1/pets?limit=20` gets 200.
     ///
-    /// Its stdout and stderr go to a pipe that a thread drains, keeping only
-    /// the end for error messages: the server logs every request, and a pipe
-    /// to a log collector is what it writes to in production (systemd,
-    /// containers), without filling a disk with gigabytes of logs.
+    /// Its stdout and stderr go to a pipe that a thread drains, keeping the
+    /// end for error messages, and copying everything to `log` if given: the
+    /// server logs every request, and a pipe to a log collector is what it
+    /// writes to in production (systemd, containers), without filling a disk
+    /// with gigabytes of logs under load.
     pub fn start(
         name: &str,
         command: &mut Command,
-        addr: SocketAddr,
-        key: &str,
+        (addr, key): (SocketAddr, &str),
+        log: Option<std::fs::File>,
     ) -> anyhow::Result<Service> {
         let (reader, writer) = std::io::pipe().context("creating a pipe")?;
         command
@@ -52,7 +56,7 @@ impl Service {
         // this the drain would never see end-of-file.
         command.stdout(Stdio::null()).stderr(Stdio::null());
         let output = Arc::new(Mutex::new(Tail::default()));
-        drain(reader, Arc::clone(&output));
+        drain(reader, Arc::clone(&output), log);
         let mut service = Service {
             guard: guard?,
             addr,
@@ -72,7 +76,7 @@ impl Service {
                     self.log_tail()
                 );
             }
-            if readiness::status(self.addr, key) == Some(200) {
+            if status(self.addr, key) == Some(200) {
                 return Ok(());
             }
             if Instant::now() >= deadline {
@@ -146,6 +150,67 @@ impl Service {
     }
 }
 
+/// Builds the binaries `bins` (`(package, binary)`) with `cargo build` and
+/// `flags`, and returns their paths as cargo reports them (so a custom target
+/// directory is no problem), in the same order.
+pub fn build(flags: &[&str], bins: &[(&str, &str)]) -> anyhow::Result<Vec<PathBuf>> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = Command::new(cargo);
+    command
+        .current_dir(workspace_root())
+        .args(["build", "--message-format=json-render-diagnostics"]);
+    for (package, bin) in bins {
+        command.args(["-p", package, "--bin", bin]);
+    }
+    let output = command
+        .args(flags)
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running cargo build")?;
+    if !output.status.success() {
+        bail!("cargo build {} failed: {}", flags.join(" "), output.status);
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let messages: Vec<serde_json::Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let executable = |(_, name): &(&str, &str)| {
+        let built = messages
+            .iter()
+            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == *name);
+        let path = built
+            .filter_map(|m| m["executable"].as_str())
+            .next()
+            .map(PathBuf::from);
+        path.with_context(|| format!("cargo build reported no {name} executable"))
+    };
+    bins.iter().map(executable).collect()
+}
+
+/// The status an authenticated `GET /v1/pets?limit=20` gets from `addr`, if
+/// it answers at all. Plain HTTP/1.1 over a socket, so readiness needs no
+/// HTTP client. (The bench's ceiling answers only the scenarios' requests,
+/// `list20` among them.)
+fn status(addr: SocketAddr, key: &str) -> Option<u16> {
+    let response = || -> std::io::Result<String> {
+        let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
+        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        let request = format!("GET /v1/pets?limit=20 HTTP/1.1\r\nHost: {addr}\r\n");
+        let request = format!("{request}Authorization: Bearer {key}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes())?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response)?;
+        Ok(response)
+    };
+    response()
+        .ok()?
+        .strip_prefix("HTTP/1.1 ")?
+        .get(..3)?
+        .parse()
+        .ok()
+}
+
 /// The last bytes a process wrote.
 #[derive(Default)]
 struct Tail {
@@ -162,14 +227,17 @@ impl Tail {
     }
 }
 
-/// Reads `pipe` until end-of-file on a thread of its own, keeping the tail.
-fn drain(mut pipe: PipeReader, tail: Arc<Mutex<Tail>>) {
+/// Reads `pipe` until end-of-file on a thread of its own, keeping the tail
+/// and copying it all to `log`.
+fn drain(mut pipe: PipeReader, tail: Arc<Mutex<Tail>>, mut log: Option<std::fs::File>) {
     std::thread::spawn(move || {
         let mut buffer = vec![0u8; 64 * 1024];
         while let Ok(n @ 1..) = pipe.read(&mut buffer) {
             tail.lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .push(&buffer[..n]);
+            // A log that cannot be written loses lines, not the run.
+            log.as_mut().map(|log| log.write_all(&buffer[..n]));
         }
     });
 }

@@ -1,0 +1,674 @@
+//! The probing half: what neither the emitted document nor schemathesis can
+//! check, asked of a real server started in-process (SQLite in a temporary
+//! directory, a key generated for the run), every expectation read from the
+//! YAML.
+//!
+//! Generic fuzzing — values at and beyond each bound, wrong types, missing
+//! and undeclared fields, response bodies against their schemas — is
+//! schemathesis's, in `cargo xtask conformance`. What stays here:
+//!
+//! - **query defaults**: dropshot cannot write a parameter's `default` into
+//!   the emitted document, and schemathesis does not check what an omitted
+//!   parameter means. An integer default of an operation answering an array
+//!   is checked by counting, after seeding more items than it through the
+//!   YAML's create operation; any other default is noted as not probed.
+//! - **security**: the emitted document has none. A secured operation must
+//!   answer 401 without a key and with a wrong one; an open one must not ask
+//!   for a key.
+//! - **which error statuses each operation answers**: the server declares
+//!   `4XX`/`5XX` ranges, so each status is provoked and must be declared for
+//!   the operation: 401 as above, 404 for a path parameter naming nothing, 413
+//!   for a 1 MiB body (schemathesis never sends one), 503 with the database
+//!   file deleted under the server (schemathesis cannot do that). A declared
+//!   status no probe tries is noted.
+//! - **`null` for an optional property**: schemars writes every `Option<T>`
+//!   as nullable, so the emitted document cannot say whether the server
+//!   takes `null`; it is sent, and must be refused (400) unless the YAML says
+//!   `nullable`.
+//! - **the body of each provoked error**: a declared media type, valid
+//!   against the YAML's schema (checked with the `jsonschema` crate), and its
+//!   `status` field, when the schema has one, equal to the HTTP status — a
+//!   rule no document can state.
+
+use std::cell::Cell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::time::Duration;
+
+use anyhow::Context;
+use futures::StreamExt;
+use openapiv3::{APIKeyLocation, Parameter, ReferenceOr, Response, SecurityScheme};
+use petstore_server::{RunningServer, ServerConfig, keys::ApiKeys, store::DatabaseUrl};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use super::canon::{self, Side, covers, is_error};
+use super::{Difference, Report};
+
+/// The size of the body sent to provoke 413: far above any sensible limit
+/// (the YAML states 16384 bytes) yet quick to send.
+const OVERSIZED_BODY: usize = 1 << 20;
+
+/// Runs every probe against a server started for the purpose.
+pub async fn run(yaml: &Side<'_>, prefix: &str, report: &mut Report) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir().context("creating a temporary directory")?;
+    let database = dir.path().join("drift.db");
+    let key = petstore_support::generate_key("drift").context("generating a key")?;
+    let server = start(&database, &key).await?;
+    let operations: Vec<Op> = yaml
+        .operations()
+        .into_values()
+        .map(|op| Op::new(yaml, op))
+        .collect();
+    let mut prober = Prober {
+        yaml,
+        api: serde_json::to_value(yaml.api)?,
+        client: reqwest::Client::new(),
+        base: format!("http://{}{prefix}", server.local_addr()),
+        key,
+        items: Vec::new(),
+        tried: BTreeMap::new(),
+        sent: Cell::new(0),
+        report,
+    };
+    prober.seed(&operations).await;
+    for op in &operations {
+        prober.defaults(op).await;
+        prober.security(op).await;
+        prober.not_found(op).await;
+        prober.body(op).await;
+    }
+    std::fs::remove_file(&database).context("deleting the database under the server")?;
+    prober.unavailable(&operations).await;
+    for op in &operations {
+        prober.untried(op);
+    }
+    prober.report.requests += prober.sent.get();
+    // The run is over either way: a failed shutdown leaves nothing that matters.
+    let _ = server.shutdown(Duration::from_secs(30)).await;
+    Ok(())
+}
+
+/// A server over a fresh SQLite file, accepting `key`.
+async fn start(database: &std::path::Path, key: &str) -> anyhow::Result<RunningServer> {
+    let config = ServerConfig {
+        bind: "127.0.0.1:0".parse().expect("a literal address"),
+        database: DatabaseUrl::Sqlite(database.to_owned()),
+        api_keys: ApiKeys::parse(key).context("the generated key")?,
+        admin_bind: None,
+        tls: None,
+        idempotency_retention: petstore_server::IDEMPOTENCY_RETENTION_MIN,
+        docs: false,
+    };
+    let log = slog::Logger::root(slog::Discard, slog::o!());
+    let started = petstore_server::start(config, log).await;
+    started.context("starting the server to probe")
+}
+
+/// An operation of the YAML, as the probes see it.
+struct Op<'a> {
+    location: String,
+    name: String,
+    method: Method,
+    path: String,
+    params: Vec<&'a Parameter>,
+    /// The JSON-like media type of the request body, and its canonical schema.
+    body: Option<(String, Value)>,
+    /// The lowest 2xx status, and whether its body is an array.
+    success: Option<(u16, bool)>,
+    /// The error responses, keyed as written (`404`, `4XX`).
+    errors: Vec<(String, &'a Response)>,
+    secured: bool,
+}
+
+impl<'a> Op<'a> {
+    fn new(side: &Side<'a>, op: canon::Op<'a>) -> Op<'a> {
+        let responses = side.responses(op.operation);
+        let array = |r: &Response| {
+            let schema = json_schema(&r.content).map(|s| side.resolve(&side.schema(s)));
+            schema.is_some_and(|s| s["type"] == "array")
+        };
+        let success = responses
+            .iter()
+            .filter_map(|(key, r)| Some((key.parse().ok().filter(|c| (200..300).contains(c))?, r)))
+            .min_by_key(|(code, _)| *code)
+            .map(|(code, r)| (code, array(r)));
+        let security = op
+            .operation
+            .security
+            .as_ref()
+            .or(side.api.security.as_ref());
+        let body = op
+            .operation
+            .request_body
+            .as_ref()
+            .and_then(|b| side.body(b));
+        let body = body.and_then(|b| b.content.iter().find(|(media, _)| media.contains("json")));
+        let id = op.operation.operation_id.clone();
+        Op {
+            location: op.location(),
+            name: id.unwrap_or_else(|| op.location()),
+            method: Method::from_bytes(op.method.to_uppercase().as_bytes()).expect("a method"),
+            path: op.path.clone(),
+            params: op.parameters,
+            body: body
+                .and_then(|(media, m)| Some((media.clone(), side.schema(m.schema.as_ref()?)))),
+            success,
+            errors: responses
+                .into_iter()
+                .filter(|(key, _)| is_error(key))
+                .collect(),
+            secured: security.is_some_and(|r| !r.is_empty() && r.iter().all(|r| !r.is_empty())),
+        }
+    }
+
+    /// The declared response covering `status`: its own code, else its range.
+    fn declared(&self, status: u16) -> Option<&'a Response> {
+        let exact = self
+            .errors
+            .iter()
+            .find(|(key, _)| *key == status.to_string());
+        let range = || self.errors.iter().find(|(key, _)| covers(key, status));
+        exact.or_else(range).map(|(_, response)| *response)
+    }
+}
+
+/// Which key a request carries.
+#[derive(Clone, Copy)]
+enum Key {
+    Valid,
+    Missing,
+    Wrong,
+}
+
+/// What the YAML says a request must get.
+#[derive(Clone, Copy)]
+enum Expect {
+    Error(u16),
+    Success,
+    Not(u16),
+}
+
+impl fmt::Display for Expect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Expect::Error(code) => write!(f, "{code}"),
+            Expect::Success => f.write_str("2xx"),
+            Expect::Not(code) => write!(f, "anything but {code}"),
+        }
+    }
+}
+
+/// A request to send.
+struct Request {
+    path: String,
+    query: Vec<(String, String)>,
+    body: Option<String>,
+    key: Key,
+}
+
+/// What the server answered.
+struct Answer {
+    status: u16,
+    media_type: String,
+    json: Option<Value>,
+}
+
+struct Prober<'a, 'r> {
+    yaml: &'a Side<'a>,
+    /// The YAML as JSON, whose components the error schemas refer to.
+    api: Value,
+    client: reqwest::Client,
+    base: String,
+    key: String,
+    /// Items created while seeding: path parameters that must exist name them.
+    items: Vec<Value>,
+    /// The statuses each operation was made to answer.
+    tried: BTreeMap<String, BTreeSet<u16>>,
+    sent: Cell<usize>,
+    report: &'r mut Report,
+}
+
+impl Prober<'_, '_> {
+    fn differ(&mut self, location: &str, message: String) {
+        let difference = Difference::new(location, message);
+        if !self.report.differences.contains(&difference) {
+            self.report.differences.push(difference);
+        }
+    }
+
+    /// Sends `request` with the key where the YAML's security scheme puts it.
+    async fn send(&self, op: &Op<'_>, request: &Request) -> reqwest::Result<Answer> {
+        self.sent.set(self.sent.get() + 1);
+        let url = format!("{}{}", self.base, request.path);
+        let mut builder = self
+            .client
+            .request(op.method.clone(), url)
+            .query(&request.query);
+        let key = match request.key {
+            Key::Valid => self.key.clone(),
+            Key::Wrong => format!("{}-wrong", self.key),
+            Key::Missing => String::new(),
+        };
+        let scheme = self
+            .yaml
+            .api
+            .security
+            .iter()
+            .flatten()
+            .flat_map(|r| r.keys())
+            .next();
+        let schemes = self
+            .yaml
+            .api
+            .components
+            .as_ref()
+            .map(|c| &c.security_schemes);
+        builder = match scheme.and_then(|name| schemes?.get(name)) {
+            _ if key.is_empty() => builder,
+            Some(ReferenceOr::Item(SecurityScheme::APIKey { location, name, .. })) => {
+                match location {
+                    APIKeyLocation::Query => builder.query(&[(name, key)]),
+                    _ => builder.header(name, key),
+                }
+            }
+            _ => builder.bearer_auth(key),
+        };
+        if let (Some(body), Some((media_type, _))) = (&request.body, &op.body) {
+            builder = builder
+                .header("content-type", media_type)
+                .body(body.clone());
+        }
+        let response = builder.timeout(Duration::from_secs(30)).send().await?;
+        let status = response.status().as_u16();
+        let media_type = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok());
+        let media_type = media_type
+            .unwrap_or_default()
+            .split(';')
+            .next()
+            .unwrap_or_default();
+        let media_type = media_type.trim().to_ascii_lowercase();
+        let json = serde_json::from_slice(&response.bytes().await?).ok();
+        Ok(Answer {
+            status,
+            media_type,
+            json,
+        })
+    }
+
+    /// A request the YAML says is valid, but for the path parameter given in
+    /// `instead`: path parameters naming the first seeded item (its field of
+    /// that name, or `id`), required query parameters, a valid body.
+    fn request(&self, op: &Op<'_>, key: Key, instead: Option<(&str, &str)>) -> Request {
+        let (mut path, mut query) = (op.path.clone(), Vec::new());
+        for param in &op.params {
+            let data = param.parameter_data_ref();
+            let name = data.name.as_str();
+            let schema = self.yaml.format_json(&data.format).1;
+            let first = self.items.first();
+            let existing = first.and_then(|item| item.get(name).or(item.get("id")).cloned());
+            match (canon::location(param), instead) {
+                ("path", Some((replaced, value))) if replaced == name => {
+                    path = path.replace(&format!("{{{name}}}"), value);
+                }
+                ("path", _) => {
+                    let value = existing.unwrap_or_else(|| valid(self.yaml, &schema, 0));
+                    path = path.replace(&format!("{{{name}}}"), &text(&value));
+                }
+                ("query", _) if data.required => {
+                    query.push((name.to_owned(), text(&valid(self.yaml, &schema, 0))));
+                }
+                _ => {}
+            }
+        }
+        let body = op
+            .body
+            .as_ref()
+            .map(|(_, s)| valid(self.yaml, s, 0).to_string());
+        Request {
+            path,
+            query,
+            body,
+            key,
+        }
+    }
+
+    /// Sends `request` and judges the answer; a failed request is itself a
+    /// difference.
+    async fn probe(
+        &mut self,
+        op: &Op<'_>,
+        location: &str,
+        what: &str,
+        request: Request,
+        expect: Expect,
+    ) {
+        match self.send(op, &request).await {
+            Ok(answer) => self.judge(op, location, what, &answer, expect),
+            Err(e) => self.differ(location, format!("probe {what}: the request failed: {e:#}")),
+        }
+    }
+
+    /// Whether the answer is what `expect` says; an expected error must also
+    /// be declared for the operation, with a body fitting the declaration.
+    fn judge(&mut self, op: &Op<'_>, location: &str, what: &str, answer: &Answer, expect: Expect) {
+        let status = answer.status;
+        self.tried
+            .entry(op.location.clone())
+            .or_default()
+            .insert(status);
+        let fits = match expect {
+            Expect::Error(code) => status == code,
+            Expect::Success => (200..300).contains(&status),
+            Expect::Not(code) => status != code,
+        };
+        if !fits {
+            let why = answer
+                .json
+                .as_ref()
+                .and_then(|body| body["message"].as_str());
+            let why = why
+                .map(|message| format!(" ({message:?})"))
+                .unwrap_or_default();
+            let message =
+                format!("probe {what}: yaml expects {expect}, server answered {status}{why}");
+            return self.differ(location, message);
+        }
+        let Expect::Error(code) = expect else { return };
+        let Some(response) = op.declared(code) else {
+            let name = &op.name;
+            let message = format!(
+                "probe {what}: server answered {code}, which the yaml does not declare for {name}"
+            );
+            return self.differ(location, message);
+        };
+        for problem in self.body_problems(response, answer) {
+            self.differ(location, format!("probe {what}: {problem}"));
+        }
+    }
+
+    /// What is wrong with an error answer's body: its media type undeclared,
+    /// the body not valid against the declared schema, its `status` not the
+    /// HTTP status.
+    fn body_problems(&self, response: &Response, answer: &Answer) -> Vec<String> {
+        let Some(media) = response.content.get(&answer.media_type) else {
+            let declared: Vec<&String> = response.content.keys().collect();
+            let media_type = &answer.media_type;
+            return vec![format!(
+                "server answered with content type {media_type:?}, yaml declares {declared:?}"
+            )];
+        };
+        let (Some(schema), Some(body)) = (&media.schema, &answer.json) else {
+            let not_json = media
+                .schema
+                .is_some()
+                .then(|| "the body is not JSON".to_owned());
+            return not_json.into_iter().collect();
+        };
+        // The schema's references point into the YAML's components.
+        let root = json!({"components": self.api["components"], "allOf": [schema]});
+        let mut problems: Vec<String> = match jsonschema::draft4::new(&root) {
+            Ok(validator) => validator
+                .iter_errors(body)
+                .map(|e| format!("body{}: {e}", e.instance_path()))
+                .collect(),
+            Err(e) => vec![format!("the yaml's schema cannot be used: {e}")],
+        };
+        let declares_status = self.yaml.resolve(&self.yaml.schema(schema))["properties"]
+            .get("status")
+            .is_some();
+        if declares_status && body.get("status") != Some(&json!(answer.status)) {
+            let (field, status) = (&body["status"], answer.status);
+            problems.push(format!(
+                "the error body's status is {field}, the HTTP status {status}"
+            ));
+        }
+        problems
+    }
+
+    /// Creates more items than any integer query default (and a few), through
+    /// the create operation: a POST with a body on a path without parameters.
+    async fn seed(&mut self, operations: &[Op<'_>]) {
+        let create = operations
+            .iter()
+            .find(|op| op.method == Method::POST && op.body.is_some() && !op.path.contains('{'));
+        let Some(create) = create else { return };
+        let defaults = operations.iter().flat_map(|op| op.params.iter());
+        let defaults = defaults.filter_map(|p| self.default(p)?.as_u64());
+        let count = defaults.max().unwrap_or(0).min(1000) + 3;
+        let request = self.request(create, Key::Valid, None);
+        let sends = (0..count).map(|_| self.send(create, &request));
+        let answers: Vec<_> = futures::stream::iter(sends)
+            .buffer_unordered(16)
+            .collect()
+            .await;
+        // A failing create shows as too few items to count.
+        let created = answers.into_iter().flatten().filter(|a| a.status < 300);
+        self.items = created.filter_map(|a| a.json).collect();
+    }
+
+    /// The `default` of a query parameter's schema.
+    fn default(&self, param: &Parameter) -> Option<Value> {
+        let format = &param.parameter_data_ref().format;
+        let schema = self.yaml.resolve(&self.yaml.format_json(format).1);
+        schema
+            .get("default")
+            .filter(|_| canon::location(param) == "query")
+            .cloned()
+    }
+
+    /// Each query default: an integer one of an operation answering an
+    /// array must be the number of items answered with it omitted.
+    async fn defaults(&mut self, op: &Op<'_>) {
+        for param in &op.params {
+            let Some(default) = self.default(param) else {
+                continue;
+            };
+            let name = &param.parameter_data_ref().name;
+            let location = format!("{}.parameters.{name}", op.location);
+            let (existing, array) = (self.items.len(), op.success.is_some_and(|(_, array)| array));
+            let Some(default) = default
+                .as_u64()
+                .filter(|_| array && !param.parameter_data_ref().required)
+            else {
+                let why = "only integer page sizes of list operations, with a create operation to fill them, can be";
+                self.report.notes.push(format!(
+                    "{location}: default {default} declared, not probed ({why})"
+                ));
+                continue;
+            };
+            if existing as u64 <= default {
+                let why =
+                    format!("only {existing} items could be created (need more than {default})");
+                self.differ(&location, format!("default: cannot be probed, {why}"));
+                continue;
+            }
+            let answer = self.send(op, &self.request(op, Key::Valid, None)).await;
+            let message = match answer.map(|a| (a.status, a.json)) {
+                Ok((200..300, Some(Value::Array(items)))) if items.len() as u64 == default => {
+                    continue;
+                }
+                Ok((200..300, Some(Value::Array(items)))) => {
+                    let got = items.len();
+                    format!(
+                        "default: yaml {default}, server returned {got} items with {name} omitted ({existing} exist)"
+                    )
+                }
+                Ok((status, _)) => {
+                    format!("default: probe {name} omitted: server answered {status}")
+                }
+                Err(e) => format!("default: probe {name} omitted: the request failed: {e:#}"),
+            };
+            self.differ(&location, message);
+        }
+    }
+
+    /// A secured operation answers 401 without a key and with a wrong one;
+    /// an open one does not ask for a key.
+    async fn security(&mut self, op: &Op<'_>) {
+        let location = format!("{}.security", op.location);
+        if !op.secured {
+            let request = self.request(op, Key::Missing, None);
+            let what = "a request without credentials, which the yaml does not require";
+            return self
+                .probe(op, &location, what, request, Expect::Not(401))
+                .await;
+        }
+        for (key, what) in [
+            (Key::Missing, "without credentials"),
+            (Key::Wrong, "with a wrong key"),
+        ] {
+            let request = self.request(op, key, None);
+            let what = format!("a request {what}");
+            self.probe(op, &location, &what, request, Expect::Error(401))
+                .await;
+        }
+    }
+
+    /// A path parameter naming no item (the largest integer it allows) gets 404.
+    async fn not_found(&mut self, op: &Op<'_>) {
+        for param in op.params.iter().filter(|p| canon::location(p) == "path") {
+            let data = param.parameter_data_ref();
+            let schema = self.yaml.resolve(&self.yaml.format_json(&data.format).1);
+            let value = match (&schema["type"], &schema["maximum"], &schema["format"]) {
+                (Value::String(t), Value::Null, f) if t == "integer" && f == "int32" => {
+                    i32::MAX.to_string()
+                }
+                (Value::String(t), Value::Null, _) if t == "integer" => i64::MAX.to_string(),
+                (Value::String(t), maximum, _) if t == "integer" => maximum.to_string(),
+                (Value::String(t), _, _) if t == "string" => "zz-no-such-item".to_owned(),
+                _ => continue,
+            };
+            let request = self.request(op, Key::Valid, Some((&data.name, &value)));
+            let location = format!("{}.parameters.{}", op.location, data.name);
+            let what = format!("{}={value} (names no item)", data.name);
+            self.probe(op, &location, &what, request, Expect::Error(404))
+                .await;
+        }
+    }
+
+    /// A 1 MiB body gets 413; `null` for an optional property is refused
+    /// unless the YAML says it is nullable.
+    async fn body(&mut self, op: &Op<'_>) {
+        let Some((_, schema)) = &op.body else { return };
+        let location = format!("{}.requestBody", op.location);
+        let mut request = self.request(op, Key::Valid, None);
+        request.body = Some(json!({ "zzPadding": "a".repeat(OVERSIZED_BODY) }).to_string());
+        self.probe(op, &location, "a 1 MiB body", request, Expect::Error(413))
+            .await;
+        let schema = self.yaml.resolve(schema);
+        let Value::Object(valid_body) = valid(self.yaml, &schema, 0) else {
+            return;
+        };
+        let properties = schema["properties"].as_object().into_iter().flatten();
+        for (name, property) in properties.filter(|(name, _)| !valid_body.contains_key(*name)) {
+            let mut request = self.request(op, Key::Valid, None);
+            let mut body = valid_body.clone();
+            body.insert(name.clone(), Value::Null);
+            request.body = Some(Value::Object(body).to_string());
+            let (expect, allows) = match self.yaml.resolve(property)["nullable"] == true {
+                true => (Expect::Success, "allows (nullable)"),
+                false => (Expect::Error(400), "does not allow"),
+            };
+            let what = format!("a body with {name} = null, which the yaml {allows}");
+            self.probe(op, &location, &what, request, expect).await;
+        }
+    }
+
+    /// With the database file deleted, a valid request gets 503 — unless
+    /// the operation did not need the database (reads may be served from
+    /// memory), which is noted. Some operation must show the 503.
+    async fn unavailable(&mut self, operations: &[Op<'_>]) {
+        let mut provoked = false;
+        for op in operations {
+            let location = format!("{}.responses", op.location);
+            let what = "a valid request while the database is broken";
+            let answer = match self.send(op, &self.request(op, Key::Valid, None)).await {
+                Ok(answer) => answer,
+                Err(e) => {
+                    return self.differ(
+                        &location,
+                        format!("probe {what}: the request failed: {e:#}"),
+                    );
+                }
+            };
+            if op.success.is_some_and(|(code, _)| code == answer.status) {
+                self.tried
+                    .entry(op.location.clone())
+                    .or_default()
+                    .insert(503);
+                let note = "declared, not provoked (the operation succeeded without the database)";
+                self.report.notes.push(format!("{location}.503: {note}"));
+                continue;
+            }
+            provoked |= answer.status == 503;
+            self.judge(op, &location, what, &answer, Expect::Error(503));
+        }
+        if !provoked && operations.iter().any(|op| op.declared(503).is_some()) {
+            let message = "probe with the database broken: no operation answered 503, which the yaml declares";
+            self.differ("paths", message.into());
+        }
+    }
+
+    /// Notes each declared error status that no probe made the operation
+    /// answer (400s are schemathesis's; the others cannot be provoked from
+    /// outside the server).
+    fn untried(&mut self, op: &Op<'_>) {
+        let tried = self.tried.remove(&op.location).unwrap_or_default();
+        for (key, _) in &op.errors {
+            if !tried.iter().any(|status| covers(key, *status)) {
+                let location = &op.location;
+                self.report.notes.push(format!(
+                    "{location}.responses.{key}: declared, not probed here"
+                ));
+            }
+        }
+    }
+}
+
+/// A value the (canonical) schema accepts: its first enum value, else the
+/// smallest allowed from 1 up, `a` repeated to `minLength`, `true`, an
+/// empty array, or an object with its required properties.
+fn valid(side: &Side<'_>, schema: &Value, depth: usize) -> Value {
+    let schema = side.resolve(schema);
+    if let Some(first) = schema["enum"].get(0) {
+        return first.clone();
+    }
+    let bound = |key: &str, default: i64| schema[key].as_i64().unwrap_or(default);
+    match schema["type"].as_str() {
+        Some("integer" | "number") => {
+            json!(bound("minimum", 1).max(1).min(bound("maximum", i64::MAX)))
+        }
+        Some("string") => json!("a".repeat(bound("minLength", 1).max(1) as usize)),
+        Some("boolean") => json!(true),
+        Some("array") => json!([]),
+        Some("object") if depth < 16 => {
+            let names = schema
+                .as_object()
+                .map(canon::required_names)
+                .unwrap_or_default();
+            let values = names.into_iter().map(|name| {
+                let value = valid(side, &schema["properties"][&name], depth + 1);
+                (name, value)
+            });
+            Value::Object(values.collect())
+        }
+        _ => Value::Null,
+    }
+}
+
+/// The schema of a content map's JSON-like media type.
+fn json_schema(content: &openapiv3::Content) -> Option<&ReferenceOr<openapiv3::Schema>> {
+    let (_, media) = content.iter().find(|(media, _)| media.contains("json"))?;
+    media.schema.as_ref()
+}
+
+/// A value as it is written in a path or a query string.
+fn text(value: &Value) -> String {
+    value
+        .as_str()
+        .map_or_else(|| value.to_string(), str::to_owned)
+}
