@@ -32,7 +32,7 @@ impl Machine {
                 memory / f64::from(1 << 30),
                 kernel.trim(),
                 output("rustc", &["--version"]),
-                wrk::version(),
+                wrk::version().unwrap_or_else(|| "wrk (unknown version)".into()),
             ),
             started: output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
             load_average: load_average(),
