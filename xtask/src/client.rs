@@ -133,14 +133,23 @@ fn generator() -> Generator {
 /// progenitor's `httpmock` extension for the client, as the committed
 /// file's text; it refers to the client's types through the crate root.
 fn render_mock(spec: &OpenAPI) -> anyhow::Result<String> {
-    let tokens = generator()
-        .httpmock(spec, "crate")
-        .map_err(|e| anyhow::anyhow!("progenitor cannot generate the mocks: {e}"))?;
-    let file: syn::File = syn::parse2(tokens).context("progenitor's mocks are not a Rust file")?;
-    Ok(format!(
-        "{HEADER}{}",
-        space_out(&prettyplease::unparse(&file))
-    ))
+    let file = parse("the mocks", generator().httpmock(spec, "crate"))?;
+    Ok(text(&file))
+}
+
+/// progenitor's output (`what`), parsed.
+fn parse(
+    what: &str,
+    tokens: Result<impl std::fmt::Display, progenitor::Error>,
+) -> anyhow::Result<syn::File> {
+    let tokens = tokens.map_err(|e| anyhow::anyhow!("progenitor cannot generate {what}: {e}"))?;
+    syn::parse_file(&tokens.to_string())
+        .with_context(|| format!("progenitor's {what}: not a Rust file"))
+}
+
+/// A generated file's committed text.
+fn text(file: &syn::File) -> String {
+    format!("{HEADER}{}", space_out(&prettyplease::unparse(file)))
 }
 
 /// progenitor's `clap` command line for the client, as the committed file's
@@ -158,11 +167,7 @@ fn render_mock(spec: &OpenAPI) -> anyhow::Result<String> {
 ///   as the client's `#[deprecated]` attribute has it, so that the command
 ///   can warn.
 fn render_cli(spec: &OpenAPI) -> anyhow::Result<String> {
-    let tokens = generator()
-        .cli(spec, "petstore_client")
-        .map_err(|e| anyhow::anyhow!("progenitor cannot generate the command line: {e}"))?;
-    let mut file: syn::File =
-        syn::parse2(tokens).context("progenitor's command line is not a Rust file")?;
+    let mut file = parse("the command line", generator().cli(spec, "petstore_client"))?;
 
     let mut edits = CliEdits::default();
     edits.visit_file_mut(&mut file);
@@ -175,11 +180,7 @@ fn render_cli(spec: &OpenAPI) -> anyhow::Result<String> {
         );
     }
     file.items.push(deprecation_table(spec)?);
-
-    Ok(format!(
-        "{HEADER}{}",
-        space_out(&prettyplease::unparse(&file))
-    ))
+    Ok(text(&file))
 }
 
 /// The edits [`render_cli`] makes to progenitor's command line, and how many
@@ -266,18 +267,9 @@ fn deprecation_table(spec: &OpenAPI) -> anyhow::Result<Item> {
 
 /// The generated client for the contract, as the committed file's text.
 fn render(spec: &OpenAPI) -> anyhow::Result<String> {
-    let tokens = generator()
-        .generate_tokens(spec)
-        .map_err(|e| anyhow::anyhow!("progenitor cannot generate a client: {e}"))?;
-    let mut file: syn::File =
-        syn::parse2(tokens).context("progenitor's output is not a Rust file")?;
-
+    let mut file = parse("a client", generator().generate_tokens(spec))?;
     mark_deprecated(&mut file, spec)?;
-
-    Ok(format!(
-        "{HEADER}{}",
-        space_out(&prettyplease::unparse(&file))
-    ))
+    Ok(text(&file))
 }
 
 /// Every operation of the document with its method and path.

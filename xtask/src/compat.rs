@@ -87,6 +87,17 @@ pub struct Finding {
     pub verdict: Verdict,
 }
 
+impl Finding {
+    fn new(location: impl Into<String>, message: impl Into<String>, verdict: Verdict) -> Finding {
+        let (location, message) = (location.into(), message.into());
+        Finding {
+            location,
+            message,
+            verdict,
+        }
+    }
+}
+
 impl fmt::Display for Finding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}: {}", self.location, self.message, self.verdict)

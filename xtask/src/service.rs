@@ -7,7 +7,7 @@ use std::io::{PipeReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -92,21 +92,25 @@ impl Service {
 
     /// CPU time the process has used so far (user + system, all threads).
     pub fn cpu_time(&self) -> anyhow::Result<Duration> {
-        let pid = self.guard.pid();
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .with_context(|| format!("reading /proc/{pid}/stat"))?;
-        let ticks = cpu_ticks(&stat).with_context(|| format!("/proc/{pid}/stat: {stat:?}"))?;
+        let stat = self.process()?.stat().context("reading /proc/PID/stat")?;
+        let ticks = (stat.utime + stat.stime) as f64;
         Ok(Duration::from_secs_f64(
-            ticks as f64 / clock_ticks_per_second(),
+            ticks / procfs::ticks_per_second() as f64,
         ))
     }
 
     /// The most resident memory the process has had (`VmHWM`), in KiB.
     pub fn peak_rss_kib(&self) -> anyhow::Result<u64> {
+        let status = self
+            .process()?
+            .status()
+            .context("reading /proc/PID/status")?;
+        status.vmhwm.context("no VmHWM in /proc/PID/status")
+    }
+
+    fn process(&self) -> anyhow::Result<procfs::process::Process> {
         let pid = self.guard.pid();
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .with_context(|| format!("reading /proc/{pid}/status"))?;
-        peak_rss(&status).with_context(|| format!("no VmHWM in /proc/{pid}/status"))
+        procfs::process::Process::new(pid as i32).with_context(|| format!("/proc/{pid}"))
     }
 
     /// Stops it with SIGTERM; fails when it does not exit cleanly.
@@ -242,64 +246,9 @@ fn drain(mut pipe: PipeReader, tail: Arc<Mutex<Tail>>, mut log: Option<std::fs::
     });
 }
 
-/// utime + stime, in clock ticks, from the text of `/proc/PID/stat`. The
-/// command name (field 2) may hold spaces and parentheses, so the fields are
-/// counted from the last `)`.
-pub fn cpu_ticks(stat: &str) -> Option<u64> {
-    let (_, after_name) = stat.rsplit_once(')')?;
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    // After the name come field 3 (state) onwards; utime is 14, stime 15.
-    let utime: u64 = fields.get(14 - 3)?.parse().ok()?;
-    let stime: u64 = fields.get(15 - 3)?.parse().ok()?;
-    Some(utime + stime)
-}
-
-/// `VmHWM` in KiB from the text of `/proc/PID/status`.
-pub fn peak_rss(status: &str) -> Option<u64> {
-    let line = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?;
-    line.split_whitespace().next()?.parse().ok()
-}
-
-/// The kernel's clock ticks per second (`getconf CLK_TCK`; 100 on Linux).
-fn clock_ticks_per_second() -> f64 {
-    static TICKS: OnceLock<f64> = OnceLock::new();
-    *TICKS.get_or_init(|| {
-        Command::new("getconf")
-            .arg("CLK_TCK")
-            .output()
-            .ok()
-            .and_then(|out| String::from_utf8_lossy(&out.stdout).trim().parse().ok())
-            .unwrap_or(100.0)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cpu_ticks_are_utime_plus_stime() {
-        // A real line, with a command name that has a space and a parenthesis.
-        let stat = "4242 (tokio-rt (w) S 1 4242 4242 0 -1 4194560 3514 0 0 0 \
-                    731 269 0 0 20 0 5 0 12345 1000000 800 18446744073709551615";
-        assert_eq!(cpu_ticks(stat), Some(731 + 269));
-        assert_eq!(cpu_ticks("garbage"), None);
-    }
-
-    #[test]
-    fn peak_rss_is_vmhwm() {
-        let status = "Name:\tpetstore-server\nVmPeak:\t  900000 kB\nVmHWM:\t   31337 kB\nVmRSS:\t   30000 kB\n";
-        assert_eq!(peak_rss(status), Some(31337));
-        assert_eq!(peak_rss("Name:\tx\n"), None);
-    }
-
-    #[test]
-    fn this_process_can_be_measured() {
-        let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
-        assert!(cpu_ticks(&stat).is_some());
-        let status = std::fs::read_to_string("/proc/self/status").unwrap();
-        assert!(peak_rss(&status).unwrap() > 0);
-    }
 
     #[test]
     fn the_tail_keeps_the_last_bytes() {

@@ -2,81 +2,50 @@
 
 use std::process::Command;
 
+use procfs::Current;
+
 use super::options::{Options, Switch};
 use super::wrk;
 
 /// The machine, described once at the start.
 pub struct Machine {
-    /// Cores the bench may use.
-    pub cores: usize,
-    /// The CPU model, from `/proc/cpuinfo`.
-    pub cpu: String,
-    /// Total memory, GiB.
-    pub memory_gib: f64,
-    /// `uname -r`.
-    pub kernel: String,
-    /// `rustc --version`.
-    pub rustc: String,
-    /// wrk's version line.
-    pub wrk: String,
+    /// Cores, CPU model, memory, kernel, rustc and wrk, on one line.
+    pub summary: String,
     /// When the bench started (UTC).
-    pub started: String,
+    started: String,
     /// 1, 5 and 15 minute load averages at the start.
     pub load_average: String,
-}
-
-/// What was run, for the results file.
-pub struct RunInfo {
-    /// The command line.
-    pub command: String,
-    /// Its options.
-    pub options: Options,
-    /// The load average at the start.
-    pub load_before: String,
-    /// The load average at the end.
-    pub load_after: String,
-    /// How long seeding each dataset took.
-    pub seeding: Vec<String>,
 }
 
 impl Machine {
     /// Looks the machine up.
     pub fn describe() -> Machine {
-        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let cpuinfo = procfs::CpuInfo::current().ok();
+        let cpu = cpuinfo.as_ref().and_then(|info| info.model_name(0));
+        let memory = procfs::Meminfo::current().map_or(f64::NAN, |m| m.mem_total as f64);
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
         Machine {
-            cores: std::thread::available_parallelism().map_or(1, usize::from),
-            cpu: field(&cpuinfo, "model name").unwrap_or_else(|| "unknown CPU".into()),
-            memory_gib: field(&meminfo, "MemTotal")
-                .and_then(|kb| kb.trim_end_matches(" kB").parse::<f64>().ok())
-                .map_or(f64::NAN, |kb| kb / 1024.0 / 1024.0),
-            kernel: output("uname", &["-r"]),
-            rustc: output("rustc", &["--version"]),
-            wrk: wrk::version(),
+            summary: format!(
+                "{} cores ({}), {:.1} GiB, Linux {}, {}, {}",
+                std::thread::available_parallelism().map_or(1, usize::from),
+                cpu.unwrap_or("unknown CPU"),
+                memory / f64::from(1 << 30),
+                kernel.trim(),
+                output("rustc", &["--version"]),
+                wrk::version().unwrap_or_else(|| "wrk (unknown version)".into()),
+            ),
             started: output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
             load_average: load_average(),
         }
     }
 
-    /// For the start of the bench's output.
-    pub fn one_line(&self) -> String {
-        format!(
-            "{} cores ({}), {:.1} GiB, Linux {}, {}, {}; load average {}",
-            self.cores,
-            self.cpu,
-            self.memory_gib,
-            self.kernel,
-            self.rustc,
-            self.wrk,
-            self.load_average
-        )
-    }
-
-    /// The preamble of `results.md`.
-    pub fn markdown(&self, run: &RunInfo) -> String {
-        let o = &run.options;
-        let machine = self.one_line();
-        let machine = machine.split("; load").next().unwrap_or_default();
+    /// The preamble of `results.md`: the command line and its options, the
+    /// machine, the load before and `load_after`, how long `seeding` took.
+    pub fn markdown(&self, o: &Options, load_after: &str, seeding: &[String]) -> String {
+        let command = std::iter::once("cargo xtask".to_owned())
+            .chain(std::env::args().skip(1))
+            .collect::<Vec<_>>()
+            .join(" ");
         let log_level = o
             .log_level
             .as_deref()
@@ -85,41 +54,27 @@ impl Machine {
         let (duration, rounds) = (o.duration().as_secs(), o.rounds);
         let (threads, connections) = (wrk::THREADS, wrk::CONNECTIONS);
         format!(
-            "Results of `{}`, {}.\n\n\
-             - Machine: {machine}\n\
-             - Load average (1/5/15 min): {} at the start, {} at the end\n\
+            "Results of `{command}`, {}.\n\n\
+             - Machine: {}\n\
+             - Load average (1/5/15 min): {} at the start, {load_after} at the end\n\
              - Load: wrk -t {threads} -c {connections}, {duration} s per run, {rounds} round(s), \
              ceiling and server alternating; medians over rounds\n\
              - Server log level: {log_level}\n\
              - Server metrics (management listener): {metrics}\n\
              - Seeding through the storage layer, and start-up: {}\n",
-            run.command,
             self.started,
-            run.load_before,
-            run.load_after,
-            run.seeding.join("; "),
+            self.summary,
+            self.load_average,
+            seeding.join("; "),
         )
     }
 }
 
-/// `/proc/loadavg`'s first three numbers.
+/// The 1, 5 and 15 minute load averages, as `/proc/loadavg` writes them.
 pub fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|text| {
-            text.split_whitespace()
-                .take(3)
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .unwrap_or_else(|_| "unknown".into())
-}
-
-/// The value of the first `name: value` line.
-fn field(text: &str, name: &str) -> Option<String> {
-    text.lines()
-        .filter_map(|line| line.split_once(':'))
-        .find(|(key, _)| key.trim() == name)
-        .map(|(_, value)| value.trim().to_owned())
+    procfs::LoadAverage::current().map_or("unknown".into(), |l| {
+        format!("{:.2} {:.2} {:.2}", l.one, l.five, l.fifteen)
+    })
 }
 
 fn output(program: &str, args: &[&str]) -> String {
@@ -130,23 +85,4 @@ fn output(program: &str, args: &[&str]) -> String {
         .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
         .filter(|text| !text.is_empty())
         .unwrap_or_else(|| format!("{program}: unknown"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fields_are_read_from_proc_style_text() {
-        let text = "processor\t: 0\nmodel name\t: Some CPU @ 2.0GHz\n";
-        assert_eq!(
-            field(text, "model name").as_deref(),
-            Some("Some CPU @ 2.0GHz")
-        );
-        assert_eq!(
-            field("MemTotal:       24000000 kB\n", "MemTotal").as_deref(),
-            Some("24000000 kB")
-        );
-        assert_eq!(field(text, "flags"), None);
-    }
 }

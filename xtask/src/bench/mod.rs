@@ -57,7 +57,10 @@ pub fn run(options: Options) -> anyhow::Result<()> {
     wrk::ensure_installed()?;
     let binaries = Binaries::build()?;
     let machine = machine::Machine::describe();
-    println!("bench: {}", machine.one_line());
+    println!(
+        "bench: {}; load average {}",
+        machine.summary, machine.load_average
+    );
     let scratch = tempfile::Builder::new()
         .prefix("petstore-bench-")
         .tempdir()
@@ -167,17 +170,15 @@ impl Bench {
                 setup.backend.name()
             ));
         }
-        let run = machine::RunInfo {
-            command: std::iter::once("cargo xtask".to_owned())
-                .chain(std::env::args().skip(1))
-                .collect::<Vec<_>>()
-                .join(" "),
-            options: self.options.clone(),
-            load_before: machine.load_average.clone(),
-            load_after: machine::load_average(),
-            seeding,
-        };
-        write_results(&rows, machine, &run)?;
+        let load_after = machine::load_average();
+        write_results(
+            &rows,
+            &machine.markdown(&self.options, &load_after, &seeding),
+        )?;
+        println!(
+            "bench: load average {} before, {load_after} after",
+            machine.load_average
+        );
         fail_on_errors(&rows)
     }
 
@@ -370,7 +371,7 @@ impl Bench {
         println!("bench: [{label}] warming up ({WARM_UP:?} per scenario and target)");
         for (row, script) in rows.iter().zip(&scripts) {
             for target in targets.for_scenario(row.scenario) {
-                wrk::run(script, target.1.addr, WARM_UP, &dir.join("wrk.out"))?;
+                wrk::run(script, target.addr, WARM_UP, &dir.join("wrk.out"))?;
             }
         }
         for round in 0..self.options.rounds {
@@ -396,28 +397,25 @@ impl Bench {
         dir: &Path,
     ) -> anyhow::Result<Round> {
         self.runtime.block_on(settle(targets.databases))?;
-        let mut order = targets.for_scenario(scenario);
-        if !round.is_multiple_of(2) {
+        let (mut order, odd) = (targets.for_scenario(scenario), !round.is_multiple_of(2));
+        if odd {
             order.reverse();
         }
-        let (mut server, mut ceiling, mut peer) = (None, None, None);
-        for (which, target) in order {
-            let sample = measure(
-                target,
-                script,
-                self.options.duration(),
-                &dir.join("wrk.out"),
-            )?;
-            match which {
-                Target::Server => server = Some(sample),
-                Target::Ceiling => ceiling = Some(sample),
-                Target::Peer => peer = Some(sample),
-            }
+        let out = dir.join("wrk.out");
+        let duration = self.options.duration();
+        let mut samples = order
+            .into_iter()
+            .map(|target| measure(target, script, duration, &out))
+            .collect::<anyhow::Result<Vec<Sample>>>()?;
+        if odd {
+            samples.reverse();
         }
+        let mut samples = samples.into_iter();
+        let (ceiling, server) = (samples.next(), samples.next());
         Ok(Round {
             server: server.expect("the server is always measured"),
             ceiling: ceiling.expect("the ceiling is always measured"),
-            peer,
+            peer: samples.next(),
         })
     }
 }
@@ -433,26 +431,16 @@ struct Targets<'a> {
     databases: &'a [String],
 }
 
-/// Which of the [`Targets`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Target {
-    Server,
-    Ceiling,
-    Peer,
-}
-
 impl<'a> Targets<'a> {
-    /// The targets `scenario` runs against, in the order of an even round:
-    /// the peer only for what a plain pet store serves.
-    fn for_scenario(&self, scenario: Scenario) -> Vec<(Target, &'a Service)> {
-        let mut targets = vec![
-            (Target::Ceiling, self.ceiling),
-            (Target::Server, self.server),
-        ];
-        if let Some(peer) = self.peer.filter(|_| scenario.plain()) {
-            targets.push((Target::Peer, peer));
-        }
-        targets
+    /// The targets `scenario` runs against, in the order of an even round
+    /// (ceiling, server, peer): the peer only for what a plain pet store
+    /// serves.
+    fn for_scenario(&self, scenario: Scenario) -> Vec<&'a Service> {
+        let peer = self.peer.filter(|_| scenario.plain());
+        [self.ceiling, self.server]
+            .into_iter()
+            .chain(peer)
+            .collect()
     }
 }
 
@@ -538,24 +526,16 @@ fn print_round(label: &str, scenario: Scenario, round: u64, rounds: u64, r: &Rou
 }
 
 /// Prints the table and writes `target/bench/results.{tsv,md}`.
-fn write_results(
-    rows: &[Row],
-    machine: &machine::Machine,
-    run: &machine::RunInfo,
-) -> anyhow::Result<()> {
+fn write_results(rows: &[Row], preamble: &str) -> anyhow::Result<()> {
     let out = workspace_root().join("target/bench");
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let table = report::markdown_table(rows);
-    let markdown = format!("{}\n{table}", machine.markdown(run));
+    let markdown = format!("{preamble}\n{table}");
     for (name, text) in [("results.tsv", report::tsv(rows)), ("results.md", markdown)] {
         let path = out.join(name);
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     }
     println!("\n{table}");
-    println!(
-        "bench: load average {} before, {} after",
-        run.load_before, run.load_after
-    );
     println!(
         "bench: wrote {0}/results.tsv and {0}/results.md",
         out.display()

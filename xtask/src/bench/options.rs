@@ -104,22 +104,9 @@ mod tests {
 
     #[test]
     fn every_option_is_read_and_the_implications_hold() {
-        let options = parse(&[
-            "--duration",
-            "3",
-            "--rounds",
-            "1",
-            "--scenario",
-            "list100_available",
-            "--postgres-only",
-            "--scaling-pets",
-            "0",
-            "--log-level",
-            "warn",
-            "--metrics",
-            "off",
-        ])
-        .unwrap();
+        let args = "--duration 3 --rounds 1 --scenario list100_available --postgres-only \
+                    --scaling-pets 0 --log-level warn --metrics off";
+        let options = parse(&args.split_whitespace().collect::<Vec<_>>()).unwrap();
         assert_eq!(
             (options.duration(), options.rounds),
             (Duration::from_secs(3), 1)

@@ -58,7 +58,7 @@ impl WrkRun {
 /// Makes sure `wrk` can be run: installs the Debian package when it is
 /// missing and we are root, otherwise says how to get it.
 pub fn ensure_installed() -> anyhow::Result<()> {
-    if wrk_runs() {
+    if version().is_some() {
         return Ok(());
     }
     if !is_root() {
@@ -79,35 +79,20 @@ pub fn ensure_installed() -> anyhow::Result<()> {
             bail!("apt-get install -y wrk failed; install wrk by hand and rerun");
         }
     }
-    if !wrk_runs() {
+    if version().is_none() {
         bail!("wrk was installed but cannot be run");
     }
     Ok(())
 }
 
-/// wrk prints its version and exits non-zero for `-v`; that it started at
-/// all is what counts.
-fn wrk_runs() -> bool {
-    Command::new("wrk")
-        .arg("-v")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok()
-}
-
-/// wrk's version line, for the report.
-pub fn version() -> String {
-    Command::new("wrk")
-        .arg("-v")
-        .output()
-        .ok()
-        .and_then(|out| {
-            let text = String::from_utf8_lossy(&out.stdout).into_owned();
-            let line = text.lines().next()?;
-            Some(line.split(" Copyright").next().unwrap_or(line).to_owned())
-        })
-        .unwrap_or_else(|| "wrk (unknown version)".to_owned())
+/// wrk's version line, for the report; `None` when wrk cannot be run. (It
+/// prints its version and exits non-zero for `-v`: that it started at all is
+/// what counts.)
+pub fn version() -> Option<String> {
+    let out = Command::new("wrk").arg("-v").output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().next().unwrap_or("wrk (unknown version)");
+    Some(line.split(" Copyright").next().unwrap_or(line).to_owned())
 }
 
 /// Drives `addr` with `script` for `duration`; `out` is a scratch file for

@@ -75,12 +75,7 @@ fn adopted(old: &OpenAPI, new: &OpenAPI) -> anyhow::Result<Vec<Finding>> {
             });
             let message =
                 format!("drift cannot compare the documents ({why}); are both valid OpenAPI?");
-            let location = "paths".to_owned();
-            return Ok(vec![Finding {
-                location,
-                message,
-                verdict: Verdict::Breaking,
-            }]);
+            return Ok(vec![Finding::new("paths", message, Verdict::Breaking)]);
         }
     };
     let mut findings = Vec::new();
@@ -118,12 +113,8 @@ fn adopted(old: &OpenAPI, new: &OpenAPI) -> anyhow::Result<Vec<Finding>> {
                 .map(|key| key.replace("~1", "/").replace("~0", "~"))
                 .collect();
             if adopted {
-                let (location, message) = (keys.join("."), format!("drift: {}", info.message));
-                findings.push(Finding {
-                    location,
-                    message,
-                    verdict,
-                });
+                let message = format!("drift: {}", info.message);
+                findings.push(Finding::new(keys.join("."), message, verdict));
             }
         }
     }
@@ -157,12 +148,8 @@ struct Rules<'s, 'a> {
 
 impl Rules<'_, '_> {
     fn found(&mut self, location: impl Into<String>, message: impl Into<String>, verdict: Verdict) {
-        let (location, message) = (location.into(), message.into());
-        self.findings.push(Finding {
-            location,
-            message,
-            verdict,
-        });
+        let finding = Finding::new(location, message, verdict);
+        self.findings.push(finding);
     }
 
     fn breaking(&mut self, location: impl Into<String>, message: impl Into<String>) {
@@ -278,6 +265,10 @@ impl Rules<'_, '_> {
         if a != b {
             self.compatible(format!("{location}.deprecated"), format!("{a} -> {b}"));
         }
+        let style = |p| {
+            let (style, explode) = canon::style(p);
+            format!("{}, explode {explode}", style.as_str().unwrap_or_default())
+        };
         let (old_style, new_style) = (style(old), style(new));
         if old_style != new_style {
             let message = format!("{old_style} -> {new_style} (changes how values are written)");
@@ -739,24 +730,6 @@ fn security(side: &Side<'_>, op: &Op<'_>) -> Vec<Vec<String>> {
     let mut alternatives: Vec<Vec<String>> = alternatives.collect();
     alternatives.sort();
     alternatives
-}
-
-/// How a parameter is serialised: its style and explode.
-fn style(parameter: &Parameter) -> String {
-    let (style, default_explode) = match parameter {
-        Parameter::Query { style, .. } => (
-            format!("{style:?}"),
-            matches!(style, openapiv3::QueryStyle::Form),
-        ),
-        Parameter::Header { style, .. } => (format!("{style:?}"), false),
-        Parameter::Path { style, .. } => (format!("{style:?}"), false),
-        Parameter::Cookie { style, .. } => (format!("{style:?}"), true),
-    };
-    let explode = parameter
-        .parameter_data_ref()
-        .explode
-        .unwrap_or(default_explode);
-    format!("{style}, explode {explode}")
 }
 
 /// The canonical schema of each media type of `content`.

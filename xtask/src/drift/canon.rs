@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 
 use openapiv3::{
     Components, Content, Header, OpenAPI, Operation, Parameter, ParameterSchemaOrContent,
-    ReferenceOr, RequestBody, Response, Schema, StatusCode,
+    QueryStyle, ReferenceOr, RequestBody, Response, Schema, StatusCode,
 };
 use serde_json::{Map, Value, json};
 
@@ -258,25 +258,13 @@ impl<'a> Side<'a> {
 
     fn parameter_json(&self, parameter: &Parameter) -> Value {
         let data = parameter.parameter_data_ref();
-        let (style, default_explode) = match parameter {
-            Parameter::Query { style, .. } => {
-                let style = to_json(style);
-                let explode = style == "form";
-                (style, explode)
-            }
-            Parameter::Header { style, .. } => (to_json(style), false),
-            Parameter::Path { style, .. } => (to_json(style), false),
-            Parameter::Cookie { style, .. } => (to_json(style), true),
-        };
+        let (style, explode) = style(parameter);
         let mut out = Map::new();
         out.insert("in".into(), json!(location(parameter)));
         out.insert("required".into(), json!(data.required));
         out.insert("deprecated".into(), json!(data.deprecated.unwrap_or(false)));
         out.insert("style".into(), style);
-        out.insert(
-            "explode".into(),
-            json!(data.explode.unwrap_or(default_explode)),
-        );
+        out.insert("explode".into(), json!(explode));
         if let Parameter::Query {
             allow_reserved,
             allow_empty_value,
@@ -478,6 +466,18 @@ fn sorted(value: Value) -> Value {
 
 fn to_json(value: &impl serde::Serialize) -> Value {
     serde_json::to_value(value).expect("an openapiv3 value always serialises")
+}
+
+/// How a parameter is serialised: its style and explode, defaults filled in.
+pub fn style(parameter: &Parameter) -> (Value, bool) {
+    let (style, default_explode) = match parameter {
+        Parameter::Query { style, .. } => (to_json(style), matches!(style, QueryStyle::Form)),
+        Parameter::Header { style, .. } => (to_json(style), false),
+        Parameter::Path { style, .. } => (to_json(style), false),
+        Parameter::Cookie { style, .. } => (to_json(style), true),
+    };
+    let explode = parameter.parameter_data_ref().explode;
+    (style, explode.unwrap_or(default_explode))
 }
 
 /// `query`, `path`, `header` or `cookie`.
