@@ -278,6 +278,10 @@ mod tests {
             "petstore-1.1.0.yaml",
             "4b3407b0d98458c0f2a7820a6bb26e181fb9e6ae33262bfdfb06384a5c81e1c2",
         ),
+        (
+            "petstore-1.2.0.yaml",
+            "dfa4267492dfe656b3ae7909306a528043451904bc22e1edd9fc6adcb574383f",
+        ),
     ];
 
     fn sha256(path: &Path) -> String {

@@ -304,18 +304,20 @@ fn a_semantic_free_change_needs_only_a_patch_bump_and_versions_only_grow() {
 
 #[test]
 fn every_release_is_checked_so_dropping_what_1_1_0_added_is_breaking() {
-    // 1.0.0's document as 1.2.0: compatible with 1.0.0, but it removes the
-    // `after` parameter and the `Link` header that 1.1.0 released.
+    // 1.0.0's document as 1.3.0: compatible with 1.0.0, but it removes the
+    // `after` parameter and the `Link` header that 1.1.0 released (and
+    // 1.2.0 kept): breaking against each of those two, not against 1.0.0.
     let dir = tempfile::tempdir().unwrap();
     let mut doc = released();
-    set(&mut doc, "info.version", "1.2.0");
+    set(&mut doc, "info.version", "1.3.0");
     let contract = dir.path().join("petstore.yaml");
     std::fs::write(&contract, serde_yaml::to_string(&doc).unwrap()).unwrap();
     let failures = gate(&contract, &released_dir()).unwrap().failures;
-    assert_eq!(failures.len(), 1, "{failures:?}");
-    let failure = &failures[0];
-    assert!(
-        failure.contains("against released 1.1.0") && failure.contains("major"),
-        "{failures:?}"
-    );
+    assert_eq!(failures.len(), 2, "{failures:?}");
+    for (failure, release) in failures.iter().zip(["1.1.0", "1.2.0"]) {
+        assert!(
+            failure.contains(&format!("against released {release}")) && failure.contains("major"),
+            "{failures:?}"
+        );
+    }
 }
