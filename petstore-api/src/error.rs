@@ -12,8 +12,9 @@ use serde::Serialize;
 #[schemars(rename = "Error")]
 pub struct ApiError {
     /// Machine-readable error code: `bad_request`, `unauthorized`,
-    /// `not_found`, `idempotency_key_in_use`, `payload_too_large`,
-    /// `idempotency_key_reused`, `internal_error` or `service_unavailable`.
+    /// `not_found`, `idempotency_key_in_use`, `pet_not_available`,
+    /// `invalid_transition`, `payload_too_large`, `idempotency_key_reused`,
+    /// `pet_not_found`, `internal_error` or `service_unavailable`.
     pub code: String,
     /// Human-readable description.
     pub message: String,
@@ -28,9 +29,17 @@ pub struct ApiError {
 
 impl ApiError {
     fn new(status_code: ErrorStatusCode, message: impl Into<String>) -> ApiError {
+        ApiError::with_code(status_code, code_for(status_code), message)
+    }
+
+    fn with_code(
+        status_code: ErrorStatusCode,
+        code: &str,
+        message: impl Into<String>,
+    ) -> ApiError {
         let message = message.into();
         ApiError {
-            code: code_for(status_code).to_owned(),
+            code: code.to_owned(),
             status: i32::from(status_code.as_u16()),
             internal_message: message.clone(),
             message,
@@ -68,6 +77,55 @@ impl ApiError {
             ErrorStatusCode::UNPROCESSABLE_ENTITY,
             "this Idempotency-Key was already used for a create with a different body; nothing \
              was created: use a new key for a new animal",
+        )
+    }
+
+    /// 422: the idempotency key of an order was used for another animal.
+    pub fn order_idempotency_key_reused() -> ApiError {
+        ApiError::new(
+            ErrorStatusCode::UNPROCESSABLE_ENTITY,
+            "this Idempotency-Key was already used for an order of another animal; nothing was \
+             ordered: use a new key for a new order",
+        )
+    }
+
+    /// 409: another order with the same idempotency key is in progress.
+    pub fn order_idempotency_key_in_use() -> ApiError {
+        ApiError::new(
+            ErrorStatusCode::CONFLICT,
+            "another request with this Idempotency-Key is still being processed; nothing was \
+             ordered: retry later with the same key and body",
+        )
+    }
+
+    /// 409 `pet_not_available`: the animal cannot be ordered now.
+    pub fn pet_not_available(pet_id: i64, status: Option<&str>) -> ApiError {
+        let status = status.map_or("has no status".to_owned(), |s| format!("is {s}"));
+        ApiError::with_code(
+            ErrorStatusCode::CONFLICT,
+            "pet_not_available",
+            format!("pet {pet_id} {status}; only an available animal can be ordered"),
+        )
+    }
+
+    /// 422 `pet_not_found`: an order names an animal that does not exist.
+    pub fn pet_not_found(pet_id: i64) -> ApiError {
+        ApiError::with_code(
+            ErrorStatusCode::UNPROCESSABLE_ENTITY,
+            "pet_not_found",
+            format!("no pet has id {pet_id}"),
+        )
+    }
+
+    /// 409 `invalid_transition`: an order cannot go from `from` to `to`.
+    pub fn invalid_transition(order_id: i64, from: &str, to: &str) -> ApiError {
+        ApiError::with_code(
+            ErrorStatusCode::CONFLICT,
+            "invalid_transition",
+            format!(
+                "order {order_id} is {from} and cannot become {to}; only a placed order can be \
+                 delivered or cancelled"
+            ),
         )
     }
 

@@ -6,7 +6,8 @@
 //! emits from [`PetstoreApi`] is compared with `openapi/petstore.yaml` by the
 //! drift check, so the doc comments here are written as the contract's text.
 //!
-//! - [`model`]: the contract's resources (`Pet`, `NewPet`, `PetStatus`).
+//! - [`model`]: the contract's resources (`Pet`, `NewPet`, `PetStatus`, and
+//!   the Store's `Order`, `NewOrder`, `OrderUpdate`, `Inventory`).
 //! - [`params`], [`responses`]: the operations' parameters and response
 //!   shapes beyond the model.
 //! - [`error`]: `ApiError`, the one error body.
@@ -31,21 +32,21 @@ use crate::auth::Authenticated;
 use crate::body::StrictJson;
 use crate::error::ApiError;
 use crate::idempotency::{CreatedHeaders, IdempotencyKey};
-use crate::model::{NewPet, Pet};
-use crate::params::{ListPetsParams, PetPath};
-use crate::responses::{DeprecationHeaders, PetsPage};
+use crate::model::{Inventory, NewOrder, NewPet, Order, OrderUpdate, Pet};
+use crate::params::{ListOrdersParams, ListPetsParams, OrderPath, PetPath};
+use crate::responses::{DeprecationHeaders, OrdersPageHeaders, PetsPage};
 
 pub use petstore_api_mod::{api_description, stub_api_description};
 
-/// The most animals one `GET /pets` returns.
+/// The most animals (or orders) one page returns.
 pub const LIMIT_MAX: i32 = 100;
-/// How many animals `GET /pets` returns when `limit` is omitted.
+/// How many animals (or orders) a page holds when `limit` is omitted.
 pub const LIMIT_DEFAULT: i32 = 20;
 /// The largest request body accepted, in bytes; larger ones get 413.
 pub const REQUEST_BODY_MAX_BYTES: usize = 16 * 1024;
 
 /// The contract version this interface implements (`info.version`).
-pub const CONTRACT_VERSION: semver::Version = semver::Version::new(1, 2, 0);
+pub const CONTRACT_VERSION: semver::Version = semver::Version::new(1, 3, 0);
 
 /// The pet store API.
 #[dropshot::api_description]
@@ -117,6 +118,104 @@ pub trait PetstoreApi {
         auth: Authenticated,
         path: Path<PetPath>,
     ) -> Result<HttpResponseHeaders<HttpResponseOk<Pet>, DeprecationHeaders>, ApiError>;
+
+    /// List orders
+    ///
+    /// Returns at most `limit` orders (20 when `limit` is omitted) in
+    /// ascending `id` order, as a plain JSON array. When `status` is given,
+    /// only orders with that status are returned; when `petId` is given, only
+    /// orders for that animal. When `after` is given, only orders whose `id`
+    /// is greater than `after` are returned: to read the next page, pass the
+    /// last `id` of this one, or follow the `Link` header's `next` target.
+    #[endpoint {
+        method = GET,
+        path = "/v1/store/orders",
+        operation_id = "listOrders",
+        tags = ["Store"],
+    }]
+    async fn list_orders(
+        rqctx: RequestContext<Self::Context>,
+        auth: Authenticated,
+        query: Query<ListOrdersParams>,
+    ) -> Result<HttpResponseHeaders<HttpResponseOk<Vec<Order>>, OrdersPageHeaders>, ApiError>;
+
+    /// Order an animal
+    ///
+    /// Orders an `available` animal. The order is stored as `placed` and the
+    /// animal becomes `pending` in the same transaction, durably, before the
+    /// `201` is sent. Among concurrent orders for one animal exactly one
+    /// succeeds; the others get `409` (`pet_not_available`), as does an order
+    /// for an animal that is `pending`, `sold` or has no status. An order for
+    /// an `id` with no animal is `422` (`pet_not_found`).
+    ///
+    /// With an `Idempotency-Key` header the order is placed at most once per
+    /// key: a retry with the same key and body gets the first `201` again
+    /// (marked `Idempotent-Replayed: true`, the order as it was placed, even
+    /// if it has changed since) instead of a `409`.
+    #[endpoint {
+        method = POST,
+        path = "/v1/store/orders",
+        operation_id = "placeOrder",
+        tags = ["Store"],
+    }]
+    async fn place_order(
+        rqctx: RequestContext<Self::Context>,
+        auth: Authenticated,
+        idempotency_key: IdempotencyKey,
+        body: StrictJson<NewOrder>,
+    ) -> Result<HttpResponseHeaders<HttpResponseCreated<Order>, CreatedHeaders>, ApiError>;
+
+    /// Get an order
+    ///
+    /// Returns the order with the given identifier.
+    #[endpoint {
+        method = GET,
+        path = "/v1/store/orders/{orderId}",
+        operation_id = "getOrder",
+        tags = ["Store"],
+    }]
+    async fn get_order(
+        rqctx: RequestContext<Self::Context>,
+        auth: Authenticated,
+        path: Path<OrderPath>,
+    ) -> Result<HttpResponseOk<Order>, ApiError>;
+
+    /// Deliver or cancel an order
+    ///
+    /// Delivers a `placed` order (its animal becomes `sold`) or cancels it
+    /// (its animal becomes `available` again), in one transaction, durably,
+    /// before the `200` is sent. Asking for the status the order already has
+    /// changes nothing and is answered `200` with the order, so a retry is
+    /// always safe. Any other change (a `delivered` order cancelled, a
+    /// `cancelled` one delivered) is `409` (`invalid_transition`).
+    #[endpoint {
+        method = PATCH,
+        path = "/v1/store/orders/{orderId}",
+        operation_id = "updateOrder",
+        tags = ["Store"],
+    }]
+    async fn update_order(
+        rqctx: RequestContext<Self::Context>,
+        auth: Authenticated,
+        path: Path<OrderPath>,
+        body: StrictJson<OrderUpdate>,
+    ) -> Result<HttpResponseOk<Order>, ApiError>;
+
+    /// Count animals by status
+    ///
+    /// Returns how many animals have each status now: exact counts, taken at
+    /// one moment, reflecting every change acknowledged before the request.
+    /// Animals created without a status are in no count.
+    #[endpoint {
+        method = GET,
+        path = "/v1/store/inventory",
+        operation_id = "getInventory",
+        tags = ["Store"],
+    }]
+    async fn get_inventory(
+        rqctx: RequestContext<Self::Context>,
+        auth: Authenticated,
+    ) -> Result<HttpResponseOk<Inventory>, ApiError>;
 }
 
 /// The document the server emits, from the interface alone.

@@ -5,7 +5,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer};
 
 use crate::error::ApiError;
-use crate::model::PetStatus;
+use crate::model::{OrderStatus, PetStatus};
 use crate::{LIMIT_DEFAULT, LIMIT_MAX};
 
 /// Query parameters of `GET /pets`.
@@ -55,19 +55,55 @@ fn after_param<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<i64>
     .map(Some)
 }
 
+fn pet_id_param<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<i64>, D::Error> {
+    integer_param(deserializer, "petId", "an integer in the int64 range").map(Some)
+}
+
 impl ListPetsParams {
     /// The page size asked for, checked against the contract's bounds.
     pub fn checked_limit(&self) -> Result<u32, ApiError> {
-        let limit = self.limit;
-        u32::try_from(limit)
-            .ok()
-            .filter(|limit| (1..=LIMIT_MAX as u32).contains(limit))
-            .ok_or_else(|| {
-                ApiError::bad_request(format!(
-                    "limit must be between 1 and {LIMIT_MAX}, got {limit}"
-                ))
-            })
+        checked_limit(self.limit)
     }
+}
+
+/// Query parameters of `GET /store/orders`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ListOrdersParams {
+    /// Maximum number of orders returned (1 to 100, default 20).
+    #[serde(default = "default_limit", deserialize_with = "limit_param")]
+    #[schemars(range(min = 1, max = 100))]
+    pub limit: i32,
+    /// Return only orders with this status.
+    #[serde(default)]
+    #[schemars(with = "OrderStatus")]
+    pub status: Option<OrderStatus>,
+    /// Return only orders for this animal.
+    #[serde(rename = "petId", default, deserialize_with = "pet_id_param")]
+    #[schemars(with = "i64")]
+    pub pet_id: Option<i64>,
+    /// Return only orders whose `id` is greater than this one (the last
+    /// `id` of the previous page).
+    #[serde(default, deserialize_with = "after_param")]
+    #[schemars(with = "i64")]
+    pub after: Option<i64>,
+}
+
+impl ListOrdersParams {
+    /// The page size asked for, checked against the contract's bounds.
+    pub fn checked_limit(&self) -> Result<u32, ApiError> {
+        checked_limit(self.limit)
+    }
+}
+
+fn checked_limit(limit: i32) -> Result<u32, ApiError> {
+    u32::try_from(limit)
+        .ok()
+        .filter(|limit| (1..=LIMIT_MAX as u32).contains(limit))
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "limit must be between 1 and {LIMIT_MAX}, got {limit}"
+            ))
+        })
 }
 
 /// Path parameters of `GET /pets/{petId}`.
@@ -76,6 +112,14 @@ pub struct PetPath {
     /// Identifier of the animal to read.
     #[serde(rename = "petId")]
     pub pet_id: i64,
+}
+
+/// Path parameters of `GET` and `PATCH /store/orders/{orderId}`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct OrderPath {
+    /// Identifier of the order.
+    #[serde(rename = "orderId")]
+    pub order_id: i64,
 }
 
 #[cfg(test)]
@@ -95,5 +139,17 @@ mod tests {
             let error = params(&format!("limit={bad}")).checked_limit().unwrap_err();
             assert_eq!(error.status, 400, "{bad}");
         }
+    }
+
+    #[test]
+    fn order_filters_name_the_parameter_that_is_wrong() {
+        let parse = |query: &str| {
+            serde_urlencoded::from_str::<ListOrdersParams>(query).map_err(|e| e.to_string())
+        };
+        let params = parse("status=placed&petId=-4&after=9").unwrap();
+        assert_eq!(params.status, Some(OrderStatus::Placed));
+        assert_eq!((params.pet_id, params.after), (Some(-4), Some(9)));
+        assert!(parse("petId=x").unwrap_err().contains("petId"));
+        assert!(parse("status=sold").is_err());
     }
 }

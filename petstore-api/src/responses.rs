@@ -8,7 +8,7 @@ use http::{Response, StatusCode};
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use crate::model::{EncodedPets, Pet, PetStatus};
+use crate::model::{EncodedPets, OrderStatus, Pet, PetStatus};
 
 /// The headers of a page of `GET /pets`.
 #[derive(Debug, Default, Serialize, JsonSchema)]
@@ -24,13 +24,54 @@ impl PageHeaders {
     /// The `next` link after a page that ended at `last_id`, keeping the
     /// request's `limit` and `status`.
     pub fn next(limit: u32, status: Option<PetStatus>, last_id: i64) -> PageHeaders {
-        let status = status.map_or(String::new(), |s| format!("&status={}", s.as_str()));
+        let filters = [("status", status.map(|s| s.as_str().to_owned()))];
         PageHeaders {
-            link: Some(format!(
-                "</v1/pets?limit={limit}{status}&after={last_id}>; rel=\"next\""
-            )),
+            link: Some(next_link("/v1/pets", limit, &filters, last_id)),
         }
     }
+}
+
+/// The headers of a page of `GET /store/orders`.
+#[derive(Debug, Default, Serialize, JsonSchema)]
+pub struct OrdersPageHeaders {
+    /// Present while more orders may follow: the next page, as
+    /// `</v1/store/orders?limit=L&status=S&petId=P&after=ID>; rel="next"`
+    /// (RFC 8288).
+    #[serde(rename = "Link", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
+    pub link: Option<String>,
+}
+
+impl OrdersPageHeaders {
+    /// The `next` link after a page that ended at `last_id`, keeping the
+    /// request's `limit`, `status` and `petId`.
+    pub fn next(
+        limit: u32,
+        status: Option<OrderStatus>,
+        pet_id: Option<i64>,
+        last_id: i64,
+    ) -> OrdersPageHeaders {
+        let filters = [
+            ("status", status.map(|s| s.as_str().to_owned())),
+            ("petId", pet_id.map(|id| id.to_string())),
+        ];
+        OrdersPageHeaders {
+            link: Some(next_link("/v1/store/orders", limit, &filters, last_id)),
+        }
+    }
+}
+
+/// A `next` link (RFC 8288) to `path`, keeping `limit` and the filters that
+/// were given, after `last_id`. The values need no escaping: they are
+/// numbers and enum spellings.
+fn next_link(path: &str, limit: u32, filters: &[(&str, Option<String>)], last_id: i64) -> String {
+    let mut target = format!("{path}?limit={limit}");
+    for (name, value) in filters {
+        if let Some(value) = value {
+            target.push_str(&format!("&{name}={value}"));
+        }
+    }
+    format!("<{target}&after={last_id}>; rel=\"next\"")
 }
 
 /// The `200` of `listPets`: a page of animals, already encoded, and its
@@ -154,6 +195,20 @@ mod tests {
                 .link
                 .unwrap(),
             "</v1/pets?limit=5&status=pending&after=7>; rel=\"next\""
+        );
+    }
+
+    #[test]
+    fn next_order_links_keep_limit_status_and_pet() {
+        assert_eq!(
+            OrdersPageHeaders::next(20, None, None, 40).link.unwrap(),
+            "</v1/store/orders?limit=20&after=40>; rel=\"next\""
+        );
+        assert_eq!(
+            OrdersPageHeaders::next(5, Some(OrderStatus::Cancelled), Some(-3), 7)
+                .link
+                .unwrap(),
+            "</v1/store/orders?limit=5&status=cancelled&petId=-3&after=7>; rel=\"next\""
         );
     }
 }

@@ -1,12 +1,15 @@
-//! The resources of the contract: `Pet`, `NewPet`, `PetStatus`.
+//! The resources of the contract: `Pet`, `NewPet`, `PetStatus`, and the
+//! Store's: `Order`, `NewOrder`, `OrderStatus`, `OrderUpdate`, `Inventory`.
 //!
 //! These types are the boundary between the wire and the storage layer. Their
 //! doc comments and `schemars` attributes become the emitted OpenAPI document,
 //! which CI compares with `openapi/petstore.yaml`.
 
 mod encoded;
+mod order;
 
 pub use encoded::{EncodedPets, PetArrayWriter};
+pub use order::{Inventory, NewOrder, Order, OrderStatus, OrderUpdate, OrderUpdateStatus};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};

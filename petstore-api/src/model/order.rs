@@ -1,0 +1,173 @@
+//! The Store's resources (since 1.3.0): `Order`, `NewOrder`, `OrderStatus`,
+//! `OrderUpdate` and `Inventory`.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize, Serializer};
+
+use super::PetStatus;
+
+/// Where an order stands: `placed` (its animal is `pending`), `delivered`
+/// (its animal is `sold`) or `cancelled` (its animal was made `available`
+/// again).
+// Plain comments on the variants: see `PetStatus`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(missing_docs)]
+pub enum OrderStatus {
+    // The animal is reserved for the order.
+    Placed,
+    // The animal was handed over: it is sold.
+    Delivered,
+    // The order was called off: the animal is available again.
+    Cancelled,
+}
+
+impl OrderStatus {
+    /// Every status, in the order the contract lists them.
+    pub const ALL: [OrderStatus; 3] = [
+        OrderStatus::Placed,
+        OrderStatus::Delivered,
+        OrderStatus::Cancelled,
+    ];
+
+    /// The wire (and database) spelling of the status.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OrderStatus::Placed => "placed",
+            OrderStatus::Delivered => "delivered",
+            OrderStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// Parses the wire spelling; `None` for anything else.
+    pub fn parse(s: &str) -> Option<OrderStatus> {
+        OrderStatus::ALL
+            .into_iter()
+            .find(|status| status.as_str() == s)
+    }
+
+    /// The status an order's animal has while the order has this one.
+    pub fn pet_status(self) -> PetStatus {
+        match self {
+            OrderStatus::Placed => PetStatus::Pending,
+            OrderStatus::Delivered => PetStatus::Sold,
+            OrderStatus::Cancelled => PetStatus::Available,
+        }
+    }
+}
+
+/// An order to place.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NewOrder {
+    /// Identifier of the animal to order.
+    pub pet_id: i64,
+}
+
+/// An order for an animal.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Order {
+    /// Unique identifier assigned by the service when the order is placed.
+    pub id: i64,
+    /// Identifier of the animal ordered.
+    pub pet_id: i64,
+    /// Where the order stands.
+    pub status: OrderStatus,
+    /// When the order was placed, in UTC (assigned by the service).
+    #[serde(serialize_with = "rfc3339_micros")]
+    pub placed_at: DateTime<Utc>,
+}
+
+/// The contract's spelling of a time: RFC 3339 in UTC, always six
+/// fractional digits and `Z` (chrono's own serialisation drops trailing
+/// zeros, so a time's width would vary).
+fn rfc3339_micros<S: Serializer>(time: &DateTime<Utc>, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(&time.to_rfc3339_opts(SecondsFormat::Micros, true))
+}
+
+/// The status an order is to have.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OrderUpdate {
+    /// `delivered` (the animal is sold) or `cancelled` (the animal is
+    /// available again).
+    pub status: OrderUpdateStatus,
+}
+
+/// `delivered` (the animal is sold) or `cancelled` (the animal is available
+/// again).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(missing_docs)]
+pub enum OrderUpdateStatus {
+    Delivered,
+    Cancelled,
+}
+
+impl From<OrderUpdateStatus> for OrderStatus {
+    fn from(status: OrderUpdateStatus) -> OrderStatus {
+        match status {
+            OrderUpdateStatus::Delivered => OrderStatus::Delivered,
+            OrderUpdateStatus::Cancelled => OrderStatus::Cancelled,
+        }
+    }
+}
+
+/// How many animals have each status. Animals without a status are in no
+/// count.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+pub struct Inventory {
+    /// Animals that can be ordered.
+    #[schemars(range(min = 0))]
+    pub available: i64,
+    /// Animals with a `placed` order (or created as `pending`).
+    #[schemars(range(min = 0))]
+    pub pending: i64,
+    /// Animals whose order was delivered (or created as `sold`).
+    #[schemars(range(min = 0))]
+    pub sold: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn placed_at_always_has_six_fractional_digits_and_z() {
+        let order = Order {
+            id: 1,
+            pet_id: 2,
+            status: OrderStatus::Placed,
+            placed_at: DateTime::from_timestamp(1_795_305_600, 0).unwrap(),
+        };
+        assert_eq!(
+            serde_json::to_value(&order).unwrap(),
+            json!({"id": 1, "petId": 2, "status": "placed",
+                   "placedAt": "2026-11-22T00:00:00.000000Z"})
+        );
+    }
+
+    #[test]
+    fn order_bodies_are_strict() {
+        let parse = |v| serde_json::from_value::<NewOrder>(v).map_err(|e| e.to_string());
+        assert_eq!(parse(json!({"petId": 3})), Ok(NewOrder { pet_id: 3 }));
+        assert!(parse(json!({"petId": 3, "quantity": 1})).is_err());
+        assert!(parse(json!({})).is_err());
+        let update = |v| serde_json::from_value::<OrderUpdate>(v).map_err(|e| e.to_string());
+        assert!(update(json!({"status": "placed"})).is_err());
+        assert!(update(json!({"status": "delivered", "x": 1})).is_err());
+    }
+
+    #[test]
+    fn each_order_status_has_its_animals_status() {
+        assert_eq!(OrderStatus::Placed.pet_status(), PetStatus::Pending);
+        assert_eq!(OrderStatus::Delivered.pet_status(), PetStatus::Sold);
+        assert_eq!(OrderStatus::Cancelled.pet_status(), PetStatus::Available);
+        for status in OrderStatus::ALL {
+            assert_eq!(OrderStatus::parse(status.as_str()), Some(status));
+        }
+    }
+}
