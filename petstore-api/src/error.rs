@@ -32,11 +32,7 @@ impl ApiError {
         ApiError::with_code(status_code, code_for(status_code), message)
     }
 
-    fn with_code(
-        status_code: ErrorStatusCode,
-        code: &str,
-        message: impl Into<String>,
-    ) -> ApiError {
+    fn with_code(status_code: ErrorStatusCode, code: &str, message: impl Into<String>) -> ApiError {
         let message = message.into();
         ApiError {
             code: code.to_owned(),

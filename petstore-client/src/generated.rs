@@ -82,8 +82,9 @@ pub mod types {
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
     pub struct Error {
         /**Machine-readable error code: `bad_request`, `unauthorized`,
-`not_found`, `idempotency_key_in_use`, `payload_too_large`,
-`idempotency_key_reused`, `internal_error` or `service_unavailable`.
+`not_found`, `idempotency_key_in_use`, `pet_not_available`,
+`invalid_transition`, `payload_too_large`, `idempotency_key_reused`,
+`pet_not_found`, `internal_error` or `service_unavailable`.
 */
         pub code: ::std::string::String,
         ///Human-readable description.
@@ -94,6 +95,38 @@ pub mod types {
 
     impl Error {
         pub fn builder() -> builder::Error {
+            Default::default()
+        }
+    }
+
+    ///How many animals have each status. Animals without a status are in no count.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    pub struct Inventory {
+        ///Animals that can be ordered.
+        pub available: i64,
+        ///Animals with a `placed` order (or created as `pending`).
+        pub pending: i64,
+        ///Animals whose order was delivered (or created as `sold`).
+        pub sold: i64,
+    }
+
+    impl Inventory {
+        pub fn builder() -> builder::Inventory {
+            Default::default()
+        }
+    }
+
+    ///An order to place.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[serde(deny_unknown_fields)]
+    pub struct NewOrder {
+        ///Identifier of the animal to order.
+        #[serde(rename = "petId")]
+        pub pet_id: i64,
+    }
+
+    impl NewOrder {
+        pub fn builder() -> builder::NewOrder {
             Default::default()
         }
     }
@@ -185,6 +218,166 @@ pub mod types {
                 .map_err(|e: self::error::ConversionError| {
                     <D::Error as ::serde::de::Error>::custom(e.to_string())
                 })
+        }
+    }
+
+    ///An order for an animal.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    pub struct Order {
+        ///Unique identifier assigned by the service when the order is placed.
+        pub id: i64,
+        ///Identifier of the animal ordered.
+        #[serde(rename = "petId")]
+        pub pet_id: i64,
+        ///When the order was placed, in UTC (assigned by the service).
+        #[serde(rename = "placedAt")]
+        pub placed_at: ::chrono::DateTime<::chrono::offset::Utc>,
+        pub status: OrderStatus,
+    }
+
+    impl Order {
+        pub fn builder() -> builder::Order {
+            Default::default()
+        }
+    }
+
+    /**Where an order stands: `placed` (its animal is `pending`), `delivered`
+(its animal is `sold`) or `cancelled` (its animal was made `available`
+again).
+*/
+    #[derive(
+        ::serde::Deserialize,
+        ::serde::Serialize,
+        Clone,
+        Copy,
+        Debug,
+        Eq,
+        Hash,
+        Ord,
+        PartialEq,
+        PartialOrd
+    )]
+    pub enum OrderStatus {
+        #[serde(rename = "placed")]
+        Placed,
+        #[serde(rename = "delivered")]
+        Delivered,
+        #[serde(rename = "cancelled")]
+        Cancelled,
+    }
+
+    impl ::std::fmt::Display for OrderStatus {
+        fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+            match *self {
+                Self::Placed => f.write_str("placed"),
+                Self::Delivered => f.write_str("delivered"),
+                Self::Cancelled => f.write_str("cancelled"),
+            }
+        }
+    }
+
+    impl ::std::str::FromStr for OrderStatus {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            match value {
+                "placed" => Ok(Self::Placed),
+                "delivered" => Ok(Self::Delivered),
+                "cancelled" => Ok(Self::Cancelled),
+                _ => Err("invalid value".into()),
+            }
+        }
+    }
+
+    impl ::std::convert::TryFrom<&str> for OrderStatus {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+
+    impl ::std::convert::TryFrom<::std::string::String> for OrderStatus {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+
+    ///The status an order is to have.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[serde(deny_unknown_fields)]
+    pub struct OrderUpdate {
+        pub status: OrderUpdateStatus,
+    }
+
+    impl OrderUpdate {
+        pub fn builder() -> builder::OrderUpdate {
+            Default::default()
+        }
+    }
+
+    ///`delivered` (the animal is sold) or `cancelled` (the animal is available again).
+    #[derive(
+        ::serde::Deserialize,
+        ::serde::Serialize,
+        Clone,
+        Copy,
+        Debug,
+        Eq,
+        Hash,
+        Ord,
+        PartialEq,
+        PartialOrd
+    )]
+    pub enum OrderUpdateStatus {
+        #[serde(rename = "delivered")]
+        Delivered,
+        #[serde(rename = "cancelled")]
+        Cancelled,
+    }
+
+    impl ::std::fmt::Display for OrderUpdateStatus {
+        fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+            match *self {
+                Self::Delivered => f.write_str("delivered"),
+                Self::Cancelled => f.write_str("cancelled"),
+            }
+        }
+    }
+
+    impl ::std::str::FromStr for OrderUpdateStatus {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            match value {
+                "delivered" => Ok(Self::Delivered),
+                "cancelled" => Ok(Self::Cancelled),
+                _ => Err("invalid value".into()),
+            }
+        }
+    }
+
+    impl ::std::convert::TryFrom<&str> for OrderUpdateStatus {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+
+    impl ::std::convert::TryFrom<::std::string::String> for OrderUpdateStatus {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
         }
     }
 
@@ -343,6 +536,74 @@ pub mod types {
         }
     }
 
+    ///`PlaceOrderIdempotencyKey`
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct PlaceOrderIdempotencyKey(::std::string::String);
+    impl ::std::ops::Deref for PlaceOrderIdempotencyKey {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+
+    impl ::std::convert::From<PlaceOrderIdempotencyKey> for ::std::string::String {
+        fn from(value: PlaceOrderIdempotencyKey) -> Self {
+            value.0
+        }
+    }
+
+    impl ::std::str::FromStr for PlaceOrderIdempotencyKey {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            if value.chars().count() > 255usize {
+                return Err("longer than 255 characters".into());
+            }
+            if value.chars().count() < 1usize {
+                return Err("shorter than 1 characters".into());
+            }
+            static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
+            { ::regress::Regex::new("^[\\x21-\\x7E]+$").unwrap() });
+            if PATTERN.find(value).is_none() {
+                return Err("doesn't match pattern \"^[\\x21-\\x7E]+$\"".into());
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+
+    impl ::std::convert::TryFrom<&str> for PlaceOrderIdempotencyKey {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+
+    impl ::std::convert::TryFrom<::std::string::String> for PlaceOrderIdempotencyKey {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+
+    impl<'de> ::serde::Deserialize<'de> for PlaceOrderIdempotencyKey {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
+
     /// Types for composing complex structures.
     pub mod builder {
         #[derive(Clone, Debug)]
@@ -425,6 +686,128 @@ pub mod types {
         }
 
         #[derive(Clone, Debug)]
+        pub struct Inventory {
+            available: ::std::result::Result<i64, ::std::string::String>,
+            pending: ::std::result::Result<i64, ::std::string::String>,
+            sold: ::std::result::Result<i64, ::std::string::String>,
+        }
+
+        impl ::std::default::Default for Inventory {
+            fn default() -> Self {
+                Self {
+                    available: Err("no value supplied for available".to_string()),
+                    pending: Err("no value supplied for pending".to_string()),
+                    sold: Err("no value supplied for sold".to_string()),
+                }
+            }
+        }
+
+        impl Inventory {
+            pub fn available<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.available = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for available: {e}")
+                    });
+                self
+            }
+            pub fn pending<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.pending = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for pending: {e}")
+                    });
+                self
+            }
+            pub fn sold<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.sold = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for sold: {e}")
+                    });
+                self
+            }
+        }
+
+        impl ::std::convert::TryFrom<Inventory> for super::Inventory {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: Inventory,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    available: value.available?,
+                    pending: value.pending?,
+                    sold: value.sold?,
+                })
+            }
+        }
+
+        impl ::std::convert::From<super::Inventory> for Inventory {
+            fn from(value: super::Inventory) -> Self {
+                Self {
+                    available: Ok(value.available),
+                    pending: Ok(value.pending),
+                    sold: Ok(value.sold),
+                }
+            }
+        }
+
+        #[derive(Clone, Debug)]
+        pub struct NewOrder {
+            pet_id: ::std::result::Result<i64, ::std::string::String>,
+        }
+
+        impl ::std::default::Default for NewOrder {
+            fn default() -> Self {
+                Self {
+                    pet_id: Err("no value supplied for pet_id".to_string()),
+                }
+            }
+        }
+
+        impl NewOrder {
+            pub fn pet_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.pet_id = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for pet_id: {e}")
+                    });
+                self
+            }
+        }
+
+        impl ::std::convert::TryFrom<NewOrder> for super::NewOrder {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: NewOrder,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self { pet_id: value.pet_id? })
+            }
+        }
+
+        impl ::std::convert::From<super::NewOrder> for NewOrder {
+            fn from(value: super::NewOrder) -> Self {
+                Self { pet_id: Ok(value.pet_id) }
+            }
+        }
+
+        #[derive(Clone, Debug)]
         pub struct NewPet {
             category_id: ::std::result::Result<i64, ::std::string::String>,
             name: ::std::result::Result<super::NewPetName, ::std::string::String>,
@@ -503,6 +886,148 @@ pub mod types {
                     name: Ok(value.name),
                     status: Ok(value.status),
                 }
+            }
+        }
+
+        #[derive(Clone, Debug)]
+        pub struct Order {
+            id: ::std::result::Result<i64, ::std::string::String>,
+            pet_id: ::std::result::Result<i64, ::std::string::String>,
+            placed_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            status: ::std::result::Result<super::OrderStatus, ::std::string::String>,
+        }
+
+        impl ::std::default::Default for Order {
+            fn default() -> Self {
+                Self {
+                    id: Err("no value supplied for id".to_string()),
+                    pet_id: Err("no value supplied for pet_id".to_string()),
+                    placed_at: Err("no value supplied for placed_at".to_string()),
+                    status: Err("no value supplied for status".to_string()),
+                }
+            }
+        }
+
+        impl Order {
+            pub fn id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for id: {e}"));
+                self
+            }
+            pub fn pet_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.pet_id = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for pet_id: {e}")
+                    });
+                self
+            }
+            pub fn placed_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.placed_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for placed_at: {e}")
+                    });
+                self
+            }
+            pub fn status<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::OrderStatus>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.status = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for status: {e}")
+                    });
+                self
+            }
+        }
+
+        impl ::std::convert::TryFrom<Order> for super::Order {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: Order,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    id: value.id?,
+                    pet_id: value.pet_id?,
+                    placed_at: value.placed_at?,
+                    status: value.status?,
+                })
+            }
+        }
+
+        impl ::std::convert::From<super::Order> for Order {
+            fn from(value: super::Order) -> Self {
+                Self {
+                    id: Ok(value.id),
+                    pet_id: Ok(value.pet_id),
+                    placed_at: Ok(value.placed_at),
+                    status: Ok(value.status),
+                }
+            }
+        }
+
+        #[derive(Clone, Debug)]
+        pub struct OrderUpdate {
+            status: ::std::result::Result<
+                super::OrderUpdateStatus,
+                ::std::string::String,
+            >,
+        }
+
+        impl ::std::default::Default for OrderUpdate {
+            fn default() -> Self {
+                Self {
+                    status: Err("no value supplied for status".to_string()),
+                }
+            }
+        }
+
+        impl OrderUpdate {
+            pub fn status<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::OrderUpdateStatus>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.status = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for status: {e}")
+                    });
+                self
+            }
+        }
+
+        impl ::std::convert::TryFrom<OrderUpdate> for super::OrderUpdate {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: OrderUpdate,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self { status: value.status? })
+            }
+        }
+
+        impl ::std::convert::From<super::OrderUpdate> for OrderUpdate {
+            fn from(value: super::OrderUpdate) -> Self {
+                Self { status: Ok(value.status) }
             }
         }
 
@@ -646,7 +1171,10 @@ pub mod types {
 
 A pet store's catalogue of animals: list animals (with a page-size limit, a
 status filter and keyset pagination), add an animal (exactly once, with an
-idempotency key), and read one animal by identifier.
+idempotency key), and read one animal by identifier. The store sells them
+(since 1.3.0): place an order for an available animal (exactly once, with
+an idempotency key), list and read orders, deliver or cancel an order, and
+read the inventory of animals by status.
 
 This document is hand-written and is the source of truth for the service. The
 server re-emits its own document from code and CI compares the two.
@@ -662,17 +1190,19 @@ Decisions where the interface specification is silent:
 - **Error codes.** Every error response of these operations carries the
   `Error` body. Its `code` is one of `bad_request` (400), `unauthorized`
   (401), `not_found` (404), `idempotency_key_in_use` (409),
+  `pet_not_available` (409), `invalid_transition` (409),
   `payload_too_large` (413), `idempotency_key_reused` (422),
-  `internal_error` (500) and `service_unavailable` (503). Clients should
+  `pet_not_found` (422), `internal_error` (500) and
+  `service_unavailable` (503). Clients should
   treat an unknown code like the generic error of its HTTP status. Requests for paths or
   methods this document does not define get the HTTP framework's own `404`
   or `405` (with `Allow`), whose body is not an `Error`.
 - **Invalid query parameters.** A `limit` outside 1..100 or not an integer, and a
   `status` that is not a `PetStatus`, get `400` with code `bad_request`.
   Unknown query parameters are ignored.
-- **Invalid path parameter.** A `petId` that is not an integer in the int64
-  range gets `400` with code `bad_request`. A well-formed `petId` with no animal
-  gets `404`.
+- **Invalid path parameter.** A `petId` or `orderId` that is not an integer in
+  the int64 range gets `400` with code `bad_request`. A well-formed one with no
+  animal or order gets `404`.
 - **List order and pagination.** `GET /pets` returns animals in ascending `id`
   order, which is creation order, as a plain JSON array. Pages are walked with
   the `after` cursor (keyset pagination, since 1.1.0): a page holds only animals
@@ -711,10 +1241,34 @@ Decisions where the interface specification is silent:
   the key may be used again for a new animal. A client that did not get an
   answer (timeout, dropped connection, `503`, `409`) retries with the same
   key and body until it gets a `201`: the animal is then stored exactly once.
+- **Orders (since 1.3.0).** Only an `available` animal can be ordered. Placing
+  an order stores it as `placed` and makes the animal `pending`, in one
+  transaction: among any number of concurrent orders for one animal exactly
+  one succeeds, and the others get `409` (`pet_not_available`). An animal has
+  at most one order that is `placed` or `delivered`. Delivering an order
+  (`placed` to `delivered`) makes its animal `sold`; cancelling it (`placed`
+  to `cancelled`) makes the animal `available` again, so it can be ordered
+  anew. `delivered` and `cancelled` are final. Asking for the status an order
+  already has changes nothing and is answered `200`, so a retried update is
+  always safe; any other change is `409` (`invalid_transition`). Orders are
+  never deleted. `placeOrder` takes an `Idempotency-Key` exactly as
+  `createPet` does (the same rules, scope and retention; the same body is
+  the same `petId`). The keys of the two operations are apart: one key sent
+  to both names two unrelated requests.
+- **Statuses change (since 1.3.0).** An animal's `status` changes when it is
+  ordered, its order delivered or cancelled; nothing else changes it. Every
+  answer reflects every change acknowledged before the request arrived, on
+  every instance of the service: there is no stale read.
+- **Inventory (since 1.3.0).** `GET /store/inventory` counts the animals of
+  each status, exactly, at one moment. Animals created without a status are
+  in no count (they cannot be ordered either).
+- **Times.** `placedAt` is assigned by the service when the order is placed,
+  in UTC, written as RFC 3339 with six fractional digits and `Z`
+  (`2026-11-24T09:30:00.123456Z`).
 - **Rate limits.** None.
 
 
-Version: 1.2.0*/
+Version: 1.3.0*/
 pub struct Client {
     pub(crate) baseurl: String,
     pub(crate) client: reqwest::Client,
@@ -754,7 +1308,7 @@ impl Client {
 
 impl ClientInfo<()> for Client {
     fn api_version() -> &'static str {
-        "1.2.0"
+        "1.3.0"
     }
 
     fn baseurl(&self) -> &str {
@@ -855,12 +1409,142 @@ let response = client.get_pet()
     .await;
 ```*/
     #[deprecated(
-        since = "1.2.0",
+        since = "1.3.0",
         note = "this operation will be removed on 5 December 2030; use list_pets with the status filter instead"
     )]
     #[allow(deprecated)]
     pub fn get_pet(&self) -> builder::GetPet<'_> {
         builder::GetPet::new(self)
+    }
+
+    /**List orders
+
+Returns at most `limit` orders (20 when `limit` is omitted) in ascending
+`id` order, as a plain JSON array. When `status` is given, only orders with
+that status are returned; when `petId` is given, only orders for that
+animal. When `after` is given, only orders whose `id` is greater than
+`after` are returned: to read the next page, pass the last `id` of this
+one, or follow the `Link` header's `next` target.
+
+
+Sends a `GET` request to `/store/orders`
+
+Arguments:
+- `after`: Return only orders whose `id` is greater than this one (the last `id` of
+the previous page). Any int64: a value before the first `id` gives the
+first page, one past the last an empty array.
+
+- `limit`: Maximum number of orders returned (1 to 100, default 20).
+- `pet_id`: Return only orders for this animal.
+- `status`: Return only orders with this status.
+```ignore
+let response = client.list_orders()
+    .after(after)
+    .limit(limit)
+    .pet_id(pet_id)
+    .status(status)
+    .send()
+    .await;
+```*/
+    pub fn list_orders(&self) -> builder::ListOrders<'_> {
+        builder::ListOrders::new(self)
+    }
+
+    /**Order an animal
+
+Orders an `available` animal. The order is stored as `placed` and the
+animal becomes `pending` in the same transaction, durably, before the
+`201` is sent. Among concurrent orders for one animal exactly one
+succeeds; the others get `409` (`pet_not_available`), as does an order
+for an animal that is `pending`, `sold` or has no status. An order for
+an `id` with no animal is `422` (`pet_not_found`).
+
+With an `Idempotency-Key` header the order is placed at most once per
+key: a retry with the same key and body gets the first `201` again
+(marked `Idempotent-Replayed: true`, the order as it was placed, even if
+it has changed since) instead of a `409`.
+
+
+Sends a `POST` request to `/store/orders`
+
+Arguments:
+- `idempotency_key`: A key chosen by the client (a UUID v4 is a good choice) that makes the
+order safe to retry: 1 to 255 visible ASCII characters (`!` to `~`).
+Scoped to the API key; kept for at least 24 hours after the first
+`201`.
+
+- `body`
+```ignore
+let response = client.place_order()
+    .idempotency_key(idempotency_key)
+    .body(body)
+    .send()
+    .await;
+```*/
+    pub fn place_order(&self) -> builder::PlaceOrder<'_> {
+        builder::PlaceOrder::new(self)
+    }
+
+    /**Get an order
+
+Returns the order with the given identifier.
+
+Sends a `GET` request to `/store/orders/{orderId}`
+
+Arguments:
+- `order_id`: Identifier of the order.
+```ignore
+let response = client.get_order()
+    .order_id(order_id)
+    .send()
+    .await;
+```*/
+    pub fn get_order(&self) -> builder::GetOrder<'_> {
+        builder::GetOrder::new(self)
+    }
+
+    /**Deliver or cancel an order
+
+Delivers a `placed` order (its animal becomes `sold`) or cancels it (its
+animal becomes `available` again), in one transaction, durably, before
+the `200` is sent. Asking for the status the order already has changes
+nothing and is answered `200` with the order, so a retry is always safe.
+Any other change (a `delivered` order cancelled, a `cancelled` one
+delivered) is `409` (`invalid_transition`).
+
+
+Sends a `PATCH` request to `/store/orders/{orderId}`
+
+Arguments:
+- `order_id`: Identifier of the order.
+- `body`
+```ignore
+let response = client.update_order()
+    .order_id(order_id)
+    .body(body)
+    .send()
+    .await;
+```*/
+    pub fn update_order(&self) -> builder::UpdateOrder<'_> {
+        builder::UpdateOrder::new(self)
+    }
+
+    /**Count animals by status
+
+Returns how many animals have each status now: exact counts, taken at
+one moment, reflecting every change acknowledged before the request.
+Animals created without a status are in no count.
+
+
+Sends a `GET` request to `/store/inventory`
+
+```ignore
+let response = client.get_inventory()
+    .send()
+    .await;
+```*/
+    pub fn get_inventory(&self) -> builder::GetInventory<'_> {
+        builder::GetInventory::new(self)
     }
 }
 
@@ -1156,7 +1840,7 @@ pub mod builder {
 [`Client::get_pet`]: super::Client::get_pet*/
     #[derive(Debug, Clone)]
     #[deprecated(
-        since = "1.2.0",
+        since = "1.3.0",
         note = "this operation will be removed on 5 December 2030; use list_pets with the status filter instead"
     )]
     pub struct GetPet<'a> {
@@ -1234,6 +1918,624 @@ pub mod builder {
                     )
                 }
                 404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+
+    /**Builder for [`Client::list_orders`]
+
+[`Client::list_orders`]: super::Client::list_orders*/
+    #[derive(Debug, Clone)]
+    pub struct ListOrders<'a> {
+        client: &'a super::Client,
+        after: Result<Option<i64>, String>,
+        limit: Result<Option<::std::num::NonZeroU32>, String>,
+        pet_id: Result<Option<i64>, String>,
+        status: Result<Option<types::OrderStatus>, String>,
+    }
+
+    impl<'a> ListOrders<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                after: Ok(None),
+                limit: Ok(None),
+                pet_id: Ok(None),
+                status: Ok(None),
+            }
+        }
+
+        pub fn after<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<i64>,
+        {
+            self.after = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| "conversion to `i64` for after failed".to_string());
+            self
+        }
+
+        pub fn limit<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::num::NonZeroU32>,
+        {
+            self.limit = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: num :: NonZeroU32` for limit failed"
+                        .to_string()
+                });
+            self
+        }
+
+        pub fn pet_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<i64>,
+        {
+            self.pet_id = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| "conversion to `i64` for pet_id failed".to_string());
+            self
+        }
+
+        pub fn status<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::OrderStatus>,
+        {
+            self.status = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `OrderStatus` for status failed".to_string()
+                });
+            self
+        }
+
+        ///Sends a `GET` request to `/store/orders`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<::std::vec::Vec<types::Order>>, Error<types::Error>> {
+            let Self { client, after, limit, pet_id, status } = self;
+            let after = after.map_err(Error::InvalidRequest)?;
+            let limit = limit.map_err(Error::InvalidRequest)?;
+            let pet_id = pet_id.map_err(Error::InvalidRequest)?;
+            let status = status.map_err(Error::InvalidRequest)?;
+            let url = format!("{}/store/orders", client.baseurl,);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .get(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .query(&progenitor_client::QueryParam::new("after", &after))
+                .query(&progenitor_client::QueryParam::new("limit", &limit))
+                .query(&progenitor_client::QueryParam::new("petId", &pet_id))
+                .query(&progenitor_client::QueryParam::new("status", &status))
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "list_orders",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+
+    /**Builder for [`Client::place_order`]
+
+[`Client::place_order`]: super::Client::place_order*/
+    #[derive(Debug, Clone)]
+    pub struct PlaceOrder<'a> {
+        client: &'a super::Client,
+        idempotency_key: Result<Option<types::PlaceOrderIdempotencyKey>, String>,
+        body: Result<types::builder::NewOrder, String>,
+    }
+
+    impl<'a> PlaceOrder<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                idempotency_key: Ok(None),
+                body: Ok(::std::default::Default::default()),
+            }
+        }
+
+        pub fn idempotency_key<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::PlaceOrderIdempotencyKey>,
+        {
+            self.idempotency_key = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `PlaceOrderIdempotencyKey` for idempotency_key failed"
+                        .to_string()
+                });
+            self
+        }
+
+        pub fn body<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::NewOrder>,
+            <V as std::convert::TryInto<types::NewOrder>>::Error: std::fmt::Display,
+        {
+            self.body = value
+                .try_into()
+                .map(From::from)
+                .map_err(|s| format!("conversion to `NewOrder` for body failed: {}", s));
+            self
+        }
+
+        pub fn body_map<F>(mut self, f: F) -> Self
+        where
+            F: std::ops::FnOnce(types::builder::NewOrder) -> types::builder::NewOrder,
+        {
+            self.body = self.body.map(f);
+            self
+        }
+
+        ///Sends a `POST` request to `/store/orders`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<types::Order>, Error<types::Error>> {
+            let Self { client, idempotency_key, body } = self;
+            let idempotency_key = idempotency_key.map_err(Error::InvalidRequest)?;
+            let body = body
+                .and_then(|v| types::NewOrder::try_from(v).map_err(|e| e.to_string()))
+                .map_err(Error::InvalidRequest)?;
+            let url = format!("{}/store/orders", client.baseurl,);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            if let Some(value) = idempotency_key {
+                header_map.append("Idempotency-Key", value.to_string().try_into()?);
+            }
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .post(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .json(&body)
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "place_order",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                201u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                409u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                413u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                422u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+
+    /**Builder for [`Client::get_order`]
+
+[`Client::get_order`]: super::Client::get_order*/
+    #[derive(Debug, Clone)]
+    pub struct GetOrder<'a> {
+        client: &'a super::Client,
+        order_id: Result<i64, String>,
+    }
+
+    impl<'a> GetOrder<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                order_id: Err("order_id was not initialized".to_string()),
+            }
+        }
+
+        pub fn order_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<i64>,
+        {
+            self.order_id = value
+                .try_into()
+                .map_err(|_| "conversion to `i64` for order_id failed".to_string());
+            self
+        }
+
+        ///Sends a `GET` request to `/store/orders/{orderId}`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<types::Order>, Error<types::Error>> {
+            let Self { client, order_id } = self;
+            let order_id = order_id.map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/store/orders/{}", client.baseurl, encode_path(& order_id
+                .to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .get(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "get_order",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+
+    /**Builder for [`Client::update_order`]
+
+[`Client::update_order`]: super::Client::update_order*/
+    #[derive(Debug, Clone)]
+    pub struct UpdateOrder<'a> {
+        client: &'a super::Client,
+        order_id: Result<i64, String>,
+        body: Result<types::builder::OrderUpdate, String>,
+    }
+
+    impl<'a> UpdateOrder<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                order_id: Err("order_id was not initialized".to_string()),
+                body: Ok(::std::default::Default::default()),
+            }
+        }
+
+        pub fn order_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<i64>,
+        {
+            self.order_id = value
+                .try_into()
+                .map_err(|_| "conversion to `i64` for order_id failed".to_string());
+            self
+        }
+
+        pub fn body<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::OrderUpdate>,
+            <V as std::convert::TryInto<types::OrderUpdate>>::Error: std::fmt::Display,
+        {
+            self.body = value
+                .try_into()
+                .map(From::from)
+                .map_err(|s| {
+                    format!("conversion to `OrderUpdate` for body failed: {}", s)
+                });
+            self
+        }
+
+        pub fn body_map<F>(mut self, f: F) -> Self
+        where
+            F: std::ops::FnOnce(
+                types::builder::OrderUpdate,
+            ) -> types::builder::OrderUpdate,
+        {
+            self.body = self.body.map(f);
+            self
+        }
+
+        ///Sends a `PATCH` request to `/store/orders/{orderId}`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<types::Order>, Error<types::Error>> {
+            let Self { client, order_id, body } = self;
+            let order_id = order_id.map_err(Error::InvalidRequest)?;
+            let body = body
+                .and_then(|v| types::OrderUpdate::try_from(v).map_err(|e| e.to_string()))
+                .map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/store/orders/{}", client.baseurl, encode_path(& order_id
+                .to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .patch(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .json(&body)
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "update_order",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                409u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                413u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+
+    /**Builder for [`Client::get_inventory`]
+
+[`Client::get_inventory`]: super::Client::get_inventory*/
+    #[derive(Debug, Clone)]
+    pub struct GetInventory<'a> {
+        client: &'a super::Client,
+    }
+
+    impl<'a> GetInventory<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self { client: client }
+        }
+
+        ///Sends a `GET` request to `/store/inventory`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<types::Inventory>, Error<types::Error>> {
+            let Self { client } = self;
+            let url = format!("{}/store/inventory", client.baseurl,);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .get(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "get_inventory",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                401u16 => {
                     Err(
                         Error::ErrorResponse(
                             ResponseValue::from_response(response).await?,

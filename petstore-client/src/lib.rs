@@ -130,8 +130,8 @@ pub mod mock;
 mod once;
 mod walk;
 
-pub use once::{CreatePetOnce, CreatedOnce, RetryPolicy};
-pub use walk::{PAGE_SIZE_MAX, PetWalk};
+pub use once::{CreatePetOnce, CreatedOnce, Once, PlaceOrderOnce, PlacedOnce, RetryPolicy};
+pub use walk::{OrderWalk, PAGE_SIZE_MAX, PetWalk};
 
 pub use generated::{
     ByteStream, Client, ClientInfo, Error, ResponseValue, builder, prelude, types,

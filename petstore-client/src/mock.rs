@@ -330,6 +330,521 @@ pub mod operations {
             )
         }
     }
+
+    pub struct ListOrdersWhen(::httpmock::When);
+    impl ListOrdersWhen {
+        pub fn new(inner: ::httpmock::When) -> Self {
+            Self(
+                inner
+                    .method(::httpmock::Method::GET)
+                    .path_matches(regex::Regex::new("^/store/orders$").unwrap()),
+            )
+        }
+
+        pub fn into_inner(self) -> ::httpmock::When {
+            self.0
+        }
+
+        pub fn after<T>(self, value: T) -> Self
+        where
+            T: Into<Option<i64>>,
+        {
+            if let Some(value) = value.into() {
+                Self(self.0.query_param("after", value.to_string()))
+            } else {
+                Self(self.0.query_param_missing("after"))
+            }
+        }
+
+        pub fn limit<T>(self, value: T) -> Self
+        where
+            T: Into<Option<::std::num::NonZeroU32>>,
+        {
+            if let Some(value) = value.into() {
+                Self(self.0.query_param("limit", value.to_string()))
+            } else {
+                Self(self.0.query_param_missing("limit"))
+            }
+        }
+
+        pub fn pet_id<T>(self, value: T) -> Self
+        where
+            T: Into<Option<i64>>,
+        {
+            if let Some(value) = value.into() {
+                Self(self.0.query_param("petId", value.to_string()))
+            } else {
+                Self(self.0.query_param_missing("petId"))
+            }
+        }
+
+        pub fn status<T>(self, value: T) -> Self
+        where
+            T: Into<Option<types::OrderStatus>>,
+        {
+            if let Some(value) = value.into() {
+                Self(self.0.query_param("status", value.to_string()))
+            } else {
+                Self(self.0.query_param_missing("status"))
+            }
+        }
+    }
+
+    pub struct ListOrdersThen(::httpmock::Then);
+    impl ListOrdersThen {
+        pub fn new(inner: ::httpmock::Then) -> Self {
+            Self(inner)
+        }
+
+        pub fn into_inner(self) -> ::httpmock::Then {
+            self.0
+        }
+
+        pub fn ok(self, value: &::std::vec::Vec<types::Order>) -> Self {
+            Self(
+                self
+                    .0
+                    .status(200u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn bad_request(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(400u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn unauthorized(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(401u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn internal_server_error(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(500u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn service_unavailable(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(503u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+    }
+
+    pub struct PlaceOrderWhen(::httpmock::When);
+    impl PlaceOrderWhen {
+        pub fn new(inner: ::httpmock::When) -> Self {
+            Self(
+                inner
+                    .method(::httpmock::Method::POST)
+                    .path_matches(regex::Regex::new("^/store/orders$").unwrap()),
+            )
+        }
+
+        pub fn into_inner(self) -> ::httpmock::When {
+            self.0
+        }
+
+        pub fn idempotency_key<'a, T>(self, value: T) -> Self
+        where
+            T: Into<Option<&'a types::PlaceOrderIdempotencyKey>>,
+        {
+            if let Some(value) = value.into() {
+                Self(self.0.header("Idempotency-Key", value.to_string()))
+            } else {
+                Self(self.0.header_missing("Idempotency-Key"))
+            }
+        }
+
+        pub fn body(self, value: &types::NewOrder) -> Self {
+            Self(self.0.json_body_obj(value))
+        }
+    }
+
+    pub struct PlaceOrderThen(::httpmock::Then);
+    impl PlaceOrderThen {
+        pub fn new(inner: ::httpmock::Then) -> Self {
+            Self(inner)
+        }
+
+        pub fn into_inner(self) -> ::httpmock::Then {
+            self.0
+        }
+
+        pub fn created(self, value: &types::Order) -> Self {
+            Self(
+                self
+                    .0
+                    .status(201u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn bad_request(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(400u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn unauthorized(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(401u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn conflict(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(409u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn payload_too_large(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(413u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn unprocessable_entity(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(422u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn internal_server_error(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(500u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn service_unavailable(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(503u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+    }
+
+    pub struct GetOrderWhen(::httpmock::When);
+    impl GetOrderWhen {
+        pub fn new(inner: ::httpmock::When) -> Self {
+            Self(
+                inner
+                    .method(::httpmock::Method::GET)
+                    .path_matches(regex::Regex::new("^/store/orders/[^/]*$").unwrap()),
+            )
+        }
+
+        pub fn into_inner(self) -> ::httpmock::When {
+            self.0
+        }
+
+        pub fn order_id(self, value: i64) -> Self {
+            let re = regex::Regex::new(&format!("^/store/orders/{}$", value.to_string()))
+                .unwrap();
+            Self(self.0.path_matches(re))
+        }
+    }
+
+    pub struct GetOrderThen(::httpmock::Then);
+    impl GetOrderThen {
+        pub fn new(inner: ::httpmock::Then) -> Self {
+            Self(inner)
+        }
+
+        pub fn into_inner(self) -> ::httpmock::Then {
+            self.0
+        }
+
+        pub fn ok(self, value: &types::Order) -> Self {
+            Self(
+                self
+                    .0
+                    .status(200u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn bad_request(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(400u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn unauthorized(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(401u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn not_found(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(404u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn internal_server_error(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(500u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn service_unavailable(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(503u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+    }
+
+    pub struct UpdateOrderWhen(::httpmock::When);
+    impl UpdateOrderWhen {
+        pub fn new(inner: ::httpmock::When) -> Self {
+            Self(
+                inner
+                    .method(::httpmock::Method::PATCH)
+                    .path_matches(regex::Regex::new("^/store/orders/[^/]*$").unwrap()),
+            )
+        }
+
+        pub fn into_inner(self) -> ::httpmock::When {
+            self.0
+        }
+
+        pub fn order_id(self, value: i64) -> Self {
+            let re = regex::Regex::new(&format!("^/store/orders/{}$", value.to_string()))
+                .unwrap();
+            Self(self.0.path_matches(re))
+        }
+
+        pub fn body(self, value: &types::OrderUpdate) -> Self {
+            Self(self.0.json_body_obj(value))
+        }
+    }
+
+    pub struct UpdateOrderThen(::httpmock::Then);
+    impl UpdateOrderThen {
+        pub fn new(inner: ::httpmock::Then) -> Self {
+            Self(inner)
+        }
+
+        pub fn into_inner(self) -> ::httpmock::Then {
+            self.0
+        }
+
+        pub fn ok(self, value: &types::Order) -> Self {
+            Self(
+                self
+                    .0
+                    .status(200u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn bad_request(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(400u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn unauthorized(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(401u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn not_found(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(404u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn conflict(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(409u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn payload_too_large(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(413u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn internal_server_error(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(500u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn service_unavailable(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(503u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+    }
+
+    pub struct GetInventoryWhen(::httpmock::When);
+    impl GetInventoryWhen {
+        pub fn new(inner: ::httpmock::When) -> Self {
+            Self(
+                inner
+                    .method(::httpmock::Method::GET)
+                    .path_matches(regex::Regex::new("^/store/inventory$").unwrap()),
+            )
+        }
+
+        pub fn into_inner(self) -> ::httpmock::When {
+            self.0
+        }
+    }
+
+    pub struct GetInventoryThen(::httpmock::Then);
+    impl GetInventoryThen {
+        pub fn new(inner: ::httpmock::Then) -> Self {
+            Self(inner)
+        }
+
+        pub fn into_inner(self) -> ::httpmock::Then {
+            self.0
+        }
+
+        pub fn ok(self, value: &types::Inventory) -> Self {
+            Self(
+                self
+                    .0
+                    .status(200u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn unauthorized(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(401u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn internal_server_error(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(500u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn service_unavailable(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(503u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+    }
 }
 
 /// An extension trait for [`MockServer`](::httpmock::MockServer) that
@@ -345,6 +860,21 @@ pub trait MockServerExt {
     fn get_pet<F>(&self, config_fn: F) -> ::httpmock::Mock<'_>
     where
         F: FnOnce(operations::GetPetWhen, operations::GetPetThen);
+    fn list_orders<F>(&self, config_fn: F) -> ::httpmock::Mock<'_>
+    where
+        F: FnOnce(operations::ListOrdersWhen, operations::ListOrdersThen);
+    fn place_order<F>(&self, config_fn: F) -> ::httpmock::Mock<'_>
+    where
+        F: FnOnce(operations::PlaceOrderWhen, operations::PlaceOrderThen);
+    fn get_order<F>(&self, config_fn: F) -> ::httpmock::Mock<'_>
+    where
+        F: FnOnce(operations::GetOrderWhen, operations::GetOrderThen);
+    fn update_order<F>(&self, config_fn: F) -> ::httpmock::Mock<'_>
+    where
+        F: FnOnce(operations::UpdateOrderWhen, operations::UpdateOrderThen);
+    fn get_inventory<F>(&self, config_fn: F) -> ::httpmock::Mock<'_>
+    where
+        F: FnOnce(operations::GetInventoryWhen, operations::GetInventoryThen);
 }
 
 impl MockServerExt for ::httpmock::MockServer {
@@ -380,6 +910,66 @@ impl MockServerExt for ::httpmock::MockServer {
             config_fn(
                 operations::GetPetWhen::new(when),
                 operations::GetPetThen::new(then),
+            )
+        })
+    }
+
+    fn list_orders<F>(&self, config_fn: F) -> ::httpmock::Mock<'_>
+    where
+        F: FnOnce(operations::ListOrdersWhen, operations::ListOrdersThen),
+    {
+        self.mock(|when, then| {
+            config_fn(
+                operations::ListOrdersWhen::new(when),
+                operations::ListOrdersThen::new(then),
+            )
+        })
+    }
+
+    fn place_order<F>(&self, config_fn: F) -> ::httpmock::Mock<'_>
+    where
+        F: FnOnce(operations::PlaceOrderWhen, operations::PlaceOrderThen),
+    {
+        self.mock(|when, then| {
+            config_fn(
+                operations::PlaceOrderWhen::new(when),
+                operations::PlaceOrderThen::new(then),
+            )
+        })
+    }
+
+    fn get_order<F>(&self, config_fn: F) -> ::httpmock::Mock<'_>
+    where
+        F: FnOnce(operations::GetOrderWhen, operations::GetOrderThen),
+    {
+        self.mock(|when, then| {
+            config_fn(
+                operations::GetOrderWhen::new(when),
+                operations::GetOrderThen::new(then),
+            )
+        })
+    }
+
+    fn update_order<F>(&self, config_fn: F) -> ::httpmock::Mock<'_>
+    where
+        F: FnOnce(operations::UpdateOrderWhen, operations::UpdateOrderThen),
+    {
+        self.mock(|when, then| {
+            config_fn(
+                operations::UpdateOrderWhen::new(when),
+                operations::UpdateOrderThen::new(then),
+            )
+        })
+    }
+
+    fn get_inventory<F>(&self, config_fn: F) -> ::httpmock::Mock<'_>
+    where
+        F: FnOnce(operations::GetInventoryWhen, operations::GetInventoryThen),
+    {
+        self.mock(|when, then| {
+            config_fn(
+                operations::GetInventoryWhen::new(when),
+                operations::GetInventoryThen::new(then),
             )
         })
     }

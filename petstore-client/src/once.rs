@@ -1,5 +1,6 @@
-//! [`Client::create_pet_once`]: a create that stores the animal exactly
-//! once, however often the network or the service fails along the way.
+//! [`Client::create_pet_once`] and [`Client::place_order_once`]: a create
+//! that stores the animal, an order that is placed, exactly once, however
+//! often the network or the service fails along the way.
 //!
 //! Every attempt carries the same `Idempotency-Key` and the same body, so
 //! the service creates the animal at most once and answers every retry
@@ -10,7 +11,7 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 
-use crate::{Client, Error, types};
+use crate::{Client, Error, ResponseValue, types};
 
 /// How [`Client::create_pet_once`] retries: capped exponential backoff with
 /// full jitter (each wait is random between zero and the current cap, so
@@ -88,20 +89,44 @@ pub struct CreatedOnce {
     pub replayed: bool,
 }
 
-/// Builder for [`Client::create_pet_once`].
+/// An order placed by [`Client::place_order_once`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct PlacedOnce {
+    /// The order as it was placed (a replay answers it so even if it has
+    /// been delivered or cancelled since).
+    pub order: types::Order,
+    /// The idempotency key every attempt carried.
+    pub idempotency_key: String,
+    /// How many attempts it took.
+    pub attempts: u32,
+    /// Whether the `201` that ended it was a replay: an earlier attempt had
+    /// placed the order, but its answer was lost.
+    pub replayed: bool,
+}
+
+/// A request sent with one idempotency key until it is answered: the
+/// builder of [`Client::create_pet_once`] ([`CreatePetOnce`]) and of
+/// [`Client::place_order_once`] ([`PlaceOrderOnce`]).
 #[derive(Debug)]
-pub struct CreatePetOnce<'a> {
+pub struct Once<'a, B> {
     client: &'a Client,
-    pet: types::NewPet,
+    body: B,
     idempotency_key: String,
     policy: RetryPolicy,
 }
+
+/// Builder for [`Client::create_pet_once`].
+pub type CreatePetOnce<'a> = Once<'a, types::NewPet>;
+
+/// Builder for [`Client::place_order_once`].
+pub type PlaceOrderOnce<'a> = Once<'a, types::NewOrder>;
 
 impl Client {
     /// Adds `pet` to the catalogue exactly once.
     ///
     /// Generates an idempotency key (a UUID v4; choose your own with
-    /// [`CreatePetOnce::idempotency_key`], e.g. one saved with the work it
+    /// [`Once::idempotency_key`], e.g. one saved with the work it
     /// belongs to, so that even a restarted process retries with it), sends
     /// the create, and retries with the same key and body on every failure
     /// after which the animal may or may not have been stored: a
@@ -110,7 +135,7 @@ impl Client {
     /// Any other error is returned at once. When the attempts run out (see
     /// [`RetryPolicy`]), the last error is returned: the animal was then
     /// stored at most once, and a later retry with the same key and body
-    /// ([`CreatePetOnce::key`], read before sending) finishes the job, for
+    /// ([`Once::key`], read before sending) finishes the job, for
     /// 24 hours at least.
     ///
     /// ```no_run
@@ -129,16 +154,42 @@ impl Client {
     /// # }
     /// ```
     pub fn create_pet_once(&self, pet: types::NewPet) -> CreatePetOnce<'_> {
-        CreatePetOnce {
-            client: self,
-            pet,
+        Once::new(self, pet)
+    }
+
+    /// Orders the animal `pet_id` exactly once, as [`Client::create_pet_once`]
+    /// adds one: the same idempotency key on every attempt, retried through
+    /// communication errors, `502`/`503`/`504` and the `409` of an attempt
+    /// still in progress. An answer that no retry can change ends it at
+    /// once: `409 pet_not_available` (the animal is not `available`; a retry
+    /// whose first attempt did place the order gets that order instead),
+    /// `422 pet_not_found`, `400`.
+    ///
+    /// ```no_run
+    /// use petstore_client::Client;
+    ///
+    /// # async fn example() -> Result<(), petstore_client::Error<petstore_client::types::Error>> {
+    /// let client = Client::with_api_key("http://127.0.0.1:8080/v1", "my-api-key");
+    /// let placed = client.place_order_once(42).send().await?;
+    /// println!("order {} placed at {}", placed.order.id, placed.order.placed_at);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn place_order_once(&self, pet_id: i64) -> PlaceOrderOnce<'_> {
+        Once::new(self, types::NewOrder { pet_id })
+    }
+}
+
+impl<'a, B> Once<'a, B> {
+    fn new(client: &'a Client, body: B) -> Once<'a, B> {
+        Once {
+            client,
+            body,
             idempotency_key: uuid::Uuid::new_v4().to_string(),
             policy: RetryPolicy::default(),
         }
     }
-}
 
-impl CreatePetOnce<'_> {
     /// Uses `key` instead of a generated one (1 to 255 visible ASCII
     /// characters; the service refuses anything else with `400`).
     pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
@@ -157,33 +208,25 @@ impl CreatePetOnce<'_> {
         &self.idempotency_key
     }
 
-    /// Creates the animal, retrying as the policy says.
-    pub async fn send(self) -> Result<CreatedOnce, Error<types::Error>> {
-        let mut attempt = 1;
+    /// Sends `attempt` until it is answered, as the policy says; returns
+    /// the answer, the attempts it took and whether it was a replay.
+    async fn until_answered<T>(
+        &self,
+        mut attempt: impl AsyncFnMut() -> Result<ResponseValue<T>, Error<types::Error>>,
+    ) -> Result<(T, u32, bool), Error<types::Error>> {
+        let mut attempts = 1;
         loop {
-            let sent = self
-                .client
-                .create_pet()
-                .idempotency_key(self.idempotency_key.as_str())
-                .body(self.pet.clone())
-                .send()
-                .await;
-            match sent {
+            match attempt().await {
                 Ok(response) => {
                     let replayed = response
                         .headers()
                         .get("idempotent-replayed")
                         .is_some_and(|value| value == "true");
-                    return Ok(CreatedOnce {
-                        pet: response.into_inner(),
-                        idempotency_key: self.idempotency_key,
-                        attempts: attempt,
-                        replayed,
-                    });
+                    return Ok((response.into_inner(), attempts, replayed));
                 }
-                Err(error) if is_retryable(&error) && attempt < self.policy.max_attempts => {
-                    tokio::time::sleep(self.policy.wait(attempt)).await;
-                    attempt += 1;
+                Err(error) if is_retryable(&error) && attempts < self.policy.max_attempts => {
+                    tokio::time::sleep(self.policy.wait(attempts)).await;
+                    attempts += 1;
                 }
                 Err(error) => return Err(error),
             }
@@ -191,20 +234,61 @@ impl CreatePetOnce<'_> {
     }
 }
 
-/// Whether the animal may or may not have been stored, so that a retry with
-/// the same key is the way to find out (and to finish the job).
+impl CreatePetOnce<'_> {
+    /// Creates the animal, retrying as the policy says.
+    pub async fn send(self) -> Result<CreatedOnce, Error<types::Error>> {
+        let (pet, attempts, replayed) = self
+            .until_answered(async || {
+                let create = self.client.create_pet();
+                let create = create.idempotency_key(self.idempotency_key.as_str());
+                create.body(self.body.clone()).send().await
+            })
+            .await?;
+        Ok(CreatedOnce {
+            pet,
+            idempotency_key: self.idempotency_key,
+            attempts,
+            replayed,
+        })
+    }
+}
+
+impl PlaceOrderOnce<'_> {
+    /// Places the order, retrying as the policy says.
+    pub async fn send(self) -> Result<PlacedOnce, Error<types::Error>> {
+        let (order, attempts, replayed) = self
+            .until_answered(async || {
+                let place = self.client.place_order();
+                let place = place.idempotency_key(self.idempotency_key.as_str());
+                place.body(self.body.clone()).send().await
+            })
+            .await?;
+        Ok(PlacedOnce {
+            order,
+            idempotency_key: self.idempotency_key,
+            attempts,
+            replayed,
+        })
+    }
+}
+
+/// Whether the request may or may not have taken effect, so that a retry
+/// with the same key is the way to find out (and to finish the job): a
+/// communication error, a gateway's or the service's unavailability, or a
+/// `409` saying that an earlier attempt with the key is still in progress
+/// (not one saying the animal cannot be ordered).
 fn is_retryable(error: &Error<types::Error>) -> bool {
     let retry_status = |status: StatusCode| {
         matches!(
             status,
-            StatusCode::CONFLICT
-                | StatusCode::BAD_GATEWAY
-                | StatusCode::SERVICE_UNAVAILABLE
-                | StatusCode::GATEWAY_TIMEOUT
+            StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT
         )
     };
     match error {
         Error::CommunicationError(_) | Error::ResponseBodyError(_) => true,
+        Error::ErrorResponse(response) if response.status() == StatusCode::CONFLICT => {
+            response.code == "idempotency_key_in_use"
+        }
         Error::ErrorResponse(response) => retry_status(response.status()),
         Error::UnexpectedResponse(response) => retry_status(response.status()),
         _ => false,

@@ -1,10 +1,11 @@
-//! Walking the whole catalogue, page by page, as a [`Stream`].
+//! Walking the whole catalogue, or every order, page by page, as a
+//! [`Stream`].
 
 use std::num::NonZeroU32;
 
 use futures::{Stream, StreamExt, TryStreamExt, stream};
 
-use crate::{Client, Error, Pet, PetStatus, types};
+use crate::{Client, Error, Pet, PetStatus, ResponseValue, types};
 
 /// The largest page the service serves (the contract's `limit` maximum).
 pub const PAGE_SIZE_MAX: u32 = 100;
@@ -71,32 +72,141 @@ impl<'a> PetWalk<'a> {
     pub fn stream(
         self,
     ) -> impl Stream<Item = Result<Pet, Error<types::Error>>> + Send + Unpin + 'a {
-        // State: the cursor of the next page, or `None` once the last page
-        // has been fetched.
-        stream::try_unfold(Some(None), move |cursor: Option<Option<i64>>| async move {
+        keyset(
+            move |after| {
+                let mut request = self.client.list_pets().limit(self.page_size);
+                if let Some(status) = self.status {
+                    request = request.status(status);
+                }
+                if let Some(after) = after {
+                    request = request.after(after);
+                }
+                request.send()
+            },
+            |pet: &Pet| pet.id,
+        )
+    }
+}
+
+/// A walk through the orders, built by [`Client::walk_orders`].
+#[derive(Clone, Debug)]
+#[must_use = "a walk does nothing until it is streamed"]
+pub struct OrderWalk<'a> {
+    client: &'a Client,
+    status: Option<types::OrderStatus>,
+    pet_id: Option<i64>,
+    page_size: NonZeroU32,
+}
+
+impl Client {
+    /// Every order (or those of one status, or of one animal), in ascending
+    /// `id` order, as a [`Stream`] that fetches one page at a time with
+    /// `GET /store/orders?after=…`, as [`Client::walk_pets`] does.
+    ///
+    /// ```no_run
+    /// use futures::TryStreamExt;
+    /// use petstore_client::{Client, OrderStatus};
+    ///
+    /// # async fn example() -> Result<(), petstore_client::Error<petstore_client::types::Error>> {
+    /// let client = Client::with_api_key("http://127.0.0.1:8080/v1", "my-api-key");
+    /// let to_deliver: Vec<_> = client
+    ///     .walk_orders()
+    ///     .status(OrderStatus::Placed)
+    ///     .stream()
+    ///     .try_collect()
+    ///     .await?;
+    /// println!("{} orders wait for delivery", to_deliver.len());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn walk_orders(&self) -> OrderWalk<'_> {
+        OrderWalk {
+            client: self,
+            status: None,
+            pet_id: None,
+            page_size: NonZeroU32::new(PAGE_SIZE_MAX).expect("not zero"),
+        }
+    }
+}
+
+impl<'a> OrderWalk<'a> {
+    /// Only orders with `status`.
+    pub fn status(mut self, status: types::OrderStatus) -> OrderWalk<'a> {
+        self.status = Some(status);
+        self
+    }
+
+    /// Only orders for the animal `pet_id`.
+    pub fn pet_id(mut self, pet_id: i64) -> OrderWalk<'a> {
+        self.pet_id = Some(pet_id);
+        self
+    }
+
+    /// Orders per request, 1 to [`PAGE_SIZE_MAX`] (default: the maximum);
+    /// values outside are clamped into that range.
+    pub fn page_size(mut self, page_size: u32) -> OrderWalk<'a> {
+        self.page_size = NonZeroU32::new(page_size.clamp(1, PAGE_SIZE_MAX)).expect("not zero");
+        self
+    }
+
+    /// The orders, one page fetched at a time. The first error ends the
+    /// stream. The stream is `Send` and `Unpin`.
+    pub fn stream(
+        self,
+    ) -> impl Stream<Item = Result<types::Order, Error<types::Error>>> + Send + Unpin + 'a {
+        keyset(
+            move |after| {
+                let mut request = self.client.list_orders().limit(self.page_size);
+                if let Some(status) = self.status {
+                    request = request.status(status);
+                }
+                if let Some(pet_id) = self.pet_id {
+                    request = request.pet_id(pet_id);
+                }
+                if let Some(after) = after {
+                    request = request.after(after);
+                }
+                request.send()
+            },
+            |order: &types::Order| order.id,
+        )
+    }
+}
+
+/// The items of every page `fetch` gets, the first from the start and each
+/// next one after the last `id` (read with `id`) of the one before, while
+/// the pages have a `next` link.
+fn keyset<'a, T, F, Fut>(
+    fetch: F,
+    id: fn(&T) -> i64,
+) -> impl Stream<Item = Result<T, Error<types::Error>>> + Send + Unpin + 'a
+where
+    T: Send + 'a,
+    F: Fn(Option<i64>) -> Fut + Send + Sync + 'a,
+    Fut: Future<Output = Result<ResponseValue<Vec<T>>, Error<types::Error>>> + Send + 'a,
+{
+    let fetch = std::sync::Arc::new(fetch);
+    // State: the cursor of the next page, or `None` once the last page has
+    // been fetched.
+    stream::try_unfold(Some(None), move |cursor: Option<Option<i64>>| {
+        let fetch = std::sync::Arc::clone(&fetch);
+        async move {
             let Some(after) = cursor else {
                 return Ok::<_, Error<types::Error>>(None);
             };
-            let mut request = self.client.list_pets().limit(self.page_size);
-            if let Some(status) = self.status {
-                request = request.status(status);
-            }
-            if let Some(after) = after {
-                request = request.after(after);
-            }
-            let response = request.send().await?;
+            let response = fetch(after).await?;
             let has_next = has_next_link(response.headers());
-            let pets = response.into_inner();
-            let next = match pets.last() {
-                Some(last) if has_next => Some(Some(last.id)),
+            let items = response.into_inner();
+            let next = match items.last() {
+                Some(last) if has_next => Some(Some(id(last))),
                 _ => None,
             };
-            Ok(Some((pets, next)))
-        })
-        .map_ok(|page| stream::iter(page.into_iter().map(Ok)))
-        .try_flatten()
-        .boxed()
-    }
+            Ok(Some((items, next)))
+        }
+    })
+    .map_ok(|page| stream::iter(page.into_iter().map(Ok)))
+    .try_flatten()
+    .boxed()
 }
 
 /// Whether a `Link` header (RFC 8288) of the response has `rel="next"`.

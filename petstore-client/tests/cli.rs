@@ -452,3 +452,81 @@ async fn no_service_is_exit_status_3() {
         .await
         .fails(3, &["is that the service's API"]);
 }
+
+/// `petstore orders …` and `petstore inventory`: an order makes the animal
+/// pending; `deliver` sells it, `cancel` frees it; refusals are the
+/// service's errors (exit status 1).
+#[tokio::test]
+async fn orders_are_placed_delivered_cancelled_and_counted() {
+    let server = TestServer::start().await;
+    let available = json!({"name": "Rex", "categoryId": 1, "status": "available"});
+    let rex = server.create(available.clone()).await["id"].to_string();
+    let tom = server.create(available).await["id"].to_string();
+
+    let first = petstore(&server, &["orders", "place", "--pet-id", &rex])
+        .await
+        .json();
+    assert_eq!(first["status"], "placed");
+    assert_eq!(server.read(&first["petId"]).await["status"], "pending");
+    petstore(&server, &["orders", "place", "--pet-id", &rex])
+        .await
+        .fails(1, &["pet_not_available"]);
+    let first_id = first["id"].to_string();
+    let delivered = petstore(&server, &["orders", "deliver", &first_id])
+        .await
+        .json();
+    assert_eq!(delivered["status"], "delivered");
+    assert_eq!(server.read(&first["petId"]).await["status"], "sold");
+    petstore(&server, &["orders", "cancel", &first_id])
+        .await
+        .fails(1, &["invalid_transition"]);
+
+    let second = petstore(
+        &server,
+        &[
+            "orders",
+            "place",
+            "--pet-id",
+            &tom,
+            "--idempotency-key",
+            "k-1",
+        ],
+    )
+    .await
+    .json();
+    let cancelled = petstore(&server, &["orders", "cancel", &second["id"].to_string()])
+        .await
+        .json();
+    assert_eq!(cancelled["status"], "cancelled");
+    assert_eq!(server.read(&second["petId"]).await["status"], "available");
+
+    assert_eq!(
+        petstore(&server, &["orders", "get", &first_id])
+            .await
+            .json(),
+        delivered
+    );
+    let all = petstore(&server, &["orders", "list", "--all", "--limit", "1"])
+        .await
+        .json();
+    assert_eq!(all, json!([delivered, cancelled]));
+    let of_tom = petstore(&server, &["orders", "list", "--pet-id", &tom])
+        .await
+        .json();
+    assert_eq!(of_tom, json!([cancelled]));
+    let by_status = petstore(&server, &["orders", "list", "--status", "delivered"])
+        .await
+        .json();
+    assert_eq!(by_status, json!([delivered]));
+    let inventory = petstore(&server, &["inventory"]).await.json();
+    assert_eq!(inventory, json!({"available": 1, "pending": 0, "sold": 1}));
+    petstore(
+        &server,
+        &["orders", "deliver", &first_id, "--status", "cancelled"],
+    )
+    .await
+    .fails(2, &["sets --status itself"]);
+    petstore(&server, &["orders", "get", "999999"])
+        .await
+        .fails(1, &["not_found"]);
+}

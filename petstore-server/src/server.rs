@@ -17,8 +17,8 @@ use petstore_api::auth::{ApiContext, Authenticated};
 use petstore_api::body::StrictJson;
 use petstore_api::error::ApiError;
 use petstore_api::idempotency::{CreatedHeaders, IdempotencyKey};
-use petstore_api::params::{ListPetsParams, PetPath};
-use petstore_api::responses::{DeprecationHeaders, PageHeaders, PetsPage};
+use petstore_api::params::{ListOrdersParams, ListPetsParams, OrderPath, PetPath};
+use petstore_api::responses::{DeprecationHeaders, OrdersPageHeaders, PageHeaders, PetsPage};
 use petstore_api::{LIMIT_MAX, PetstoreApi, REQUEST_BODY_MAX_BYTES};
 
 use crate::context::{Requests, Service};
@@ -26,11 +26,14 @@ use crate::keyring::{Keyring, unix_now};
 use crate::keys::ApiKeys;
 use crate::metrics::Metrics;
 use crate::observe::{ObservingDrain, RequestNotes};
+use crate::store::idempotency::{fingerprint, order_fingerprint};
 use crate::store::{
-    self, CreateOutcome, DatabaseUrl, Idempotency, KeyStore, ListQuery, OpenError, PURGE_BATCH,
-    PetStore, Retention, StoreError, StoreMetrics,
+    self, CreateOutcome, DatabaseUrl, Idempotency, KeyStore, ListQuery, OpenError, OrderQuery,
+    PURGE_BATCH, PetStore, PlaceOutcome, Retention, StoreError, StoreMetrics, UpdateOutcome,
 };
-use petstore_api::model::{NewPet, Pet};
+use petstore_api::model::{
+    Inventory, NewOrder, NewPet, Order, OrderStatus, OrderUpdate, Pet, PetStatus,
+};
 
 // Every page the contract allows, the store can serve.
 const _: () = assert!(LIMIT_MAX as u32 <= store::LIST_MAX);
@@ -116,7 +119,7 @@ impl PetstoreApi for PetstoreImpl {
         let once = Idempotency::new(
             auth.identity(),
             key,
-            &pet,
+            fingerprint(&pet),
             unix_now(),
             context.idempotency_retention,
         );
@@ -169,6 +172,133 @@ impl PetstoreApi for PetstoreImpl {
             )),
             None => Err(ApiError::not_found(format!("no pet has id {id}"))),
         }
+    }
+
+    async fn list_orders(
+        rqctx: RequestContext<ApiContext>,
+        _auth: Authenticated,
+        query: Query<ListOrdersParams>,
+    ) -> Result<HttpResponseHeaders<HttpResponseOk<Vec<Order>>, OrdersPageHeaders>, ApiError> {
+        let params = query.into_inner();
+        let limit = params.checked_limit()?;
+        let context = service(&rqctx)?;
+        let page = context
+            .store
+            .list_orders(OrderQuery {
+                limit,
+                status: params.status,
+                pet_id: params.pet_id,
+                after: params.after,
+            })
+            .await
+            .map_err(store_failure(context))?;
+        let headers = match page.orders.last() {
+            Some(last) if page.more => {
+                OrdersPageHeaders::next(limit, params.status, params.pet_id, last.id)
+            }
+            _ => OrdersPageHeaders::default(),
+        };
+        Ok(HttpResponseHeaders::new(
+            HttpResponseOk(page.orders),
+            headers,
+        ))
+    }
+
+    async fn place_order(
+        rqctx: RequestContext<ApiContext>,
+        auth: Authenticated,
+        idempotency_key: IdempotencyKey,
+        body: StrictJson<NewOrder>,
+    ) -> Result<HttpResponseHeaders<HttpResponseCreated<Order>, CreatedHeaders>, ApiError> {
+        let context = service(&rqctx)?;
+        let pet_id = body.into_inner().pet_id;
+        let once = idempotency_key.into_inner().map(|key| {
+            Idempotency::new(
+                auth.identity(),
+                key,
+                order_fingerprint(pet_id),
+                unix_now(),
+                context.idempotency_retention,
+            )
+        });
+        let outcome = context
+            .store
+            .place_order(pet_id, once)
+            .await
+            .map_err(store_failure(context))?;
+        let placed = |order, headers| {
+            Ok(HttpResponseHeaders::new(
+                HttpResponseCreated(order),
+                headers,
+            ))
+        };
+        match outcome {
+            PlaceOutcome::Placed(order) => placed(order, CreatedHeaders::default()),
+            PlaceOutcome::Replayed(order) => placed(order, CreatedHeaders::replayed()),
+            PlaceOutcome::NotAvailable(status) => Err(ApiError::pet_not_available(
+                pet_id,
+                status.map(PetStatus::as_str),
+            )),
+            PlaceOutcome::NoSuchPet => Err(ApiError::pet_not_found(pet_id)),
+            PlaceOutcome::KeyReused => Err(ApiError::order_idempotency_key_reused()),
+            PlaceOutcome::KeyInUse => Err(ApiError::order_idempotency_key_in_use()),
+        }
+    }
+
+    async fn get_order(
+        rqctx: RequestContext<ApiContext>,
+        _auth: Authenticated,
+        path: Path<OrderPath>,
+    ) -> Result<HttpResponseOk<Order>, ApiError> {
+        let id = path.into_inner().order_id;
+        let context = service(&rqctx)?;
+        match context
+            .store
+            .get_order(id)
+            .await
+            .map_err(store_failure(context))?
+        {
+            Some(order) => Ok(HttpResponseOk(order)),
+            None => Err(ApiError::not_found(format!("no order has id {id}"))),
+        }
+    }
+
+    async fn update_order(
+        rqctx: RequestContext<ApiContext>,
+        _auth: Authenticated,
+        path: Path<OrderPath>,
+        body: StrictJson<OrderUpdate>,
+    ) -> Result<HttpResponseOk<Order>, ApiError> {
+        let id = path.into_inner().order_id;
+        let to = body.into_inner().status;
+        let context = service(&rqctx)?;
+        match context
+            .store
+            .update_order(id, to)
+            .await
+            .map_err(store_failure(context))?
+        {
+            UpdateOutcome::Done(order) => Ok(HttpResponseOk(order)),
+            UpdateOutcome::NoSuchOrder => Err(ApiError::not_found(format!("no order has id {id}"))),
+            UpdateOutcome::Invalid(from) => Err(ApiError::invalid_transition(
+                id,
+                from.as_str(),
+                OrderStatus::from(to).as_str(),
+            )),
+        }
+    }
+
+    async fn get_inventory(
+        rqctx: RequestContext<ApiContext>,
+        _auth: Authenticated,
+    ) -> Result<HttpResponseOk<Inventory>, ApiError> {
+        let context = service(&rqctx)?;
+        let inventory = context
+            .store
+            .inventory()
+            .await
+            .map_err(store_failure(context))?;
+        Ok(HttpResponseOk(inventory))
     }
 }
 

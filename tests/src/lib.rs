@@ -291,6 +291,62 @@ impl TestServer {
         response.json().await.expect("a JSON pet")
     }
 
+    /// An authenticated `POST /store/orders` ordering the animal `pet_id`.
+    pub fn post_order(&self, pet_id: &Value) -> RequestBuilder {
+        self.request(Method::POST, "/store/orders")
+            .json(&serde_json::json!({ "petId": pet_id }))
+    }
+
+    /// Orders the animal `pet_id`, insisting on 201; returns the order.
+    pub async fn place_order(&self, pet_id: &Value) -> Value {
+        let response = self.post_order(pet_id).send().await.expect("request sent");
+        assert_eq!(
+            response.status(),
+            StatusCode::CREATED,
+            "ordering pet {pet_id}"
+        );
+        response.json().await.expect("a JSON order")
+    }
+
+    /// An authenticated `PATCH /store/orders/{id}` asking for `status`.
+    pub fn patch_order(&self, id: &Value, status: &str) -> RequestBuilder {
+        self.request(Method::PATCH, &format!("/store/orders/{id}"))
+            .json(&serde_json::json!({ "status": status }))
+    }
+
+    /// `GET /store/inventory`, insisting on 200.
+    pub async fn inventory(&self) -> Value {
+        let response = self
+            .get("/store/inventory")
+            .send()
+            .await
+            .expect("request sent");
+        assert_eq!(response.status(), StatusCode::OK, "reading the inventory");
+        response.json().await.expect("a JSON inventory")
+    }
+
+    /// Every item of a list, following `Link: rel="next"` from `first` (a
+    /// path under `/v1`, with its query); checks that each page holds at
+    /// most `limit` items and that each link follows its page's last `id`.
+    pub async fn walk(&self, first: &str, limit: usize) -> Vec<Value> {
+        let mut seen = Vec::new();
+        let mut next = Some(format!("/v1{first}"));
+        while let Some(target) = next {
+            let path = target.strip_prefix("/v1").expect("a link under /v1");
+            let response = self.get(path).send().await.expect("request sent");
+            assert_eq!(response.status(), StatusCode::OK, "{target}");
+            next = next_link(&response);
+            let items: Vec<Value> = response.json().await.expect("a JSON array");
+            assert!(items.len() <= limit, "{target}: {} items", items.len());
+            if let Some(link) = &next {
+                let last = &items.last().expect("a next link after an empty page")["id"];
+                assert!(link.ends_with(&format!("&after={last}")), "{link}");
+            }
+            seen.extend(items);
+        }
+        seen
+    }
+
     /// Everything logged so far (the async drain may lag; see
     /// [`TestServer::log_eventually_contains`]).
     pub fn log_text(&self) -> String {
@@ -328,6 +384,25 @@ async fn launch(database: &DatabaseUrl, log: &LogBuffer, retention: Duration) ->
     petstore_server::start(config, logger)
         .await
         .expect("the server starts")
+}
+
+/// The target of the response's `Link: <…>; rel="next"` header, if it has
+/// one; fails on any other `Link` or on more than one.
+pub fn next_link(response: &Response) -> Option<String> {
+    let links: Vec<&str> = response
+        .headers()
+        .get_all("link")
+        .iter()
+        .map(|v| v.to_str().expect("an ASCII link"))
+        .collect();
+    assert!(links.len() <= 1, "{links:?}");
+    links.first().map(|link| {
+        link.strip_suffix("; rel=\"next\"")
+            .and_then(|l| l.strip_prefix('<'))
+            .and_then(|l| l.strip_suffix('>'))
+            .unwrap_or_else(|| panic!("not a next link: {link}"))
+            .to_owned()
+    })
 }
 
 /// Asserts that `response` is an error in the contract's shape — JSON, with

@@ -242,10 +242,94 @@ fn needed_version(released: &Version, verdict: Verdict) -> Version {
     }
 }
 
+/// Why the freeze rule fails, if it does: the contract's `info.version` must
+/// have a frozen copy identical to it, byte for byte (each version that
+/// lands is frozen in the same change), and no frozen copy may differ from
+/// the bytes it was first committed with, or be gone (a release is never
+/// edited). The history is git's; files not yet committed are new.
+pub fn freeze_failures(contract: &Path, dir: &Path) -> anyhow::Result<Vec<String>> {
+    let (_, version) = parse(contract)?;
+    let mut failures = Vec::new();
+    let frozen = dir.join(format!("petstore-{version}.yaml"));
+    let shown = |path: &Path| {
+        path.strip_prefix(workspace_root())
+            .unwrap_or(path)
+            .display()
+            .to_string()
+    };
+    match std::fs::read(&frozen) {
+        Err(_) => failures.push(format!(
+            "info.version {version} is not frozen: copy {} to {} in the same change",
+            shown(contract),
+            shown(&frozen)
+        )),
+        Ok(bytes) if bytes != std::fs::read(contract)? => failures.push(format!(
+            "{} differs from {}: a released version is never edited; bump info.version and \
+             freeze the new version",
+            shown(&frozen),
+            shown(contract)
+        )),
+        Ok(_) => {}
+    }
+    let relative = dir.strip_prefix(workspace_root()).unwrap_or(dir);
+    let added = git(&[
+        "log",
+        "--diff-filter=A",
+        "--format=%H",
+        "--name-only",
+        "--",
+        &relative.to_string_lossy(),
+    ])?;
+    let mut first_commit = std::collections::BTreeMap::new();
+    let mut commit = "";
+    for line in added.lines().filter(|line| !line.is_empty()) {
+        if line.len() == 40 && line.bytes().all(|b| b.is_ascii_hexdigit()) {
+            commit = line;
+        } else if line.ends_with(".yaml") {
+            // Newest first: the last commit seen for a file is its first.
+            first_commit.insert(line.to_owned(), commit.to_owned());
+        }
+    }
+    for (file, commit) in first_commit {
+        let path = workspace_root().join(&file);
+        let released = git(&["show", &format!("{commit}:{file}")])?;
+        match std::fs::read(&path) {
+            Err(_) => failures.push(format!("{file} was released and is gone: restore it")),
+            Ok(bytes) if bytes != released.as_bytes() => failures.push(format!(
+                "{file} differs from the bytes it was released with (commit {}): a released \
+                 version is never edited; restore it (`git checkout {commit} -- {file}`)",
+                &commit[..12]
+            )),
+            Ok(_) => {}
+        }
+    }
+    Ok(failures)
+}
+
+/// What `git args` prints, run in the workspace.
+fn git(args: &[&str]) -> anyhow::Result<String> {
+    let output = std::process::Command::new("git")
+        .args(args)
+        .current_dir(workspace_root())
+        .output()
+        .context("running git (the freeze rule reads the released files' history)")?;
+    if !output.status.success() {
+        bail!(
+            "git {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    String::from_utf8(output.stdout).context("git printed something that is not UTF-8")
+}
+
 /// `cargo xtask openapi compat`.
 pub fn check() -> anyhow::Result<()> {
     let contract = openapi::contract_path();
-    let outcome = gate(&contract, &released_dir())?;
+    let mut outcome = gate(&contract, &released_dir())?;
+    outcome
+        .failures
+        .extend(freeze_failures(&contract, &released_dir())?);
     for line in &outcome.lines {
         println!("{line}");
     }
@@ -312,6 +396,12 @@ mod tests {
     fn the_committed_contract_passes_the_gate() {
         let outcome = gate(&openapi::contract_path(), &released_dir()).unwrap();
         assert!(outcome.failures.is_empty(), "{outcome:#?}");
+    }
+
+    #[test]
+    fn the_contract_is_frozen_and_no_release_was_edited() {
+        let failures = freeze_failures(&openapi::contract_path(), &released_dir()).unwrap();
+        assert!(failures.is_empty(), "{failures:#?}");
     }
 
     fn v(text: &str) -> Version {

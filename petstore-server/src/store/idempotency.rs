@@ -37,20 +37,21 @@ pub struct Idempotency {
 }
 
 impl Idempotency {
-    /// The idempotency of creating `pet` with `key`, sent with the API key
-    /// whose digest is `scope`, at `now`, records being kept as `retention`
-    /// says.
+    /// The idempotency of a request whose body has `fingerprint` (see
+    /// [`fingerprint`], [`order_fingerprint`]), made with `key`, sent with
+    /// the API key whose digest is `scope`, at `now`, records being kept as
+    /// `retention` says.
     pub fn new(
         scope: [u8; 32],
         key: String,
-        pet: &NewPet,
+        fingerprint: [u8; 32],
         now: i64,
         retention: Retention,
     ) -> Idempotency {
         Idempotency {
             scope,
             key,
-            fingerprint: fingerprint(pet),
+            fingerprint,
             now,
             expired_at_or_before: retention.expired_at_or_before(now),
         }
@@ -65,12 +66,22 @@ impl Idempotency {
     /// take one): the first 8 bytes of a SHA-256 of both. Two keys sharing
     /// it only make each other wait (409), never share a record.
     pub fn lock_id(&self) -> i64 {
-        let mut hash = Sha256::new();
-        hash.update(self.scope);
-        hash.update(self.key.as_bytes());
-        let digest = hash.finalize();
-        i64::from_be_bytes(digest[..8].try_into().expect("a SHA-256 has 32 bytes"))
+        lock_id(&[&self.scope, self.key.as_bytes()])
     }
+
+    /// [`Idempotency::lock_id`] for `placeOrder`, whose keys are apart from
+    /// `createPet`'s: the same key may be in use for both at once.
+    pub fn order_lock_id(&self) -> i64 {
+        lock_id(&[b"placeOrder ", &self.scope, self.key.as_bytes()])
+    }
+}
+
+/// The first 8 bytes of the SHA-256 of `parts`, one after the other.
+fn lock_id(parts: &[&[u8]]) -> i64 {
+    let mut hash = Sha256::new();
+    parts.iter().for_each(|part| hash.update(part));
+    let digest = hash.finalize();
+    i64::from_be_bytes(digest[..8].try_into().expect("a SHA-256 has 32 bytes"))
 }
 
 /// How long idempotency records hold their keys, and what follows from it:
@@ -124,6 +135,15 @@ pub fn fingerprint(pet: &NewPet) -> [u8; 32] {
     let mut hash = Sha256::new();
     let encoded = serde_json::to_vec(pet).expect("a NewPet always serialises");
     hash.update(&encoded);
+    hash.finalize().into()
+}
+
+/// The SHA-256 of an order's body (its animal's id), to tell a retry from
+/// a reuse of the key.
+pub fn order_fingerprint(pet_id: i64) -> [u8; 32] {
+    let mut hash = Sha256::new();
+    hash.update(b"placeOrder ");
+    hash.update(pet_id.to_be_bytes());
     hash.finalize().into()
 }
 
@@ -209,7 +229,13 @@ mod tests {
     #[test]
     fn records_live_for_the_retention_and_no_longer() {
         let retention = Retention::new(Duration::from_secs(100));
-        let once = Idempotency::new([0; 32], "k".into(), &pet("Rex"), 1_000, retention);
+        let once = Idempotency::new(
+            [0; 32],
+            "k".into(),
+            fingerprint(&pet("Rex")),
+            1_000,
+            retention,
+        );
         // 100 s of retention and 60 s of grace; deleted past twice that.
         assert!(once.is_live(1_000));
         assert!(once.is_live(841));
@@ -224,7 +250,7 @@ mod tests {
     /// A create of Rex with `key` in `scope`.
     fn once(scope: [u8; 32], key: &str) -> Idempotency {
         let retention = Retention::new(Duration::ZERO);
-        Idempotency::new(scope, key.into(), &pet("Rex"), 0, retention)
+        Idempotency::new(scope, key.into(), fingerprint(&pet("Rex")), 0, retention)
     }
 
     #[test]

@@ -6,16 +6,18 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use petstore_api::model::{EncodedPets, NewPet, Pet, PetStatus};
+use petstore_api::model::{EncodedPets, Inventory, NewPet, OrderUpdateStatus, Pet, PetStatus};
 
 pub mod idempotency;
 pub mod keys;
+pub mod orders;
 mod postgres;
 mod sqlite;
 mod url;
 
 pub use idempotency::{CreateOutcome, Idempotency, PURGE_BATCH, Retention};
 pub use keys::{KeyError, KeyStore, Revoked, StoredKey};
+pub use orders::{OrderPage, OrderQuery, PlaceOutcome, UpdateOutcome};
 pub use postgres::PostgresStore;
 pub use sqlite::{SqliteKeys, SqliteStore};
 pub use url::{DatabaseUrl, DatabaseUrlError, PostgresUrl};
@@ -260,7 +262,13 @@ pub struct Page {
     pub more: bool,
 }
 
-/// A catalogue of pets.
+/// A catalogue of pets, and the store that sells them.
+///
+/// An animal's status changes only with its order: placing one makes an
+/// `available` animal `pending`, delivering it makes the animal `sold`,
+/// cancelling it makes the animal `available` again — each in the order's
+/// own transaction. Every method sees every change acknowledged before it
+/// was called (on PostgreSQL, by any instance).
 #[async_trait::async_trait]
 pub trait PetStore: Send + Sync + 'static {
     /// Stores `pet` under a new identifier. Returns only once the pet is
@@ -289,6 +297,33 @@ pub trait PetStore: Send + Sync + 'static {
 
     /// The pet with identifier `id`, if there is one.
     async fn get(&self, id: i64) -> Result<Option<Pet>, StoreError>;
+
+    /// Orders the animal `pet_id`, once per idempotency key when one is
+    /// given (see [`PlaceOutcome`]). The order, the animal's new status and
+    /// the key's record are committed in one transaction before `Ok(Placed)`.
+    async fn place_order(
+        &self,
+        pet_id: i64,
+        idempotency: Option<Idempotency>,
+    ) -> Result<PlaceOutcome, StoreError>;
+
+    /// Gives the order `id` the status `to`, and its animal the status that
+    /// goes with it, in one transaction (see [`UpdateOutcome`]).
+    async fn update_order(
+        &self,
+        id: i64,
+        to: OrderUpdateStatus,
+    ) -> Result<UpdateOutcome, StoreError>;
+
+    /// The order with identifier `id`, if there is one.
+    async fn get_order(&self, id: i64) -> Result<Option<petstore_api::model::Order>, StoreError>;
+
+    /// A page of orders in ascending `id` order (see [`OrderQuery`]).
+    async fn list_orders(&self, query: OrderQuery) -> Result<OrderPage, StoreError>;
+
+    /// How many animals have each status, exactly, at one moment; costs
+    /// the same however many animals there are.
+    async fn inventory(&self) -> Result<Inventory, StoreError>;
 
     /// Whether the store can serve now: the database is reachable (and its
     /// file is still the one opened), and nothing stopped it for good.

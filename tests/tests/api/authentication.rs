@@ -6,12 +6,18 @@ use petstore_tests::{KEY, OTHER_KEY, assert_error, on_every_backend};
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 
-/// Every operation of the contract, as (method, path) with a valid pet id.
+/// Every operation of the contract, as (method, path) with a valid pet id
+/// (used as an order id too: the key is refused before anything is read).
 fn operations(pet_id: i64) -> Vec<(Method, String)> {
     vec![
         (Method::GET, "/pets".to_owned()),
         (Method::POST, "/pets".to_owned()),
         (Method::GET, format!("/pets/{pet_id}")),
+        (Method::GET, "/store/orders".to_owned()),
+        (Method::POST, "/store/orders".to_owned()),
+        (Method::GET, format!("/store/orders/{pet_id}")),
+        (Method::PATCH, format!("/store/orders/{pet_id}")),
+        (Method::GET, "/store/inventory".to_owned()),
     ]
 }
 

@@ -10,3 +10,4 @@ mod idempotency;
 mod list_pets;
 mod pagination;
 mod persistence;
+mod store;

@@ -4,7 +4,7 @@
 //! may follow and none on the last page; 400 for a cursor that is not an
 //! int64, an empty array past the end.
 
-use petstore_tests::{TestServer, assert_error, on_every_backend};
+use petstore_tests::{TestServer, assert_error, next_link, on_every_backend};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -13,23 +13,7 @@ async fn page(server: &TestServer, path_and_query: &str) -> (Vec<Value>, Option<
     let path = path_and_query.strip_prefix("/v1").unwrap_or(path_and_query);
     let response = server.get(path).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::OK, "{path_and_query}");
-    let links: Vec<String> = response
-        .headers()
-        .get_all("link")
-        .iter()
-        .map(|v| v.to_str().unwrap().to_owned())
-        .collect();
-    assert!(links.len() <= 1, "{links:?}");
-    let next = links.first().map(|link| {
-        let target = link
-            .strip_suffix("; rel=\"next\"")
-            .unwrap_or_else(|| panic!("not a next link: {link}"));
-        target
-            .strip_prefix('<')
-            .and_then(|t| t.strip_suffix('>'))
-            .unwrap()
-            .to_owned()
-    });
+    let next = next_link(&response);
     (response.json().await.unwrap(), next)
 }
 

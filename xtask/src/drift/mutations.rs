@@ -78,7 +78,7 @@ fn mutations() -> Vec<Mutation> {
         ("limit minimum lowered", Doc(|d| set(d, &format!("{LIMIT}.minimum"), 0)),
             &["paths./pets.get.parameters.limit.schema: minimum: yaml 0, server 1"]),
         ("limit default changed", Doc(|d| set(d, &format!("{LIMIT}.default"), 10)),
-            &["paths./pets.get.parameters.limit: default: yaml 10, server returned 13 items"]),
+            &["paths./pets.get.parameters.limit: default: yaml 10, server returned 20 items"]),
         ("limit widened to int64", Doc(|d| set(d, &format!("{LIMIT}.format"), "int64")),
             &["paths./pets.get.parameters.limit.schema: format: yaml \"int64\", server \"int32\""]),
         ("getPet no longer deprecated", Doc(|d| drop(remove(d, "paths./pets/{petId}.get.deprecated"))),

@@ -11,7 +11,11 @@
 //!   the emitted document, and schemathesis does not check what an omitted
 //!   parameter means. An integer default of an operation answering an array
 //!   is checked by counting, after seeding more items than it through the
-//!   YAML's create operation; any other default is noted as not probed.
+//!   collection's create operation (a `POST` with a body to the list's
+//!   path); any other default is noted as not probed. Seeded items carry
+//!   the first value of each optional enum, and an integer property named
+//!   `xId` names a distinct seeded item of the collection `…/xs`, so that
+//!   one collection's items can refer to another's.
 //! - **security**: the emitted document has none. A secured operation must
 //!   answer 401 without a key and with a wrong one; an open one must not ask
 //!   for a key.
@@ -66,7 +70,7 @@ pub async fn run(yaml: &Side<'_>, prefix: &str, report: &mut Report) -> anyhow::
         client: reqwest::Client::new(),
         base: format!("http://{}{prefix}", server.local_addr()),
         key,
-        items: Vec::new(),
+        items: BTreeMap::new(),
         tried: BTreeMap::new(),
         sent: Cell::new(0),
         report,
@@ -221,8 +225,9 @@ struct Prober<'a, 'r> {
     client: reqwest::Client,
     base: String,
     key: String,
-    /// Items created while seeding: path parameters that must exist name them.
-    items: Vec<Value>,
+    /// Items created while seeding, by collection (the create's path):
+    /// path parameters that must exist name them.
+    items: BTreeMap<String, Vec<Value>>,
     /// The statuses each operation was made to answer.
     tried: BTreeMap<String, BTreeSet<u16>>,
     sent: Cell<usize>,
@@ -308,7 +313,7 @@ impl Prober<'_, '_> {
             let data = param.parameter_data_ref();
             let name = data.name.as_str();
             let schema = self.yaml.format_json(&data.format).1;
-            let first = self.items.first();
+            let first = self.collection(&op.path).and_then(|items| items.first());
             let existing = first.and_then(|item| item.get(name).or(item.get("id")).cloned());
             match (canon::location(param), instead) {
                 ("path", Some((replaced, value))) if replaced == name => {
@@ -429,25 +434,87 @@ impl Prober<'_, '_> {
         problems
     }
 
-    /// Creates more items than any integer query default (and a few), through
-    /// the create operation: a POST with a body on a path without parameters.
-    async fn seed(&mut self, operations: &[Op<'_>]) {
-        let create = operations
+    /// The seeded items of the collection `path` is in: the longest
+    /// collection path it starts with.
+    fn collection(&self, path: &str) -> Option<&Vec<Value>> {
+        let within = self
+            .items
             .iter()
-            .find(|op| op.method == Method::POST && op.body.is_some() && !op.path.contains('{'));
-        let Some(create) = create else { return };
+            .filter(|(c, _)| path.starts_with(c.as_str()));
+        within.max_by_key(|(c, _)| c.len()).map(|(_, items)| items)
+    }
+
+    /// Creates more items than any integer query default (and a few) in
+    /// each collection, through its create operation: a POST with a body to
+    /// a path without parameters. Collections whose items refer to others
+    /// are seeded after those.
+    async fn seed(&mut self, operations: &[Op<'_>]) {
         let defaults = operations.iter().flat_map(|op| op.params.iter());
         let defaults = defaults.filter_map(|p| self.default(p)?.as_u64());
-        let count = defaults.max().unwrap_or(0).min(1000) + 3;
-        let request = self.request(create, Key::Valid, None);
-        let sends = (0..count).map(|_| self.send(create, &request));
-        let answers: Vec<_> = futures::stream::iter(sends)
-            .buffer_unordered(16)
+        let count = defaults.max().unwrap_or(0).min(1000) as usize + 3;
+        let mut creates: Vec<&Op> = operations
+            .iter()
+            .filter(|op| op.method == Method::POST && op.body.is_some() && !op.path.contains('{'))
+            .collect();
+        creates.sort_by_key(|op| self.references(op).len());
+        for create in creates {
+            let requests: Vec<Request> = (0..count).map(|i| self.seed_request(create, i)).collect();
+            let sends = requests.iter().map(|request| self.send(create, request));
+            let answers: Vec<_> = futures::stream::iter(sends)
+                .buffer_unordered(16)
+                .collect()
+                .await;
+            // A failing create shows as too few items to count.
+            let created = answers.into_iter().flatten().filter(|a| a.status < 300);
+            let items = created.filter_map(|a| a.json).collect();
+            self.items.insert(create.path.clone(), items);
+        }
+    }
+
+    /// The body properties of `op` that name an item of another collection
+    /// (`petId` → a collection path ending in `/pets`), with that path.
+    fn references(&self, op: &Op<'_>) -> Vec<(String, String)> {
+        let Some((_, schema)) = &op.body else {
+            return Vec::new();
+        };
+        let schema = self.yaml.resolve(schema);
+        let properties = schema["properties"].as_object().into_iter().flatten();
+        let operations = self.yaml.operations();
+        let paths: BTreeSet<&str> = operations.values().map(|o| o.path.as_str()).collect();
+        properties
+            .filter_map(|(name, _)| {
+                let plural = format!("/{}s", name.strip_suffix("Id")?);
+                let path = paths.iter().find(|p| p.ends_with(&plural))?;
+                Some((name.clone(), (*path).to_owned()))
+            })
             .collect()
-            .await;
-        // A failing create shows as too few items to count.
-        let created = answers.into_iter().flatten().filter(|a| a.status < 300);
-        self.items = created.filter_map(|a| a.json).collect();
+    }
+
+    /// The `i`-th seeding request of `create`: a valid body with the first
+    /// value of each optional enum, and the `i`-th item of each collection
+    /// it refers to.
+    fn seed_request(&self, create: &Op<'_>, i: usize) -> Request {
+        let mut request = self.request(create, Key::Valid, None);
+        let Some((_, schema)) = &create.body else {
+            return request;
+        };
+        let schema = self.yaml.resolve(schema);
+        let Value::Object(mut body) = valid(self.yaml, &schema, 0) else {
+            return request;
+        };
+        for (name, property) in schema["properties"].as_object().into_iter().flatten() {
+            if let Some(first) = self.yaml.resolve(property)["enum"].get(0) {
+                body.entry(name.clone()).or_insert_with(|| first.clone());
+            }
+        }
+        for (name, path) in self.references(create) {
+            let item = self.items.get(&path).and_then(|items| items.get(i));
+            if let Some(id) = item.and_then(|item| item.get("id")) {
+                body.insert(name, id.clone());
+            }
+        }
+        request.body = Some(Value::Object(body).to_string());
+        request
     }
 
     /// The `default` of a query parameter's schema.
@@ -469,7 +536,8 @@ impl Prober<'_, '_> {
             };
             let name = &param.parameter_data_ref().name;
             let location = format!("{}.parameters.{name}", op.location);
-            let (existing, array) = (self.items.len(), op.success.is_some_and(|(_, array)| array));
+            let existing = self.collection(&op.path).map_or(0, Vec::len);
+            let array = op.success.is_some_and(|(_, array)| array);
             let Some(default) = default
                 .as_u64()
                 .filter(|_| array && !param.parameter_data_ref().required)
@@ -579,8 +647,9 @@ impl Prober<'_, '_> {
     }
 
     /// With the database file deleted, a valid request gets 503 — unless
-    /// the operation did not need the database (reads may be served from
-    /// memory), which is noted. Some operation must show the 503.
+    /// the operation did not need the database (reads, and refusals, may be
+    /// decided from memory), which is noted. Some operation must show the
+    /// 503.
     async fn unavailable(&mut self, operations: &[Op<'_>]) {
         let mut provoked = false;
         for op in operations {
@@ -601,6 +670,16 @@ impl Prober<'_, '_> {
                     .or_default()
                     .insert(503);
                 let note = "declared, not provoked (the operation succeeded without the database)";
+                self.report.notes.push(format!("{location}.503: {note}"));
+                continue;
+            }
+            // A refusal the server could decide from memory (no such item,
+            // a conflict) is as right without the database as with it.
+            if answer.status < 500 && op.declared(answer.status).is_some() {
+                let status = answer.status;
+                self.judge(op, &location, what, &answer, Expect::Error(status));
+                let note =
+                    format!("declared, not provoked (answered {status} without the database)");
                 self.report.notes.push(format!("{location}.503: {note}"));
                 continue;
             }

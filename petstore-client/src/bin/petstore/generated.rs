@@ -20,6 +20,11 @@ impl<T: CliConfig> Cli<T> {
             CliCommand::ListPets => Self::cli_list_pets(),
             CliCommand::CreatePet => Self::cli_create_pet(),
             CliCommand::GetPet => Self::cli_get_pet(),
+            CliCommand::ListOrders => Self::cli_list_orders(),
+            CliCommand::PlaceOrder => Self::cli_place_order(),
+            CliCommand::GetOrder => Self::cli_get_order(),
+            CliCommand::UpdateOrder => Self::cli_update_order(),
+            CliCommand::GetInventory => Self::cli_get_inventory(),
         }
     }
 
@@ -129,6 +134,138 @@ impl<T: CliConfig> Cli<T> {
             )
     }
 
+    pub fn cli_list_orders() -> ::clap::Command {
+        ::clap::Command::new("")
+            .arg(
+                ::clap::Arg::new("after")
+                    .long("after")
+                    .value_parser(::clap::value_parser!(i64))
+                    .required(false)
+                    .help(
+                        "Return only orders whose `id` is greater than this one (the last `id` of\nthe previous page). Any int64: a value before the first `id` gives the\nfirst page, one past the last an empty array.\n",
+                    ),
+            )
+            .arg(
+                ::clap::Arg::new("limit")
+                    .long("limit")
+                    .value_parser(::clap::value_parser!(::std::num::NonZeroU32))
+                    .required(false)
+                    .help("Maximum number of orders returned (1 to 100, default 20)."),
+            )
+            .arg(
+                ::clap::Arg::new("pet-id")
+                    .long("pet-id")
+                    .value_parser(::clap::value_parser!(i64))
+                    .required(false)
+                    .help("Return only orders for this animal."),
+            )
+            .arg(
+                ::clap::Arg::new("status")
+                    .long("status")
+                    .value_parser(
+                        ::clap::builder::TypedValueParser::map(
+                            ::clap::builder::PossibleValuesParser::new([
+                                types::OrderStatus::Placed.to_string(),
+                                types::OrderStatus::Delivered.to_string(),
+                                types::OrderStatus::Cancelled.to_string(),
+                            ]),
+                            |s| types::OrderStatus::try_from(s).unwrap(),
+                        ),
+                    )
+                    .required(false)
+                    .help("Return only orders with this status."),
+            )
+            .about(
+                "List orders\n\nReturns at most `limit` orders (20 when `limit` is omitted) in ascending\n`id` order, as a plain JSON array. When `status` is given, only orders with\nthat status are returned; when `petId` is given, only orders for that\nanimal. When `after` is given, only orders whose `id` is greater than\n`after` are returned: to read the next page, pass the last `id` of this\none, or follow the `Link` header's `next` target.\n",
+            )
+    }
+
+    pub fn cli_place_order() -> ::clap::Command {
+        ::clap::Command::new("")
+            .arg(
+                ::clap::Arg::new("idempotency-key")
+                    .long("idempotency-key")
+                    .value_parser(::clap::value_parser!(types::PlaceOrderIdempotencyKey))
+                    .required(false)
+                    .help(
+                        "A key chosen by the client (a UUID v4 is a good choice) that makes the\norder safe to retry: 1 to 255 visible ASCII characters (`!` to `~`).\nScoped to the API key; kept for at least 24 hours after the first\n`201`.\n",
+                    ),
+            )
+            .arg(
+                ::clap::Arg::new("pet-id")
+                    .long("pet-id")
+                    .value_parser(::clap::value_parser!(i64))
+                    .required_unless_present("json-body")
+                    .help("Identifier of the animal to order."),
+            )
+            .arg(
+                ::clap::Arg::new("json-body")
+                    .long("json-body")
+                    .value_name("JSON-FILE")
+                    .required(false)
+                    .value_parser(::clap::value_parser!(std::path::PathBuf))
+                    .help("Path to a file that contains the full json body."),
+            )
+            .about(
+                "Order an animal\n\nOrders an `available` animal. The order is stored as `placed` and the\nanimal becomes `pending` in the same transaction, durably, before the\n`201` is sent. Among concurrent orders for one animal exactly one\nsucceeds; the others get `409` (`pet_not_available`), as does an order\nfor an animal that is `pending`, `sold` or has no status. An order for\nan `id` with no animal is `422` (`pet_not_found`).\n\nWith an `Idempotency-Key` header the order is placed at most once per\nkey: a retry with the same key and body gets the first `201` again\n(marked `Idempotent-Replayed: true`, the order as it was placed, even if\nit has changed since) instead of a `409`.\n",
+            )
+    }
+
+    pub fn cli_get_order() -> ::clap::Command {
+        ::clap::Command::new("")
+            .arg(
+                ::clap::Arg::new("order-id")
+                    .long("order-id")
+                    .value_parser(::clap::value_parser!(i64))
+                    .required(true)
+                    .help("Identifier of the order."),
+            )
+            .about("Get an order\n\nReturns the order with the given identifier.")
+    }
+
+    pub fn cli_update_order() -> ::clap::Command {
+        ::clap::Command::new("")
+            .arg(
+                ::clap::Arg::new("order-id")
+                    .long("order-id")
+                    .value_parser(::clap::value_parser!(i64))
+                    .required(true)
+                    .help("Identifier of the order."),
+            )
+            .arg(
+                ::clap::Arg::new("status")
+                    .long("status")
+                    .value_parser(
+                        ::clap::builder::TypedValueParser::map(
+                            ::clap::builder::PossibleValuesParser::new([
+                                types::OrderUpdateStatus::Delivered.to_string(),
+                                types::OrderUpdateStatus::Cancelled.to_string(),
+                            ]),
+                            |s| types::OrderUpdateStatus::try_from(s).unwrap(),
+                        ),
+                    )
+                    .required_unless_present("json-body"),
+            )
+            .arg(
+                ::clap::Arg::new("json-body")
+                    .long("json-body")
+                    .value_name("JSON-FILE")
+                    .required(false)
+                    .value_parser(::clap::value_parser!(std::path::PathBuf))
+                    .help("Path to a file that contains the full json body."),
+            )
+            .about(
+                "Deliver or cancel an order\n\nDelivers a `placed` order (its animal becomes `sold`) or cancels it (its\nanimal becomes `available` again), in one transaction, durably, before\nthe `200` is sent. Asking for the status the order already has changes\nnothing and is answered `200` with the order, so a retry is always safe.\nAny other change (a `delivered` order cancelled, a `cancelled` one\ndelivered) is `409` (`invalid_transition`).\n",
+            )
+    }
+
+    pub fn cli_get_inventory() -> ::clap::Command {
+        ::clap::Command::new("")
+            .about(
+                "Count animals by status\n\nReturns how many animals have each status now: exact counts, taken at\none moment, reflecting every change acknowledged before the request.\nAnimals created without a status are in no count.\n",
+            )
+    }
+
     pub async fn execute(
         &self,
         cmd: CliCommand,
@@ -138,6 +275,11 @@ impl<T: CliConfig> Cli<T> {
             CliCommand::ListPets => self.execute_list_pets(matches).await,
             CliCommand::CreatePet => self.execute_create_pet(matches).await,
             CliCommand::GetPet => self.execute_get_pet(matches).await,
+            CliCommand::ListOrders => self.execute_list_orders(matches).await,
+            CliCommand::PlaceOrder => self.execute_place_order(matches).await,
+            CliCommand::GetOrder => self.execute_get_order(matches).await,
+            CliCommand::UpdateOrder => self.execute_update_order(matches).await,
+            CliCommand::GetInventory => self.execute_get_inventory(matches).await,
         }
     }
 
@@ -239,6 +381,155 @@ impl<T: CliConfig> Cli<T> {
             }
         }
     }
+
+    pub async fn execute_list_orders(
+        &self,
+        matches: &::clap::ArgMatches,
+    ) -> anyhow::Result<()> {
+        let mut request = self.client.list_orders();
+        if let Some(value) = matches.get_one::<i64>("after") {
+            request = request.after(value.clone());
+        }
+
+        if let Some(value) = matches.get_one::<::std::num::NonZeroU32>("limit") {
+            request = request.limit(value.clone());
+        }
+
+        if let Some(value) = matches.get_one::<i64>("pet-id") {
+            request = request.pet_id(value.clone());
+        }
+
+        if let Some(value) = matches.get_one::<types::OrderStatus>("status") {
+            request = request.status(value.clone());
+        }
+
+        self.config.execute_list_orders(matches, &mut request)?;
+        let result = request.send().await;
+        match result {
+            Ok(r) => {
+                self.config.success_item(&r);
+                Ok(())
+            }
+            Err(r) => {
+                self.config.error(&r);
+                Err(anyhow::Error::new(r))
+            }
+        }
+    }
+
+    pub async fn execute_place_order(
+        &self,
+        matches: &::clap::ArgMatches,
+    ) -> anyhow::Result<()> {
+        let mut request = self.client.place_order();
+        if let Some(value) = matches
+            .get_one::<types::PlaceOrderIdempotencyKey>("idempotency-key")
+        {
+            request = request.idempotency_key(value.clone());
+        }
+
+        if let Some(value) = matches.get_one::<i64>("pet-id") {
+            request = request.body_map(|body| { body.pet_id(value.clone()) });
+        }
+
+        if let Some(value) = matches.get_one::<std::path::PathBuf>("json-body") {
+            let body_txt = std::fs::read_to_string(value)
+                .with_context(|| format!("failed to read {}", value.display()))?;
+            let body_value = serde_json::from_str::<types::NewOrder>(&body_txt)
+                .with_context(|| format!("failed to parse {}", value.display()))?;
+            request = request.body(body_value);
+        }
+
+        self.config.execute_place_order(matches, &mut request)?;
+        let result = request.send().await;
+        match result {
+            Ok(r) => {
+                self.config.success_item(&r);
+                Ok(())
+            }
+            Err(r) => {
+                self.config.error(&r);
+                Err(anyhow::Error::new(r))
+            }
+        }
+    }
+
+    pub async fn execute_get_order(
+        &self,
+        matches: &::clap::ArgMatches,
+    ) -> anyhow::Result<()> {
+        let mut request = self.client.get_order();
+        if let Some(value) = matches.get_one::<i64>("order-id") {
+            request = request.order_id(value.clone());
+        }
+
+        self.config.execute_get_order(matches, &mut request)?;
+        let result = request.send().await;
+        match result {
+            Ok(r) => {
+                self.config.success_item(&r);
+                Ok(())
+            }
+            Err(r) => {
+                self.config.error(&r);
+                Err(anyhow::Error::new(r))
+            }
+        }
+    }
+
+    pub async fn execute_update_order(
+        &self,
+        matches: &::clap::ArgMatches,
+    ) -> anyhow::Result<()> {
+        let mut request = self.client.update_order();
+        if let Some(value) = matches.get_one::<i64>("order-id") {
+            request = request.order_id(value.clone());
+        }
+
+        if let Some(value) = matches.get_one::<types::OrderUpdateStatus>("status") {
+            request = request.body_map(|body| { body.status(value.clone()) });
+        }
+
+        if let Some(value) = matches.get_one::<std::path::PathBuf>("json-body") {
+            let body_txt = std::fs::read_to_string(value)
+                .with_context(|| format!("failed to read {}", value.display()))?;
+            let body_value = serde_json::from_str::<types::OrderUpdate>(&body_txt)
+                .with_context(|| format!("failed to parse {}", value.display()))?;
+            request = request.body(body_value);
+        }
+
+        self.config.execute_update_order(matches, &mut request)?;
+        let result = request.send().await;
+        match result {
+            Ok(r) => {
+                self.config.success_item(&r);
+                Ok(())
+            }
+            Err(r) => {
+                self.config.error(&r);
+                Err(anyhow::Error::new(r))
+            }
+        }
+    }
+
+    pub async fn execute_get_inventory(
+        &self,
+        matches: &::clap::ArgMatches,
+    ) -> anyhow::Result<()> {
+        let mut request = self.client.get_inventory();
+        self.config.execute_get_inventory(matches, &mut request)?;
+        let result = request.send().await;
+        match result {
+            Ok(r) => {
+                self.config.success_item(&r);
+                Ok(())
+            }
+            Err(r) => {
+                self.config.error(&r);
+                Err(anyhow::Error::new(r))
+            }
+        }
+    }
 }
 
 pub trait CliConfig {
@@ -284,6 +575,46 @@ pub trait CliConfig {
     ) -> anyhow::Result<()> {
         Ok(())
     }
+
+    fn execute_list_orders(
+        &self,
+        matches: &::clap::ArgMatches,
+        request: &mut builder::ListOrders,
+    ) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    fn execute_place_order(
+        &self,
+        matches: &::clap::ArgMatches,
+        request: &mut builder::PlaceOrder,
+    ) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    fn execute_get_order(
+        &self,
+        matches: &::clap::ArgMatches,
+        request: &mut builder::GetOrder,
+    ) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    fn execute_update_order(
+        &self,
+        matches: &::clap::ArgMatches,
+        request: &mut builder::UpdateOrder,
+    ) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    fn execute_get_inventory(
+        &self,
+        matches: &::clap::ArgMatches,
+        request: &mut builder::GetInventory,
+    ) -> anyhow::Result<()> {
+        Ok(())
+    }
 }
 
 #[derive(Copy, Clone, Debug)]
@@ -291,11 +622,20 @@ pub enum CliCommand {
     ListPets,
     CreatePet,
     GetPet,
+    ListOrders,
+    PlaceOrder,
+    GetOrder,
+    UpdateOrder,
+    GetInventory,
 }
 
 impl CliCommand {
     pub fn iter() -> impl Iterator<Item = CliCommand> {
-        vec![CliCommand::ListPets, CliCommand::CreatePet, CliCommand::GetPet,]
+        vec![
+            CliCommand::ListPets, CliCommand::CreatePet, CliCommand::GetPet,
+            CliCommand::ListOrders, CliCommand::PlaceOrder, CliCommand::GetOrder,
+            CliCommand::UpdateOrder, CliCommand::GetInventory,
+        ]
             .into_iter()
     }
 
@@ -304,6 +644,11 @@ impl CliCommand {
             CliCommand::ListPets => "list_pets",
             CliCommand::CreatePet => "create_pet",
             CliCommand::GetPet => "get_pet",
+            CliCommand::ListOrders => "list_orders",
+            CliCommand::PlaceOrder => "place_order",
+            CliCommand::GetOrder => "get_order",
+            CliCommand::UpdateOrder => "update_order",
+            CliCommand::GetInventory => "get_inventory",
         }
     }
 }
@@ -319,6 +664,11 @@ impl CliCommand {
                     "this operation will be removed on 5 December 2030; use list_pets with the status filter instead",
                 )
             }
+            CliCommand::ListOrders => None,
+            CliCommand::PlaceOrder => None,
+            CliCommand::GetOrder => None,
+            CliCommand::UpdateOrder => None,
+            CliCommand::GetInventory => None,
         }
     }
 }

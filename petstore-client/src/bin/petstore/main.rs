@@ -3,8 +3,10 @@
 //! The commands, their flags and their help are progenitor's CLI generator
 //! output for the contract (`generated.rs`, written by `cargo xtask client
 //! generate`). This file only arranges them as `petstore pets <command>`,
-//! adds what the contract cannot say (where the service is, the key, `--all`)
-//! and turns answers into output and exit codes.
+//! `petstore orders <command>` and `petstore inventory`, adds what the
+//! contract cannot say (where the service is, the key, `--all`, `orders
+//! deliver` and `orders cancel` for `updateOrder`'s two changes) and turns
+//! answers into output and exit codes.
 
 #[rustfmt::skip]
 #[allow(deprecated, missing_docs, unused, clippy::all)]
@@ -19,7 +21,7 @@ use output::{Json, Outcome};
 use std::num::NonZeroU32;
 
 use petstore_client::{
-    BuildError, Client, ClientInfo, DEFAULT_TIMEOUT, PAGE_SIZE_MAX, Pet, PetStatus,
+    BuildError, Client, ClientInfo, DEFAULT_TIMEOUT, OrderStatus, PAGE_SIZE_MAX, PetStatus, types,
 };
 
 /// Where the key comes from: never a flag, which would leave it in shell
@@ -32,25 +34,106 @@ const DEFAULT_URL: &str = "http://127.0.0.1:8080";
 /// The contract's path prefix, added to a URL that has no path.
 const API_PREFIX: &str = "/v1";
 
-/// The `pets` command that runs each operation of the contract. The match is
+/// Where a command sits: under `pets`, under `orders`, or on its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Group {
+    Pets,
+    Orders,
+    Top,
+}
+
+impl Group {
+    /// The groups of commands, and what each is about.
+    const NESTED: [(Group, &str, &str); 2] = [
+        (Group::Pets, "pets", "The catalogue of animals"),
+        (Group::Orders, "orders", "The store: orders of animals"),
+    ];
+
+    fn name(self) -> Option<&'static str> {
+        Group::NESTED
+            .iter()
+            .find(|(group, _, _)| *group == self)
+            .map(|(_, name, _)| *name)
+    }
+}
+
+/// A command that runs an operation of the contract.
+#[derive(Debug)]
+struct Place {
+    group: Group,
+    name: &'static str,
+    /// A parameter the command sets itself, and its summary: `orders
+    /// deliver` is `updateOrder` with `status` `delivered`.
+    fixed: Option<(&'static str, &'static str, &'static str)>,
+}
+
+const fn place(group: Group, name: &'static str) -> Place {
+    Place {
+        group,
+        name,
+        fixed: None,
+    }
+}
+
+/// The commands that run each operation of the contract. The match is
 /// exhaustive, so an operation added to the contract does not compile until
-/// it is given a name here.
-fn command_name(operation: CliCommand) -> &'static str {
+/// it is given a place here.
+fn places(operation: CliCommand) -> &'static [Place] {
     match operation {
-        CliCommand::ListPets => "list",
-        CliCommand::CreatePet => "create",
-        CliCommand::GetPet => "get",
+        CliCommand::ListPets => const { &[place(Group::Pets, "list")] },
+        CliCommand::CreatePet => const { &[place(Group::Pets, "create")] },
+        CliCommand::GetPet => const { &[place(Group::Pets, "get")] },
+        CliCommand::ListOrders => const { &[place(Group::Orders, "list")] },
+        CliCommand::PlaceOrder => const { &[place(Group::Orders, "place")] },
+        CliCommand::GetOrder => const { &[place(Group::Orders, "get")] },
+        CliCommand::UpdateOrder => &[
+            Place {
+                group: Group::Orders,
+                name: "deliver",
+                fixed: Some((
+                    "status",
+                    "delivered",
+                    "Deliver an order: its animal is sold",
+                )),
+            },
+            Place {
+                group: Group::Orders,
+                name: "cancel",
+                fixed: Some((
+                    "status",
+                    "cancelled",
+                    "Cancel an order: its animal can be ordered again",
+                )),
+            },
+        ],
+        CliCommand::GetInventory => const { &[place(Group::Top, "inventory")] },
+    }
+}
+
+/// How a command is typed, e.g. `petstore orders deliver`.
+fn typed(place: &Place) -> String {
+    match place.group.name() {
+        Some(group) => format!("petstore {group} {}", place.name),
+        None => format!("petstore {}", place.name),
     }
 }
 
 /// The whole command line.
 fn command() -> Command {
-    let mut pets = Command::new("pets")
-        .about("The catalogue of animals")
-        .subcommand_required(true);
+    let mut groups = Group::NESTED.map(|(group, name, about)| {
+        let command = Command::new(name).about(about).subcommand_required(true);
+        (group, command)
+    });
+    let mut top = Vec::new();
     for operation in CliCommand::iter() {
-        let generated = Cli::<Json>::get_command(operation).name(command_name(operation));
-        pets = pets.subcommand(adapt(operation, generated));
+        for place in places(operation) {
+            let generated = Cli::<Json>::get_command(operation).name(place.name);
+            let command = adapt(operation, place, generated);
+            match groups.iter_mut().find(|(group, _)| *group == place.group) {
+                Some((_, group)) => *group = group.clone().subcommand(command),
+                None => top.push(command),
+            }
+        }
     }
     Command::new("petstore")
         .version(format!(
@@ -72,7 +155,8 @@ fn command() -> Command {
                      (default {DEFAULT_URL}); {API_PREFIX} is added to a URL without a path"
                 )),
         )
-        .subcommand(pets)
+        .subcommands(groups.map(|(_, command)| command))
+        .subcommands(top)
         .subcommand_required(true)
         .after_help(format!(
             "The API key is read from the {API_KEY_VARIABLE} environment variable (never from \
@@ -85,31 +169,55 @@ fn command() -> Command {
 }
 
 /// What this command line adds to a generated command.
-fn adapt(operation: CliCommand, command: Command) -> Command {
+fn adapt(operation: CliCommand, place: &Place, command: Command) -> Command {
     let command = summary_first(command);
-    match operation {
-        CliCommand::ListPets => command
-            .arg(
-                Arg::new("all")
-                    .long("all")
-                    .action(ArgAction::SetTrue)
-                    .conflicts_with("after")
-                    .help(
-                        "Every animal (of the status, if given), walking page by page; \
-                         --limit is then the page size",
-                    ),
-            )
-            // The contract's bounds, which progenitor does not check.
+    // The path parameter as a positional argument: `petstore pets get 42`.
+    let positional = |id: Arg| id.long(None).value_name("ID").allow_negative_numbers(true);
+    let all = |what: &str| {
+        Arg::new("all")
+            .long("all")
+            .action(ArgAction::SetTrue)
+            .conflicts_with("after")
+            .help(format!(
+                "Every {what}, walking page by page; --limit is then the page size"
+            ))
+    };
+    // The contract's bounds, which progenitor does not check.
+    let paged = |command: Command| {
+        command
             .mut_arg("limit", |limit| {
                 limit.value_name("N").value_parser(page_size)
             })
             .mut_arg("after", |after| {
                 after.value_name("ID").allow_negative_numbers(true)
-            }),
-        // `petstore pets get 42`: the path parameter as a positional argument.
-        CliCommand::GetPet => command.mut_arg("pet-id", |id| {
-            id.long(None).value_name("ID").allow_negative_numbers(true)
-        }),
+            })
+    };
+    match operation {
+        CliCommand::ListPets => paged(command.arg(all("animal (of the status, if given)"))),
+        CliCommand::ListOrders => paged(command.arg(all("order (of the filters, if given)")))
+            .mut_arg("pet-id", |id| id.allow_negative_numbers(true)),
+        CliCommand::GetPet => command.mut_arg("pet-id", positional),
+        CliCommand::GetOrder => command.mut_arg("order-id", positional),
+        CliCommand::UpdateOrder => {
+            let (parameter, value, summary) =
+                place.fixed.expect("deliver and cancel fix the status");
+            command
+                .about(summary)
+                .long_about(None)
+                .mut_arg("order-id", positional)
+                // The generated argument, but not required: its value is given.
+                .mut_arg(parameter, |fixed| {
+                    Arg::new(fixed.get_id().clone())
+                        .long(parameter)
+                        .value_parser(fixed.get_value_parser().clone())
+                        .default_value(value)
+                        .hide(true)
+                })
+                // The status is the command's: no body to give.
+                .mut_arg("json-body", |body| {
+                    body.hide(true).conflicts_with(parameter)
+                })
+        }
         CliCommand::CreatePet => command
             .mut_arg("category-id", |id| id.allow_negative_numbers(true))
             .mut_arg("status", |status| status.help("The animal's status."))
@@ -117,6 +225,10 @@ fn adapt(operation: CliCommand, command: Command) -> Command {
             .mut_arg("json-body", |body| {
                 body.conflicts_with_all(["name", "category-id", "status"])
             }),
+        CliCommand::PlaceOrder => command
+            .mut_arg("pet-id", |id| id.allow_negative_numbers(true))
+            .mut_arg("json-body", |body| body.conflicts_with("pet-id")),
+        CliCommand::GetInventory => command,
     }
 }
 
@@ -144,21 +256,39 @@ fn summary_first(command: Command) -> Command {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let matches = command().get_matches();
-    let Some(("pets", pets)) = matches.subcommand() else {
-        unreachable!("clap requires the `pets` subcommand");
+    let (group, name, arguments) = match matches.subcommand() {
+        Some((group, nested)) if Group::NESTED.iter().any(|(_, name, _)| *name == group) => {
+            let group = Group::NESTED.iter().find(|(_, name, _)| *name == group);
+            let (name, arguments) = nested.subcommand().expect("clap requires a subcommand");
+            (group.expect("a group").0, name, arguments)
+        }
+        Some((name, arguments)) => (Group::Top, name, arguments),
+        None => unreachable!("clap requires a subcommand"),
     };
-    let Some((name, arguments)) = pets.subcommand() else {
-        unreachable!("clap requires a `pets` subcommand");
-    };
-    let operation = CliCommand::iter()
-        .find(|operation| command_name(*operation) == name)
+    let (operation, place) = CliCommand::iter()
+        .flat_map(|operation| {
+            places(operation)
+                .iter()
+                .map(move |place| (operation, place))
+        })
+        .find(|(_, place)| place.group == group && place.name == name)
         .expect("every subcommand is an operation");
-    run(operation, &matches, arguments).await.exit_code()
+    run(operation, place, &matches, arguments).await.exit_code()
 }
 
 /// Runs `operation` with its `arguments` against the service named in
 /// `matches`.
-async fn run(operation: CliCommand, matches: &ArgMatches, arguments: &ArgMatches) -> Outcome {
+async fn run(
+    operation: CliCommand,
+    place: &Place,
+    matches: &ArgMatches,
+    arguments: &ArgMatches,
+) -> Outcome {
+    if let Some((parameter, _, _)) = place.fixed
+        && arguments.value_source(parameter) != Some(clap::parser::ValueSource::DefaultValue)
+    {
+        return Outcome::Usage(format!("`{}` sets --{parameter} itself", typed(place)));
+    }
     // An empty `PETSTORE_URL` counts as unset.
     let url = matches
         .get_one::<String>("url")
@@ -189,15 +319,35 @@ async fn run(operation: CliCommand, matches: &ArgMatches, arguments: &ArgMatches
     };
     if let Some(note) = operation.deprecation() {
         eprintln!(
-            "warning: `petstore pets {}` is deprecated: {}",
-            command_name(operation),
+            "warning: `{}` is deprecated: {}",
+            typed(place),
             with_command_names(note)
         );
     }
 
     let result = match operation {
         CliCommand::ListPets if arguments.get_flag("all") => {
-            walk(&client, arguments).await.map_err(anyhow::Error::new)
+            let mut walk = client.walk_pets();
+            if let Some(status) = arguments.get_one::<PetStatus>("status") {
+                walk = walk.status(*status);
+            }
+            if let Some(limit) = arguments.get_one::<NonZeroU32>("limit") {
+                walk = walk.page_size(limit.get());
+            }
+            print_all(walk.stream()).await
+        }
+        CliCommand::ListOrders if arguments.get_flag("all") => {
+            let mut walk = client.walk_orders();
+            if let Some(status) = arguments.get_one::<OrderStatus>("status") {
+                walk = walk.status(*status);
+            }
+            if let Some(pet_id) = arguments.get_one::<i64>("pet-id") {
+                walk = walk.pet_id(*pet_id);
+            }
+            if let Some(limit) = arguments.get_one::<NonZeroU32>("limit") {
+                walk = walk.page_size(limit.get());
+            }
+            print_all(walk.stream()).await
         }
         _ => {
             Cli::new(client, Json::default())
@@ -211,34 +361,24 @@ async fn run(operation: CliCommand, matches: &ArgMatches, arguments: &ArgMatches
     }
 }
 
-/// Prints every animal (of `--status`) as one JSON array, fetching `--limit`
-/// per request.
-async fn walk(
-    client: &Client,
-    arguments: &ArgMatches,
-) -> Result<(), petstore_client::Error<petstore_client::types::Error>> {
+/// Prints every item of `items` as one JSON array, as it comes.
+async fn print_all<T: serde::Serialize + std::fmt::Debug>(
+    mut items: impl futures::Stream<Item = Result<T, petstore_client::Error<types::Error>>> + Unpin,
+) -> anyhow::Result<()> {
     use futures::TryStreamExt;
 
-    let mut walk = client.walk_pets();
-    if let Some(status) = arguments.get_one::<PetStatus>("status") {
-        walk = walk.status(*status);
-    }
-    if let Some(limit) = arguments.get_one::<NonZeroU32>("limit") {
-        walk = walk.page_size(limit.get());
-    }
-    let mut pets = walk.stream();
     let json = Json::default();
-    json.list_start::<Pet>();
+    json.list_start::<T>();
     loop {
-        match pets.try_next().await {
-            Ok(Some(pet)) => json.list_item(&pet),
+        match items.try_next().await {
+            Ok(Some(item)) => json.list_item(&item),
             Ok(None) => {
-                json.list_end_success::<Pet>();
+                json.list_end_success::<T>();
                 return Ok(());
             }
             Err(error) => {
                 json.list_end_error(&error);
-                return Err(error);
+                return Err(error.into());
             }
         }
     }
@@ -287,7 +427,7 @@ fn with_command_names(note: &str) -> String {
     CliCommand::iter().fold(note.to_owned(), |note, operation| {
         note.replace(
             operation.operation_id(),
-            &format!("`petstore pets {}`", command_name(operation)),
+            &format!("`{}`", typed(&places(operation)[0])),
         )
     })
 }

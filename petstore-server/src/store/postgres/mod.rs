@@ -24,17 +24,18 @@ use tokio_postgres::{NoTls, Row};
 use super::idempotency::{CreateOutcome, Idempotency};
 use super::keys::{KeyError, KeyStore, Revoked, StoredKey, stored_digest};
 mod batch;
-mod pet_cache;
+mod orders;
 mod shared;
 
 use self::batch::{CreateBatcher, WRITERS};
-use self::pet_cache::PetCache;
 use self::shared::{CONNECTION_TIMEOUT, SharedConnections};
 use super::{
-    ListQuery, OpenError, Page, PetStore, PoolStats, PostgresFailure, PostgresUrl, SharedStats,
-    StoreError, StoreStats,
+    ListQuery, OpenError, OrderPage, OrderQuery, Page, PetStore, PlaceOutcome, PoolStats,
+    PostgresFailure, PostgresUrl, SharedStats, StoreError, StoreStats, UpdateOutcome,
 };
-use petstore_api::model::{NewPet, Pet, PetArrayWriter, PetStatus};
+use petstore_api::model::{
+    Inventory, NewPet, Order, OrderUpdateStatus, Pet, PetArrayWriter, PetStatus,
+};
 
 /// Schema migrations; `petstore_schema.version` counts those applied.
 const MIGRATIONS: &[&str] = &[
@@ -70,6 +71,8 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (scope, key)
     );
     CREATE INDEX idempotency_keys_by_age ON idempotency_keys (created_at);",
+    // The Store (see `orders.rs`).
+    orders::MIGRATION,
 ];
 
 /// Serialises migrations between instances starting at the same time.
@@ -89,13 +92,13 @@ pub struct PostgresStore {
     /// Shared connections for reads, each request on the one with the
     /// fewest in flight.
     readers: SharedConnections,
-    /// Pets read by id so far.
-    read_by_id: PetCache,
     /// Plain creates, stored in batches on shared connections of their own.
     creates: CreateBatcher,
-    /// Shared connections of the batched creates (for the figures).
+    /// Shared connections for writes: the batched creates, and orders
+    /// placed and updated (a write may wait for a row another holds, which
+    /// would hold up the reads queued behind it).
     writers: Arc<SharedConnections>,
-    /// Connections for transactions (idempotent creates).
+    /// Connections for transactions (idempotent creates and orders).
     pool: Pool,
     /// One connection for everything else — readiness, figures, the key
     /// reload — so that a pool saturated by requests never makes a busy
@@ -176,7 +179,6 @@ impl PostgresStore {
         })?;
         Ok(PostgresStore {
             readers,
-            read_by_id: PetCache::default(),
             creates: CreateBatcher::start(Arc::clone(&writers)),
             writers,
             pool,
@@ -449,6 +451,8 @@ impl PetStore for PostgresStore {
             )
             .await
             .map_err(&sql)?;
+        let left = limit.saturating_sub(i64::try_from(deleted).unwrap_or(i64::MAX));
+        let deleted = deleted + orders::purge(&client, made_before, left).await?;
         Ok(usize::try_from(deleted).unwrap_or(usize::MAX))
     }
 
@@ -474,12 +478,7 @@ impl PetStore for PostgresStore {
         })
     }
 
-    /// From memory when it has been read before: pets never change (see
-    /// `pet_cache.rs`).
     async fn get(&self, id: i64) -> Result<Option<Pet>, StoreError> {
-        if let Some(pet) = self.read_by_id.get(id) {
-            return Ok(Some(pet));
-        }
         let shared = self.readers.get().await?;
         let row = shared
             .run(
@@ -487,11 +486,38 @@ impl PetStore for PostgresStore {
                 shared.client.query_opt(&shared.get, &[&id]),
             )
             .await?;
-        let pet = row.as_ref().map(pet_from_row).transpose()?;
-        if let Some(pet) = &pet {
-            self.read_by_id.keep(pet);
+        row.as_ref().map(pet_from_row).transpose()
+    }
+
+    async fn place_order(
+        &self,
+        pet_id: i64,
+        idempotency: Option<Idempotency>,
+    ) -> Result<PlaceOutcome, StoreError> {
+        match idempotency {
+            None => orders::place(&self.writers.get().await?, pet_id).await,
+            Some(once) => orders::place_once(&mut self.client().await?, pet_id, &once).await,
         }
-        Ok(pet)
+    }
+
+    async fn update_order(
+        &self,
+        id: i64,
+        to: OrderUpdateStatus,
+    ) -> Result<UpdateOutcome, StoreError> {
+        orders::update(&self.writers.get().await?, id, to.into()).await
+    }
+
+    async fn get_order(&self, id: i64) -> Result<Option<Order>, StoreError> {
+        orders::get(&self.readers.get().await?, id).await
+    }
+
+    async fn list_orders(&self, query: OrderQuery) -> Result<OrderPage, StoreError> {
+        orders::list(&self.readers.get().await?, query).await
+    }
+
+    async fn inventory(&self) -> Result<Inventory, StoreError> {
+        orders::inventory(&self.readers.get().await?).await
     }
 
     async fn check_ready(&self) -> Result<(), StoreError> {

@@ -33,6 +33,7 @@ use arc_swap::ArcSwapOption;
 use tokio::task::JoinHandle;
 use tokio_postgres::{Client, NoTls, Statement};
 
+use super::orders::OrderStatements;
 use crate::store::{PostgresFailure, StoreError};
 
 /// How long a request waits for a connection, or for one to be made, before
@@ -68,6 +69,8 @@ pub(super) struct Shared {
     /// `INSERT` of the pets in three arrays (names, category ids,
     /// statuses), `RETURNING` each row.
     pub insert_many: Statement,
+    /// The Store's statements.
+    pub orders: OrderStatements,
 }
 
 impl Shared {
@@ -80,7 +83,7 @@ impl Shared {
         let task = tokio::spawn(async move {
             let _ = connection.await;
         });
-        let (list, list_by_status, get, insert_many) = tokio::try_join!(
+        let (list, list_by_status, get, insert_many, orders) = tokio::try_join!(
             client.prepare(
                 "SELECT id, name, category_id, status FROM pets
                  WHERE id > $1 ORDER BY id LIMIT $2"
@@ -95,6 +98,7 @@ impl Shared {
                  SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[])
                  RETURNING id, name, category_id, status"
             ),
+            OrderStatements::prepare(&client),
         )?;
         Ok(Shared {
             client,
@@ -103,6 +107,7 @@ impl Shared {
             list_by_status,
             get,
             insert_many,
+            orders,
         })
     }
 }

@@ -1,24 +1,24 @@
 //! The SQLite store's in-memory copy of the committed catalogue.
 //!
-//! Pets are only ever appended (the API neither changes nor deletes them),
-//! in ascending id order, so the copy is a set of append-only columns — about
-//! 21 bytes plus the name per pet, a fraction of what one allocation per pet
-//! would take. Per status, the positions of that status's pets are kept in
-//! order (4 bytes per pet). Since ids ascend with positions, a page after a
-//! cursor is found by binary search — in the ids, or in one status's
-//! positions — so a page costs O(log n + limit) at any depth, for any
-//! status, however rare.
-//!
-//! What changing or deleting pets would take: a status change moves a
-//! position from one status list to another (an insertion in the middle of
-//! a sorted `Vec`: O(n); a B-tree set of positions instead would keep it
-//! O(log n)); a deletion needs a tombstone per position (skipped by pages
-//! and `get`) and, for the per-status lists, the same removal. Both stay
-//! append-only on disk as SQLite rows, and the writer applies them to this
-//! copy after the commit, as it appends today.
+//! Pets are only ever appended, in ascending id order, and never deleted, so
+//! the copy is a set of append-only columns — about 21 bytes plus the name
+//! per pet, a fraction of what one allocation per pet would take. Only a
+//! status changes (when the animal is ordered, delivered or its order
+//! cancelled): the status column is written in place, and the pet's position
+//! moves from one status's set to another's. The sets are compressed bitmaps
+//! of positions (`roaring`: about a bit per pet, where sorted position lists
+//! took 4 bytes and an O(n) insertion for each change). Since ids ascend
+//! with positions, a page after a cursor starts at the cursor's position —
+//! found by binary search in the ids — and walks the status's bitmap from
+//! there: O(log n + limit) at any depth, for any status, however rare.
+//! Counting a status's pets is counting its bitmap: a sum over its
+//! containers (one per 65,536 positions), exact and cheap at any size.
 
+use roaring::RoaringBitmap;
+
+use super::ids::Ids;
 use crate::store::{ListQuery, Page};
-use petstore_api::model::{Pet, PetArrayWriter, PetStatus};
+use petstore_api::model::{Inventory, Pet, PetArrayWriter, PetStatus};
 
 /// The committed pets, in id order.
 #[derive(Default)]
@@ -29,23 +29,19 @@ pub struct Catalogue {
     /// Where each name ends in `names`.
     name_ends: Vec<usize>,
     names: String,
-    /// The positions of the pets of each status, ascending.
-    by_status: [Vec<u32>; 3],
+    /// The positions of the pets of each status.
+    by_status: [RoaringBitmap; 3],
 }
 
 impl Catalogue {
     /// Appends a newly committed pet; its id is larger than any before.
     pub fn push(&mut self, pet: &Pet) {
-        assert!(
-            self.ids.last().is_none_or(|last| last < pet.id),
-            "ids must ascend"
-        );
-        if let Some(status) = pet.status {
-            // Positions fit in u32 up to four billion pets.
-            let position = u32::try_from(self.ids.len()).expect("fewer than 2^32 pets");
-            self.by_status[status as usize].push(position);
-        }
+        // Positions fit in u32 up to four billion pets.
+        let position = u32::try_from(self.ids.len()).expect("fewer than 2^32 pets");
         self.ids.push(pet.id);
+        if let Some(status) = pet.status {
+            self.by_status[status as usize].insert(position);
+        }
         self.category_ids.push(pet.category_id);
         self.statuses.push(pet.status);
         self.names.push_str(&pet.name);
@@ -67,13 +63,13 @@ impl Catalogue {
                 end < self.ids.len()
             }
             Some(status) => {
-                let positions = &self.by_status[status as usize];
-                let start = positions.partition_point(|&at| self.ids.at(at as usize) <= after);
-                let end = (start + limit).min(positions.len());
-                for &at in &positions[start..end] {
-                    self.encode(at as usize, &mut pets);
-                }
-                end < positions.len()
+                let start = self.ids.first_after(after) as u32;
+                let mut positions = self.by_status[status as usize].range(start..);
+                positions
+                    .by_ref()
+                    .take(limit)
+                    .for_each(|at| self.encode(at as usize, &mut pets));
+                positions.next().is_some()
             }
         };
         Page {
@@ -85,6 +81,32 @@ impl Catalogue {
     /// How many pets there are.
     pub fn len(&self) -> usize {
         self.ids.len()
+    }
+
+    /// How many pets have each status.
+    pub fn inventory(&self) -> Inventory {
+        let count = |status: PetStatus| self.by_status[status as usize].len() as i64;
+        Inventory {
+            available: count(PetStatus::Available),
+            pending: count(PetStatus::Pending),
+            sold: count(PetStatus::Sold),
+        }
+    }
+
+    /// The status of the pet `id`: `None` when there is no such pet,
+    /// `Some(None)` when it has no status.
+    pub fn status(&self, id: i64) -> Option<Option<PetStatus>> {
+        self.ids.position(id).map(|at| self.statuses[at])
+    }
+
+    /// Gives the committed pet `id` the status `status`.
+    pub fn set_status(&mut self, id: i64, status: PetStatus) {
+        let at = self.ids.position(id).expect("a committed pet is in memory");
+        if let Some(old) = self.statuses[at] {
+            self.by_status[old as usize].remove(at as u32);
+        }
+        self.by_status[status as usize].insert(at as u32);
+        self.statuses[at] = Some(status);
     }
 
     /// The pet with identifier `id`.
@@ -109,74 +131,6 @@ impl Catalogue {
     fn name(&self, at: usize) -> &str {
         let start = if at == 0 { 0 } else { self.name_ends[at - 1] };
         &self.names[start..self.name_ends[at]]
-    }
-}
-
-/// The ids, ascending. SQLite's AUTOINCREMENT hands out consecutive ids
-/// when nothing is deleted, so they are usually a range and cost nothing
-/// per pet; after the first gap they are listed.
-enum Ids {
-    Range { first: i64, len: usize },
-    Listed(Vec<i64>),
-}
-
-impl Default for Ids {
-    fn default() -> Ids {
-        Ids::Range { first: 0, len: 0 }
-    }
-}
-
-impl Ids {
-    fn len(&self) -> usize {
-        match self {
-            Ids::Range { len, .. } => *len,
-            Ids::Listed(ids) => ids.len(),
-        }
-    }
-
-    fn last(&self) -> Option<i64> {
-        self.len().checked_sub(1).map(|at| self.at(at))
-    }
-
-    fn at(&self, at: usize) -> i64 {
-        match self {
-            Ids::Range { first, .. } => first + at as i64,
-            Ids::Listed(ids) => ids[at],
-        }
-    }
-
-    /// The position of the first id greater than `after`.
-    fn first_after(&self, after: i64) -> usize {
-        match self {
-            Ids::Range { first, len } => {
-                let past = i128::from(after) - i128::from(*first) + 1;
-                past.clamp(0, *len as i128) as usize
-            }
-            Ids::Listed(ids) => ids.partition_point(|&id| id <= after),
-        }
-    }
-
-    fn position(&self, id: i64) -> Option<usize> {
-        match self {
-            Ids::Range { first, len } => {
-                let at = usize::try_from(id.checked_sub(*first)?).ok()?;
-                (at < *len).then_some(at)
-            }
-            Ids::Listed(ids) => ids.binary_search(&id).ok(),
-        }
-    }
-
-    fn push(&mut self, id: i64) {
-        match self {
-            Ids::Range { len: 0, .. } => *self = Ids::Range { first: id, len: 1 },
-            Ids::Range { first, len } if first.checked_add(*len as i64) == Some(id) => *len += 1,
-            Ids::Range { first, len } => {
-                let mut ids: Vec<i64> = (0..*len as i64).map(|at| *first + at).collect();
-                ids.push(id);
-                *self = Ids::Listed(ids);
-            }
-            Ids::Listed(ids) => ids.push(id),
-        }
     }
 }
 
@@ -337,6 +291,40 @@ mod tests {
         assert_eq!(consecutive.get(i64::MIN), None);
         assert_eq!(consecutive.get(10), None);
         assert_eq!(consecutive.get(9).map(|pet| pet.id), Some(9));
+    }
+
+    #[test]
+    fn a_status_change_moves_the_pet_between_pages_and_counts() {
+        let mut catalogue = Catalogue::default();
+        for id in 1..=300 {
+            catalogue.push(&pet(id, Some(PetStatus::Available)));
+        }
+        catalogue.push(&pet(301, None));
+        // 100 pending: 2, 5, 8, …, 299.
+        for id in (2..=300).step_by(3) {
+            catalogue.set_status(id, PetStatus::Pending);
+        }
+        catalogue.set_status(5, PetStatus::Sold);
+        catalogue.set_status(5, PetStatus::Available);
+        catalogue.set_status(8, PetStatus::Sold);
+        assert_eq!(
+            catalogue.inventory(),
+            Inventory {
+                available: 201,
+                pending: 98,
+                sold: 1
+            }
+        );
+        let pending = walk(&catalogue, 7, Some(PetStatus::Pending));
+        assert_eq!(pending.len(), 98);
+        assert!(pending.iter().all(|p| p.status == Some(PetStatus::Pending)));
+        assert!(!pending.iter().any(|p| p.id == 5 || p.id == 8));
+        let available = walk(&catalogue, 100, Some(PetStatus::Available));
+        assert_eq!(available.len(), 201);
+        assert!(available.iter().any(|p| p.id == 5));
+        assert_eq!(catalogue.get(8).unwrap().status, Some(PetStatus::Sold));
+        assert_eq!(catalogue.status(301), Some(None));
+        assert_eq!(catalogue.status(302), None);
     }
 
     #[test]

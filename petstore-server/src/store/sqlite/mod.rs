@@ -6,13 +6,19 @@
 //!   only writing connection, so writers never meet `SQLITE_BUSY`. It takes
 //!   every create that is waiting and commits them in one transaction — one
 //!   fsync for the group instead of one each.
-//! - **Reads come from memory.** The committed catalogue is loaded at
-//!   start-up and kept in memory, in id order and per status; the writer adds
-//!   each group to it after its commit and before anyone is told of it, so
-//!   memory holds exactly what the database holds (the server must be the
-//!   file's only writer). Reads cost O(limit), never touch the disk, and never
-//!   wait for a write: the writer holds the lock only to append, not while it
-//!   commits.
+//! - **Reads come from memory.** The committed catalogue and orders are
+//!   loaded at start-up and kept in memory, in id order and per status; the
+//!   writer applies each group to them after its commit and before anyone is
+//!   told of it, so memory holds exactly what the database holds (the server
+//!   must be the file's only writer). Reads cost O(limit), never touch the
+//!   disk, and never wait for a commit: the writer holds the lock only to
+//!   apply a committed group, not while it commits.
+//! - **Orders in the same groups.** Placing and updating orders go to the
+//!   writer like creates and are committed in the same groups. Each is
+//!   decided inside the group's transaction by the database itself (a
+//!   conditional `UPDATE` of the animal's status), in the order the requests
+//!   reached the writer: of concurrent orders for one animal, the first
+//!   wins and the rest find it `pending`.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -21,12 +27,14 @@ use std::sync::{Arc, Mutex, RwLock, RwLockWriteGuard, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rusqlite::{Connection, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::oneshot;
 
 mod catalogue;
+mod ids;
 mod keys;
 mod lock;
+mod orders;
 mod schema;
 
 pub use keys::SqliteKeys;
@@ -34,14 +42,19 @@ pub(super) use schema::is_unavailable;
 
 use self::catalogue::Catalogue;
 use self::lock::DatabaseLock;
+use self::orders::OrderBook;
 use self::schema::{BUSY_TIMEOUT, configure_and_migrate, sqlite};
 use super::idempotency::{Claim, Claims, CreateOutcome, Idempotency};
+use super::orders::{OrderPage, OrderQuery, PlaceOutcome, UpdateOutcome, transition};
 use super::{
     FatalSender, ListQuery, OpenError, Page, PetStore, StoreError, StoreMetrics, StoreStats,
 };
-use petstore_api::model::{NewPet, Pet, PetStatus};
+use chrono::{DateTime, Utc};
+use petstore_api::model::{
+    Inventory, NewPet, Order, OrderStatus, OrderUpdateStatus, Pet, PetStatus,
+};
 
-/// The most creates one transaction commits.
+/// The most writes (creates, orders) one transaction commits.
 const MAX_GROUP: usize = 512;
 /// How often an idle writer checks that the database file is still the one
 /// it has open (it also checks after every commit, before answering).
@@ -49,38 +62,69 @@ const FILE_CHECK_INTERVAL: Duration = Duration::from_secs(2);
 
 const SELECT_PET: &str = "SELECT id, name, category_id, status FROM pets";
 
-type Reply = oneshot::Sender<Result<CreateOutcome, StoreError>>;
+type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
 enum WriteJob {
-    Create(CreateJob),
+    /// A write committed with others in a group.
+    Group(GroupJob),
     /// Delete at most this many idempotency records made before this time.
     Purge(i64, usize, oneshot::Sender<Result<usize, StoreError>>),
     Close(oneshot::Sender<()>),
 }
 
-/// A create waiting for the writer, with its idempotency key if it has one.
-struct CreateJob {
-    pet: NewPet,
-    once: Option<(Idempotency, Claim)>,
-    reply: Reply,
+/// A write waiting for the writer, with its idempotency key if it has one.
+enum GroupJob {
+    Create {
+        pet: NewPet,
+        once: Option<(Idempotency, Claim)>,
+        reply: Reply<CreateOutcome>,
+    },
+    Place {
+        pet_id: i64,
+        once: Option<(Idempotency, Claim)>,
+        reply: Reply<PlaceOutcome>,
+    },
+    Update {
+        id: i64,
+        to: OrderStatus,
+        reply: Reply<UpdateOutcome>,
+    },
 }
 
-/// What the writer's transaction did for one create.
+impl GroupJob {
+    fn fail(self, error: StoreError) {
+        // A request whose client hung up has no one to tell.
+        match self {
+            GroupJob::Create { reply, .. } => drop(reply.send(Err(error))),
+            GroupJob::Place { reply, .. } => drop(reply.send(Err(error))),
+            GroupJob::Update { reply, .. } => drop(reply.send(Err(error))),
+        }
+    }
+}
+
+/// What the writer's transaction did for one write.
 enum Applied {
     Created(i64),
     /// The key's live record, for the same pet (or a record that does not
     /// decode).
     Replayed(Result<Pet, StoreError>),
     KeyReused,
+    Placed(PlaceOutcome),
+    /// The order's outcome, and whether its status changed.
+    Updated(UpdateOutcome, bool),
 }
 
 /// The SQLite implementation of [`PetStore`].
 pub struct SqliteStore {
     writer: mpsc::Sender<WriteJob>,
     writer_thread: Mutex<Option<JoinHandle<()>>>,
-    catalogue: Arc<SharedCatalogue>,
+    /// What the database holds (see the module's documentation).
+    memory: Arc<SharedMemory>,
     /// The idempotency keys whose creates are with the writer.
     claims: Arc<Claims>,
+    /// The idempotency keys whose orders are with the writer (apart from
+    /// the creates': the two operations' keys are apart).
+    order_claims: Arc<Claims>,
     /// Set when the store is being closed. A writer that is gone without
     /// that has died: creates then fail as internal errors, not as 503s.
     closing: AtomicBool,
@@ -125,7 +169,7 @@ impl SqliteStore {
             .map_err(sqlite("opening the file"))
             .map_err(in_file)?;
         configure_and_migrate(&mut conn, &path)?;
-        let catalogue = load(&conn).map_err(in_file)?;
+        let memory = load(&conn).map_err(in_file)?;
         let keys_conn = Connection::open(&path)
             .and_then(|keys| keys.busy_timeout(BUSY_TIMEOUT).map(|()| keys))
             .map_err(sqlite("opening a connection for the keys"))
@@ -134,14 +178,14 @@ impl SqliteStore {
             doing: format!("reading the metadata of {}", path.display()),
             source,
         })?;
-        let catalogue = Arc::new(RwLock::new(Some(catalogue)));
+        let memory = Arc::new(RwLock::new(Some(memory)));
         let replaced = Arc::new(AtomicBool::new(false));
 
         let (writer, jobs) = mpsc::channel();
         let writer_thread = std::thread::Builder::new()
             .name("sqlite-writer".into())
             .spawn({
-                let catalogue = Arc::clone(&catalogue);
+                let memory = Arc::clone(&memory);
                 let writer = Writer {
                     conn,
                     path: path.clone(),
@@ -153,7 +197,7 @@ impl SqliteStore {
                 };
                 move || {
                     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        writer.run(jobs, &catalogue)
+                        writer.run(jobs, &memory)
                     }));
                     if let Err(panic) = outcome {
                         let message = panic_message(&*panic);
@@ -171,8 +215,9 @@ impl SqliteStore {
         let store = SqliteStore {
             writer,
             writer_thread: Mutex::new(Some(writer_thread)),
-            catalogue,
+            memory,
             claims: Arc::default(),
+            order_claims: Arc::default(),
             closing: AtomicBool::new(false),
             path,
             identity,
@@ -181,15 +226,11 @@ impl SqliteStore {
         Ok((store, SqliteKeys::on(keys_conn)))
     }
 
-    /// Hands a create to the writer and waits for its commit.
-    async fn write(
-        &self,
-        pet: NewPet,
-        once: Option<(Idempotency, Claim)>,
-    ) -> Result<CreateOutcome, StoreError> {
+    /// Hands a write to the writer and waits for its commit.
+    async fn write<T>(&self, job: impl FnOnce(Reply<T>) -> GroupJob) -> Result<T, StoreError> {
         let (reply, answer) = oneshot::channel();
         self.writer
-            .send(WriteJob::Create(CreateJob { pet, once, reply }))
+            .send(WriteJob::Group(job(reply)))
             .map_err(|_| self.writer_gone())?;
         answer.await.map_err(|_| self.writer_gone())?
     }
@@ -250,7 +291,7 @@ impl Writer {
     /// Takes jobs until told to close or until every sender is gone,
     /// committing each group of waiting creates at once, and checking the
     /// file between groups when idle.
-    fn run(mut self, jobs: mpsc::Receiver<WriteJob>, catalogue: &SharedCatalogue) {
+    fn run(mut self, jobs: mpsc::Receiver<WriteJob>, memory: &SharedMemory) {
         loop {
             let first = match jobs.recv_timeout(FILE_CHECK_INTERVAL) {
                 Ok(job) => job,
@@ -266,7 +307,7 @@ impl Writer {
             let mut next = Some(first);
             while let Some(job) = next.take() {
                 match job {
-                    WriteJob::Create(job) => group.push(job),
+                    WriteJob::Group(job) => group.push(job),
                     WriteJob::Purge(before, limit, reply) => {
                         purge = Some((before, limit, reply));
                         break;
@@ -280,7 +321,7 @@ impl Writer {
                     next = jobs.try_recv().ok();
                 }
             }
-            self.commit_group(group, catalogue);
+            self.commit_group(group, memory);
             if let Some((before, limit, reply)) = purge {
                 let purged = purge_records(&self.conn, before, limit)
                     .map_err(sqlite("purging idempotency records"));
@@ -322,12 +363,12 @@ impl Writer {
 
     /// Commits the group, checks that the committed file is still the
     /// database's, then makes the group visible to readers, then answers:
-    /// a pet is never acknowledged before it is durable and readable.
+    /// a write is never acknowledged before it is durable and readable.
     ///
-    /// A create with an idempotency key first looks for the key's live
+    /// A write with an idempotency key first looks for the key's live
     /// record in the same transaction, so a retry queued behind the first
     /// request finds the first one's record even within one group.
-    fn commit_group(&mut self, group: Vec<CreateJob>, catalogue: &SharedCatalogue) {
+    fn commit_group(&mut self, group: Vec<GroupJob>, memory: &SharedMemory) {
         if group.is_empty() {
             return;
         }
@@ -339,7 +380,7 @@ impl Writer {
             Err(e) => {
                 let source = Arc::new(e);
                 return fail_all(group, || StoreError::Sqlite {
-                    doing: "committing creates",
+                    doing: "committing a group of writes",
                     source: Arc::clone(&source),
                 });
             }
@@ -349,89 +390,247 @@ impl Writer {
         if !self.check_file() {
             return fail_all(group, || self.file_replaced());
         }
+        self.metrics.commit_group_size.observe(group.len() as f64);
         // The claims go before the answers: once a request is answered, a
         // retry with its key must find the committed record, not a claim.
-        let answers: Vec<(Result<CreateOutcome, StoreError>, Reply)> = group
-            .into_iter()
-            .zip(applied)
-            .map(|(CreateJob { pet, once, reply }, applied)| {
-                drop(once);
-                let outcome = match applied {
-                    Applied::Created(id) => Ok(CreateOutcome::Created(Pet::from_new(id, pet))),
-                    Applied::Replayed(pet) => pet.map(CreateOutcome::Replayed),
-                    Applied::KeyReused => Ok(CreateOutcome::KeyReused),
-                };
-                (outcome, reply)
-            })
-            .collect();
-        let created = answers.iter().filter_map(|(outcome, _)| match outcome {
-            Ok(CreateOutcome::Created(pet)) => Some(pet),
-            _ => None,
-        });
-        if let Some(catalogue) = write(catalogue).as_mut() {
-            created.for_each(|pet| catalogue.push(pet));
+        // Memory is changed before anyone is answered, in the order of the
+        // transaction.
+        let mut answers = Vec::with_capacity(group.len());
+        {
+            let mut memory = write(memory);
+            for (job, applied) in group.into_iter().zip(applied) {
+                answers.push(settle(job, applied, memory.as_mut()));
+            }
         }
-        self.metrics.commit_group_size.observe(answers.len() as f64);
-        for (outcome, reply) in answers {
+        answers.into_iter().for_each(|answer| answer());
+    }
+}
+
+/// Applies one committed write to memory (when the store is still open)
+/// and returns how to answer it.
+fn settle(
+    job: GroupJob,
+    applied: Applied,
+    memory: Option<&mut Committed>,
+) -> Box<dyn FnOnce() + Send> {
+    fn answer<T: Send + 'static>(
+        reply: Reply<T>,
+        outcome: Result<T, StoreError>,
+    ) -> Box<dyn FnOnce() + Send> {
+        Box::new(move || {
             let _ = reply.send(outcome);
+        })
+    }
+    match (job, applied) {
+        (GroupJob::Create { pet, once, reply }, applied) => {
+            drop(once);
+            let outcome = match applied {
+                Applied::Created(id) => {
+                    let pet = Pet::from_new(id, pet);
+                    if let Some(memory) = memory {
+                        memory.pets.push(&pet);
+                    }
+                    Ok(CreateOutcome::Created(pet))
+                }
+                Applied::Replayed(pet) => pet.map(CreateOutcome::Replayed),
+                Applied::KeyReused => Ok(CreateOutcome::KeyReused),
+                _ => Err(StoreError::Invariant("a create applied as another write")),
+            };
+            answer(reply, outcome)
+        }
+        (GroupJob::Place { once, reply, .. }, Applied::Placed(outcome)) => {
+            drop(once);
+            if let (PlaceOutcome::Placed(order), Some(memory)) = (&outcome, memory) {
+                memory.pets.set_status(order.pet_id, PetStatus::Pending);
+                memory.orders.push(order);
+            }
+            answer(reply, Ok(outcome))
+        }
+        (GroupJob::Update { reply, .. }, Applied::Updated(outcome, changed)) => {
+            if let (UpdateOutcome::Done(order), true, Some(memory)) = (&outcome, changed, memory) {
+                memory.orders.set_status(order.id, order.status);
+                memory
+                    .pets
+                    .set_status(order.pet_id, order.status.pet_status());
+            }
+            answer(reply, Ok(outcome))
+        }
+        (job, _) => {
+            job.fail(StoreError::Invariant("a write applied as another"));
+            Box::new(|| ())
         }
     }
 }
 
-/// Answers every create of the group with the error `error` makes.
-fn fail_all(group: Vec<CreateJob>, error: impl Fn() -> StoreError) {
+/// Answers every write of the group with the error `error` makes.
+fn fail_all(group: Vec<GroupJob>, error: impl Fn() -> StoreError) {
     for job in group {
-        let _ = job.reply.send(Err(error()));
+        job.fail(error());
     }
 }
 
-/// Applies the creates in one transaction; all or none are stored. A
-/// create with an idempotency key whose live record exists creates nothing.
-fn apply_all(conn: &mut Connection, jobs: &[CreateJob]) -> rusqlite::Result<Vec<Applied>> {
+/// Applies the writes in one transaction, in order; all or none are
+/// stored. A write with an idempotency key whose live record exists
+/// changes nothing.
+fn apply_all(conn: &mut Connection, jobs: &[GroupJob]) -> rusqlite::Result<Vec<Applied>> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut applied = Vec::with_capacity(jobs.len());
-    let mut insert = tx.prepare_cached(
-        "INSERT INTO pets (name, category_id, status) VALUES (?1, ?2, ?3) RETURNING id",
-    )?;
     for job in jobs {
-        let once = job.once.as_ref().map(|(once, _)| once);
-        if let Some(once) = once
-            && let Some(found) = live_record(&tx, once)?
-        {
-            applied.push(found);
-            continue;
-        }
-        let status = job.pet.status.map(PetStatus::as_str);
-        let id = insert.query_row(params![job.pet.name, job.pet.category_id, status], |row| {
-            row.get(0)
-        })?;
-        if let Some(once) = once {
-            // Replaces an expired record of the key, if one is left.
-            tx.prepare_cached(
-                "INSERT INTO idempotency_keys
-                     (scope, key, fingerprint, created_at, pet_id, name, category_id, status)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
-                 ON CONFLICT (scope, key) DO UPDATE SET
-                     fingerprint = excluded.fingerprint, created_at = excluded.created_at,
-                     pet_id = excluded.pet_id, name = excluded.name,
-                     category_id = excluded.category_id, status = excluded.status",
-            )?
-            .execute(params![
-                &once.scope[..],
-                once.key,
-                &once.fingerprint[..],
-                once.now,
-                id,
-                job.pet.name,
-                job.pet.category_id,
-                status
-            ])?;
-        }
-        applied.push(Applied::Created(id));
+        applied.push(match job {
+            GroupJob::Create { pet, once, .. } => {
+                apply_create(&tx, pet, once.as_ref().map(|(once, _)| once))?
+            }
+            GroupJob::Place { pet_id, once, .. } => Applied::Placed(apply_place(
+                &tx,
+                *pet_id,
+                once.as_ref().map(|(once, _)| once),
+            )?),
+            GroupJob::Update { id, to, .. } => {
+                let (outcome, changed) = apply_update(&tx, *id, *to)?;
+                Applied::Updated(outcome, changed)
+            }
+        });
     }
-    drop(insert);
     tx.commit()?;
     Ok(applied)
+}
+
+fn apply_create(
+    tx: &Connection,
+    pet: &NewPet,
+    once: Option<&Idempotency>,
+) -> rusqlite::Result<Applied> {
+    if let Some(once) = once
+        && let Some(found) = live_record(tx, once)?
+    {
+        return Ok(found);
+    }
+    let status = pet.status.map(PetStatus::as_str);
+    let id = tx
+        .prepare_cached(
+            "INSERT INTO pets (name, category_id, status) VALUES (?1, ?2, ?3) RETURNING id",
+        )?
+        .query_row(params![pet.name, pet.category_id, status], |row| row.get(0))?;
+    if let Some(once) = once {
+        // Replaces an expired record of the key, if one is left.
+        tx.prepare_cached(
+            "INSERT INTO idempotency_keys
+                 (scope, key, fingerprint, created_at, pet_id, name, category_id, status)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+             ON CONFLICT (scope, key) DO UPDATE SET
+                 fingerprint = excluded.fingerprint, created_at = excluded.created_at,
+                 pet_id = excluded.pet_id, name = excluded.name,
+                 category_id = excluded.category_id, status = excluded.status",
+        )?
+        .execute(params![
+            &once.scope[..],
+            once.key,
+            &once.fingerprint[..],
+            once.now,
+            id,
+            pet.name,
+            pet.category_id,
+            status
+        ])?;
+    }
+    Ok(Applied::Created(id))
+}
+
+/// Orders the animal if it is available: its status and the new order in
+/// the group's transaction.
+fn apply_place(
+    tx: &Connection,
+    pet_id: i64,
+    once: Option<&Idempotency>,
+) -> rusqlite::Result<PlaceOutcome> {
+    if let Some(once) = once
+        && let Some(found) = live_order_record(tx, once)?
+    {
+        return Ok(found);
+    }
+    let reserved = tx
+        .prepare_cached(
+            "UPDATE pets SET status = 'pending' WHERE id = ?1 AND status = 'available'",
+        )?
+        .execute(params![pet_id])?;
+    if reserved == 0 {
+        let status: Option<Option<String>> = tx
+            .prepare_cached("SELECT status FROM pets WHERE id = ?1")?
+            .query_row(params![pet_id], |row| row.get(0))
+            .optional()?;
+        return Ok(match status {
+            None => PlaceOutcome::NoSuchPet,
+            Some(status) => {
+                PlaceOutcome::NotAvailable(status.as_deref().and_then(PetStatus::parse))
+            }
+        });
+    }
+    let placed_at = Utc::now();
+    let micros = placed_at.timestamp_micros();
+    let id: i64 = tx
+        .prepare_cached(
+            "INSERT INTO orders (pet_id, status, placed_at) VALUES (?1, 'placed', ?2) RETURNING id",
+        )?
+        .query_row(params![pet_id, micros], |row| row.get(0))?;
+    if let Some(once) = once {
+        tx.prepare_cached(
+            "INSERT INTO order_idempotency_keys
+                 (scope, key, fingerprint, created_at, order_id, pet_id, placed_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT (scope, key) DO UPDATE SET
+                 fingerprint = excluded.fingerprint, created_at = excluded.created_at,
+                 order_id = excluded.order_id, pet_id = excluded.pet_id,
+                 placed_at = excluded.placed_at",
+        )?
+        .execute(params![
+            &once.scope[..],
+            once.key,
+            &once.fingerprint[..],
+            once.now,
+            id,
+            pet_id,
+            micros
+        ])?;
+    }
+    Ok(PlaceOutcome::Placed(Order {
+        id,
+        pet_id,
+        status: OrderStatus::Placed,
+        placed_at: micros_to_time(micros),
+    }))
+}
+
+/// Gives the order the status `to` (and its animal the status that goes
+/// with it) if the order may change so; says whether it changed.
+fn apply_update(
+    tx: &Connection,
+    id: i64,
+    to: OrderStatus,
+) -> rusqlite::Result<(UpdateOutcome, bool)> {
+    let found = tx
+        .prepare_cached("SELECT id, pet_id, status, placed_at FROM orders WHERE id = ?1")?
+        .query_row(params![id], order_from_row)
+        .optional()?;
+    let Some(mut order) = found else {
+        return Ok((UpdateOutcome::NoSuchOrder, false));
+    };
+    match transition(order.status, to) {
+        Err(from) => Ok((UpdateOutcome::Invalid(from), false)),
+        Ok(None) => Ok((UpdateOutcome::Done(order), false)),
+        Ok(Some(to)) => {
+            tx.prepare_cached("UPDATE orders SET status = ?2 WHERE id = ?1")?
+                .execute(params![id, to.as_str()])?;
+            tx.prepare_cached("UPDATE pets SET status = ?2 WHERE id = ?1")?
+                .execute(params![order.pet_id, to.pet_status().as_str()])?;
+            order.status = to;
+            Ok((UpdateOutcome::Done(order), true))
+        }
+    }
+}
+
+/// A time stored as microseconds since the Unix epoch.
+fn micros_to_time(micros: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp_micros(micros).unwrap_or_default()
 }
 
 /// The key's live record, as what a create with it comes to: a replay of
@@ -457,13 +656,49 @@ fn live_record(tx: &Connection, once: &Idempotency) -> rusqlite::Result<Option<A
     Ok(Some(Applied::Replayed(pet_from_row(stored))))
 }
 
-/// Deletes at most `limit` idempotency records made before `before`.
+/// The order key's live record, as what an order with it comes to: a
+/// replay of the same order, or a reuse of the key for another animal.
+fn live_order_record(
+    tx: &Connection,
+    once: &Idempotency,
+) -> rusqlite::Result<Option<PlaceOutcome>> {
+    let mut select = tx.prepare_cached(
+        "SELECT fingerprint, created_at, order_id, pet_id, placed_at
+         FROM order_idempotency_keys WHERE scope = ?1 AND key = ?2",
+    )?;
+    let mut rows = select.query(params![&once.scope[..], once.key])?;
+    let Some(row) = rows.next()? else {
+        return Ok(None);
+    };
+    let created_at: i64 = row.get(1)?;
+    if !once.is_live(created_at) {
+        return Ok(None);
+    }
+    let fingerprint: Vec<u8> = row.get(0)?;
+    if fingerprint != once.fingerprint {
+        return Ok(Some(PlaceOutcome::KeyReused));
+    }
+    Ok(Some(PlaceOutcome::Replayed(Order {
+        id: row.get(2)?,
+        pet_id: row.get(3)?,
+        status: OrderStatus::Placed,
+        placed_at: micros_to_time(row.get(4)?),
+    })))
+}
+
+/// Deletes at most `limit` idempotency records (of creates, then of
+/// orders) made before `before`.
 fn purge_records(conn: &Connection, before: i64, limit: usize) -> rusqlite::Result<usize> {
-    conn.prepare_cached(
-        "DELETE FROM idempotency_keys WHERE rowid IN
-             (SELECT rowid FROM idempotency_keys WHERE created_at < ?1 LIMIT ?2)",
-    )?
-    .execute(params![before, limit as i64])
+    let mut purged = 0;
+    for table in ["idempotency_keys", "order_idempotency_keys"] {
+        purged += conn
+            .prepare_cached(&format!(
+                "DELETE FROM {table} WHERE rowid IN
+                     (SELECT rowid FROM {table} WHERE created_at < ?1 LIMIT ?2)"
+            ))?
+            .execute(params![before, (limit - purged) as i64])?;
+    }
+    Ok(purged)
 }
 
 /// A row as stored, before it is checked.
@@ -523,7 +758,12 @@ fn describe(value: &rusqlite::types::Value) -> String {
 #[async_trait::async_trait]
 impl PetStore for SqliteStore {
     async fn create(&self, pet: NewPet) -> Result<Pet, StoreError> {
-        match self.write(pet, None).await? {
+        let created = self.write(|reply| GroupJob::Create {
+            pet,
+            once: None,
+            reply,
+        });
+        match created.await? {
             CreateOutcome::Created(pet) => Ok(pet),
             _ => Err(StoreError::Invariant(
                 "a create without an idempotency key came to something else than a create",
@@ -539,7 +779,12 @@ impl PetStore for SqliteStore {
         let Some(claim) = self.claims.claim(&idempotency) else {
             return Ok(CreateOutcome::KeyInUse);
         };
-        self.write(pet, Some((idempotency, claim))).await
+        self.write(|reply| GroupJob::Create {
+            pet,
+            once: Some((idempotency, claim)),
+            reply,
+        })
+        .await
     }
 
     async fn purge_idempotency(&self, made_before: i64, limit: usize) -> Result<usize, StoreError> {
@@ -551,11 +796,74 @@ impl PetStore for SqliteStore {
     }
 
     async fn list(&self, query: ListQuery) -> Result<Page, StoreError> {
-        read(&self.catalogue, |catalogue| catalogue.page(query))
+        read(&self.memory, |memory| memory.pets.page(query))
     }
 
     async fn get(&self, id: i64) -> Result<Option<Pet>, StoreError> {
-        read(&self.catalogue, |catalogue| catalogue.get(id))
+        read(&self.memory, |memory| memory.pets.get(id))
+    }
+
+    async fn place_order(
+        &self,
+        pet_id: i64,
+        idempotency: Option<Idempotency>,
+    ) -> Result<PlaceOutcome, StoreError> {
+        let once = match idempotency {
+            Some(idempotency) => match self.order_claims.claim(&idempotency) {
+                Some(claim) => Some((idempotency, claim)),
+                None => return Ok(PlaceOutcome::KeyInUse),
+            },
+            // Without a key there is nothing to replay: an animal that is
+            // not available now is refused without waiting for a commit
+            // (the losers of a race cost no fsync).
+            None => match read(&self.memory, |memory| memory.pets.status(pet_id))? {
+                None => return Ok(PlaceOutcome::NoSuchPet),
+                Some(status) if status != Some(PetStatus::Available) => {
+                    return Ok(PlaceOutcome::NotAvailable(status));
+                }
+                Some(_) => None,
+            },
+        };
+        self.write(|reply| GroupJob::Place {
+            pet_id,
+            once,
+            reply,
+        })
+        .await
+    }
+
+    async fn update_order(
+        &self,
+        id: i64,
+        to: OrderUpdateStatus,
+    ) -> Result<UpdateOutcome, StoreError> {
+        let to = OrderStatus::from(to);
+        // Only a placed order changes, and only the writer changes it; every
+        // other answer holds from the committed orders as they are now.
+        let decided = read(&self.memory, |memory| match memory.orders.get(id) {
+            None => Some(UpdateOutcome::NoSuchOrder),
+            Some(order) => match transition(order.status, to) {
+                Ok(Some(_)) => None,
+                Ok(None) => Some(UpdateOutcome::Done(order)),
+                Err(from) => Some(UpdateOutcome::Invalid(from)),
+            },
+        })?;
+        match decided {
+            Some(outcome) => Ok(outcome),
+            None => self.write(|reply| GroupJob::Update { id, to, reply }).await,
+        }
+    }
+
+    async fn get_order(&self, id: i64) -> Result<Option<Order>, StoreError> {
+        read(&self.memory, |memory| memory.orders.get(id))
+    }
+
+    async fn list_orders(&self, query: OrderQuery) -> Result<OrderPage, StoreError> {
+        read(&self.memory, |memory| memory.orders.page(query))
+    }
+
+    async fn inventory(&self) -> Result<Inventory, StoreError> {
+        read(&self.memory, |memory| memory.pets.inventory())
     }
 
     async fn check_ready(&self) -> Result<(), StoreError> {
@@ -581,7 +889,7 @@ impl PetStore for SqliteStore {
     }
 
     async fn stats(&self) -> Result<StoreStats, StoreError> {
-        let pets = read(&self.catalogue, Catalogue::len)?;
+        let pets = read(&self.memory, |memory| memory.pets.len())?;
         Ok(StoreStats {
             pets: pets as u64,
             pool: None,
@@ -603,12 +911,19 @@ impl PetStore for SqliteStore {
         if let Some(thread) = thread {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
-        *write(&self.catalogue) = None;
+        *write(&self.memory) = None;
     }
 }
 
 /// Everything the database holds, read once at start-up.
-fn load(conn: &Connection) -> Result<Catalogue, StoreError> {
+fn load(conn: &Connection) -> Result<Committed, StoreError> {
+    Ok(Committed {
+        pets: load_pets(conn)?,
+        orders: load_orders(conn)?,
+    })
+}
+
+fn load_pets(conn: &Connection) -> Result<Catalogue, StoreError> {
     let sql = sqlite("loading the catalogue");
     let mut catalogue = Catalogue::default();
     let mut select = conn
@@ -625,19 +940,58 @@ fn load(conn: &Connection) -> Result<Catalogue, StoreError> {
     Ok(catalogue)
 }
 
-/// The in-memory catalogue; `None` once the store is closed.
-type SharedCatalogue = RwLock<Option<Catalogue>>;
+fn load_orders(conn: &Connection) -> Result<OrderBook, StoreError> {
+    let sql = sqlite("loading the orders");
+    let mut orders = OrderBook::default();
+    let mut select = conn
+        .prepare("SELECT id, pet_id, status, placed_at FROM orders ORDER BY id")
+        .map_err(&sql)?;
+    let mut rows = select.query([]).map_err(&sql)?;
+    while let Some(row) = rows.next().map_err(&sql)? {
+        orders.push(&order_from_row(row).map_err(&sql)?);
+    }
+    Ok(orders)
+}
 
-/// Reads the catalogue with `f`, or fails once the store is closed.
-fn read<T>(catalogue: &SharedCatalogue, f: impl FnOnce(&Catalogue) -> T) -> Result<T, StoreError> {
+/// An order as stored: `id, pet_id, status, placed_at` (microseconds).
+fn order_from_row(row: &rusqlite::Row) -> rusqlite::Result<Order> {
+    let id = row.get(0)?;
+    let status: String = row.get(2)?;
+    let status = OrderStatus::parse(&status).ok_or_else(|| {
+        rusqlite::Error::InvalidColumnType(
+            2,
+            format!("status of order {id}: {status:?}"),
+            rusqlite::types::Type::Text,
+        )
+    })?;
+    Ok(Order {
+        id,
+        pet_id: row.get(1)?,
+        status,
+        placed_at: micros_to_time(row.get(3)?),
+    })
+}
+
+/// What the database holds, in memory: every pet and every order.
+#[derive(Default)]
+struct Committed {
+    pets: Catalogue,
+    orders: OrderBook,
+}
+
+/// The committed state in memory; `None` once the store is closed.
+type SharedMemory = RwLock<Option<Committed>>;
+
+/// Reads the committed state with `f`, or fails once the store is closed.
+fn read<T>(memory: &SharedMemory, f: impl FnOnce(&Committed) -> T) -> Result<T, StoreError> {
     // A poisoned lock means a panic elsewhere while holding it; `push`
-    // checks before it changes anything, so the catalogue is still whole.
-    let guard = catalogue.read().unwrap_or_else(|e| e.into_inner());
+    // checks before it changes anything, so memory is still whole.
+    let guard = memory.read().unwrap_or_else(|e| e.into_inner());
     guard.as_ref().map(f).ok_or(StoreError::Closed)
 }
 
-fn write(catalogue: &SharedCatalogue) -> RwLockWriteGuard<'_, Option<Catalogue>> {
-    catalogue.write().unwrap_or_else(|e| e.into_inner())
+fn write(memory: &SharedMemory) -> RwLockWriteGuard<'_, Option<Committed>> {
+    memory.write().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

@@ -42,6 +42,28 @@ pub(super) const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (scope, key)
     );
     CREATE INDEX idempotency_keys_by_age ON idempotency_keys (created_at);",
+    // The Store (contract 1.3.0). `placed_at` is in microseconds since the
+    // Unix epoch. The partial unique index is the database's own guard of
+    // "at most one placed or delivered order per animal".
+    "CREATE TABLE orders (
+        id        INTEGER PRIMARY KEY AUTOINCREMENT,
+        pet_id    INTEGER NOT NULL REFERENCES pets (id),
+        status    TEXT    NOT NULL CHECK (status IN ('placed', 'delivered', 'cancelled')),
+        placed_at INTEGER NOT NULL
+    );
+    CREATE UNIQUE INDEX orders_one_live_per_pet ON orders (pet_id)
+        WHERE status IN ('placed', 'delivered');
+    CREATE TABLE order_idempotency_keys (
+        scope       BLOB    NOT NULL,
+        key         TEXT    NOT NULL,
+        fingerprint BLOB    NOT NULL,
+        created_at  INTEGER NOT NULL,
+        order_id    INTEGER NOT NULL,
+        pet_id      INTEGER NOT NULL,
+        placed_at   INTEGER NOT NULL,
+        PRIMARY KEY (scope, key)
+    );
+    CREATE INDEX order_idempotency_keys_by_age ON order_idempotency_keys (created_at);",
 ];
 
 /// How long a connection waits on a lock (e.g. another program holding the
