@@ -210,10 +210,14 @@ impl<'a, B> Once<'a, B> {
 
     /// Sends `attempt` until it is answered, as the policy says; returns
     /// the answer, the attempts it took and whether it was a replay.
-    async fn until_answered<T>(
+    async fn until_answered<T, F, Fut>(
         &self,
-        mut attempt: impl AsyncFnMut() -> Result<ResponseValue<T>, Error<types::Error>>,
-    ) -> Result<(T, u32, bool), Error<types::Error>> {
+        attempt: F,
+    ) -> Result<(T, u32, bool), Error<types::Error>>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<ResponseValue<T>, Error<types::Error>>>,
+    {
         let mut attempts = 1;
         loop {
             match attempt().await {
@@ -238,10 +242,10 @@ impl CreatePetOnce<'_> {
     /// Creates the animal, retrying as the policy says.
     pub async fn send(self) -> Result<CreatedOnce, Error<types::Error>> {
         let (pet, attempts, replayed) = self
-            .until_answered(async || {
+            .until_answered(|| {
                 let create = self.client.create_pet();
                 let create = create.idempotency_key(self.idempotency_key.as_str());
-                create.body(self.body.clone()).send().await
+                create.body(self.body.clone()).send()
             })
             .await?;
         Ok(CreatedOnce {
@@ -257,10 +261,10 @@ impl PlaceOrderOnce<'_> {
     /// Places the order, retrying as the policy says.
     pub async fn send(self) -> Result<PlacedOnce, Error<types::Error>> {
         let (order, attempts, replayed) = self
-            .until_answered(async || {
+            .until_answered(|| {
                 let place = self.client.place_order();
                 let place = place.idempotency_key(self.idempotency_key.as_str());
-                place.body(self.body.clone()).send().await
+                place.body(self.body.clone()).send()
             })
             .await?;
         Ok(PlacedOnce {

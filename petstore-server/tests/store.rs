@@ -2,13 +2,21 @@
 //! order the same animals (one SQLite server; two PostgreSQL instances on
 //! one database) — exactly one order wins each animal — and every instance
 //! shows every acknowledged change at once: the animal's status, the
-//! order, and the inventory.
+//! order, and the inventory. Then the same under faults: the server killed
+//! with SIGKILL, and PostgreSQL restarted, under 16 clients that order,
+//! deliver and cancel, retrying until answered; afterwards an invariant
+//! checker compares the store with what every client was told.
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
-use common::{Backend, KEY, Served, client, fresh_database, serve, stop};
+use common::{Backend, Database, KEY, Served, client, fresh_database, serve, stop};
+use petstore_client::{Client, Error, RetryPolicy, types};
+use petstore_support::{FaultProxy, blocking, eventually, eventually_async};
 use serde_json::{Value, json};
 
 /// Animals raced for, and clients racing for each.
@@ -161,4 +169,267 @@ async fn on_two_postgres_instances_exactly_one_order_wins_each_animal() {
         let (status, log) = stop(served).await;
         assert!(status.success(), "{log}");
     }
+}
+
+/// Clients ordering, delivering and cancelling while a fault strikes.
+const CLIENTS: usize = 16;
+/// Orders each client tries to place.
+const ROUNDS: usize = 10;
+/// Animals they share (fewer than the orders: many are refused, or ordered
+/// again once cancelled).
+const SHARED_ANIMALS: usize = 48;
+
+/// Retrying through a killed server or a restarted database: short waits,
+/// attempts enough to outlast any restart, and a bound all the same.
+fn patient() -> RetryPolicy {
+    RetryPolicy::with_max_attempts(20_000)
+        .backoff(Duration::from_millis(5), Duration::from_millis(200))
+}
+
+/// What a client was last told of an order it placed.
+#[derive(Clone, Debug, PartialEq)]
+struct Told {
+    order: i64,
+    pet: i64,
+    status: String,
+}
+
+/// Whether `error` may have left the request's effect undecided, so that
+/// the client retries it.
+fn undecided(error: &Error<types::Error>) -> bool {
+    match error {
+        Error::CommunicationError(_) | Error::ResponseBodyError(_) => true,
+        Error::ErrorResponse(response) => response.status() == 503,
+        Error::UnexpectedResponse(response) => matches!(response.status().as_u16(), 502..=504),
+        _ => false,
+    }
+}
+
+/// Delivers or cancels `order` until the service answers (a repeated
+/// request is answered 200 with the order unchanged, so retrying is safe).
+async fn settle_order(client: &Client, order: i64, to: types::OrderUpdateStatus) -> types::Order {
+    let policy = patient();
+    for _ in 0..policy.max_attempts {
+        let body = types::OrderUpdate { status: to };
+        match client
+            .update_order()
+            .order_id(order)
+            .body(body)
+            .send()
+            .await
+        {
+            Ok(answer) => return answer.into_inner(),
+            Err(error) if undecided(&error) => tokio::time::sleep(Duration::from_millis(20)).await,
+            Err(error) => panic!("order {order} -> {to}: {error}"),
+        }
+    }
+    panic!("order {order} -> {to}: no answer")
+}
+
+/// One client: each round orders a shared animal once (with a key of its
+/// own), and delivers or cancels what it got; returns what it was last
+/// told of each order, counting placed orders in `placed`.
+async fn shopper(base_url: String, shopper: usize, placed: Arc<AtomicUsize>) -> Vec<Told> {
+    let client = Client::with_api_key(&base_url, KEY);
+    let mut told = Vec::new();
+    for round in 0..ROUNDS {
+        let pet = ((shopper * 7 + round * 5) % SHARED_ANIMALS) as i64 + 1;
+        let once = client
+            .place_order_once(pet)
+            .idempotency_key(format!("shopper-{shopper}-{round}"))
+            .retry(patient())
+            .send()
+            .await;
+        let order = match once {
+            Ok(placed) => placed.order,
+            Err(Error::ErrorResponse(refused)) if refused.code == "pet_not_available" => continue,
+            Err(error) => panic!("shopper {shopper}, round {round}: {error}"),
+        };
+        assert_eq!(order.pet_id, pet);
+        placed.fetch_add(1, Ordering::SeqCst);
+        // Two thirds delivered, one third cancelled (the animal is sold
+        // again later).
+        let to = match round % 3 {
+            0 => types::OrderUpdateStatus::Cancelled,
+            _ => types::OrderUpdateStatus::Delivered,
+        };
+        let settled = settle_order(&client, order.id, to).await;
+        told.push(Told {
+            order: order.id,
+            pet,
+            status: settled.status.to_string(),
+        });
+    }
+    told
+}
+
+fn shoppers(base_url: &str, placed: &Arc<AtomicUsize>) -> Vec<tokio::task::JoinHandle<Vec<Told>>> {
+    (0..CLIENTS)
+        .map(|i| tokio::spawn(shopper(base_url.to_owned(), i, Arc::clone(placed))))
+        .collect()
+}
+
+/// Creates the shared animals (ids 1 to SHARED_ANIMALS on a fresh
+/// database), all available.
+async fn stock(base_url: &str) {
+    let client = Client::with_api_key(base_url, KEY);
+    for i in 0..SHARED_ANIMALS {
+        let pet = types::NewPet::builder()
+            .name(format!("stock-{i}"))
+            .category_id(1)
+            .status(types::PetStatus::Available);
+        let created = client.create_pet().body(pet).send().await.unwrap();
+        assert_eq!(created.id, i as i64 + 1);
+    }
+}
+
+/// Every item of a list, page by page.
+async fn walk(served: &Served, path: &str) -> Vec<Value> {
+    let mut all: Vec<Value> = Vec::new();
+    loop {
+        let after = all
+            .last()
+            .map_or(String::new(), |last| format!("&after={}", last["id"]));
+        let page = get(served, &format!("{path}limit=100{after}")).await;
+        let page = page.as_array().unwrap().clone();
+        if page.is_empty() {
+            return all;
+        }
+        all.extend(page);
+    }
+}
+
+/// The invariants of the Store, against what the clients were told.
+async fn check_invariants(served: &Served, told: &[Told]) {
+    let orders = walk(served, "/store/orders?").await;
+    // No order lost, none duplicated, none nobody was told of; each as its
+    // client was last told.
+    let stored: HashMap<i64, &Value> = orders
+        .iter()
+        .map(|o| (o["id"].as_i64().unwrap(), o))
+        .collect();
+    assert_eq!(stored.len(), orders.len());
+    assert_eq!(orders.len(), told.len(), "orders stored vs. orders told");
+    for t in told {
+        let order = stored
+            .get(&t.order)
+            .unwrap_or_else(|| panic!("order {} lost", t.order));
+        assert_eq!(
+            (order["petId"].as_i64(), order["status"].as_str()),
+            (Some(t.pet), Some(t.status.as_str()))
+        );
+    }
+    // At most one live order per animal, and each animal's status follows
+    // from its orders; no animal sold twice.
+    let pets = walk(served, "/pets?").await;
+    let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
+    for pet in &pets {
+        let id = pet["id"].as_i64().unwrap();
+        let live: Vec<&str> = orders
+            .iter()
+            .filter(|o| o["petId"] == id && o["status"] != "cancelled")
+            .map(|o| o["status"].as_str().unwrap())
+            .collect();
+        let expected = match live[..] {
+            [] => "available",
+            ["placed"] => "pending",
+            ["delivered"] => "sold",
+            _ => panic!("pet {id} has orders {live:?}"),
+        };
+        assert_eq!(pet["status"], expected, "pet {id}");
+        *counts.entry(expected).or_default() += 1;
+    }
+    // The inventory is exact.
+    let inventory = get(served, "/store/inventory").await;
+    for status in ["available", "pending", "sold"] {
+        let count = counts.get(status).copied().unwrap_or(0);
+        assert_eq!(inventory[status], count, "{status}: {inventory}");
+        let listed = walk(served, &format!("/pets?status={status}&")).await;
+        assert_eq!(listed.len() as i64, count, "listing {status}");
+    }
+}
+
+async fn all_told(shoppers: Vec<tokio::task::JoinHandle<Vec<Told>>>) -> Vec<Told> {
+    let mut told = Vec::new();
+    for shopper in shoppers {
+        told.extend(shopper.await.unwrap());
+    }
+    assert!(
+        told.len() >= SHARED_ANIMALS / 2,
+        "too few orders to mean anything: {}",
+        told.len()
+    );
+    told
+}
+
+async fn killed_under_shoppers_keeps_the_invariants(backend: Backend) {
+    let Some(database) = fresh_database(backend).await else {
+        return;
+    };
+    let args = ["--database", database.url.as_str()];
+    let served = serve(database.dir.path(), &args).await;
+    stock(&served.base_url()).await;
+    // The clients keep one address across the restart.
+    let proxy = FaultProxy::start(served.address.parse().unwrap())
+        .await
+        .unwrap();
+    let placed = Arc::new(AtomicUsize::new(0));
+    let shoppers = shoppers(&format!("http://{}/v1", proxy.addr()), &placed);
+    eventually("30 orders placed", || placed.load(Ordering::SeqCst) >= 30).await;
+    blocking(move || served.kill()).await;
+    let served = serve(database.dir.path(), &args).await;
+    proxy.set_target(served.address.parse().unwrap());
+
+    let told = all_told(shoppers).await;
+    check_invariants(&served, &told).await;
+    // And after a clean restart, from what was stored.
+    let (status, log) = stop(served).await;
+    assert!(status.success(), "{log}");
+    let served = serve(database.dir.path(), &args).await;
+    check_invariants(&served, &told).await;
+    let (status, log) = stop(served).await;
+    assert!(status.success(), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_killed_under_16_shoppers_keeps_every_invariant() {
+    killed_under_shoppers_keeps_the_invariants(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_killed_under_16_shoppers_keeps_every_invariant() {
+    killed_under_shoppers_keeps_the_invariants(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_restarted_under_16_shoppers_keeps_every_invariant() {
+    // A cluster of its own: this test stops it.
+    let Some(cluster) = petstore_support::postgres::own_cluster().await else {
+        return;
+    };
+    let database = Database::on_postgres(cluster.fresh_database().await);
+    let served = serve(database.dir.path(), &["--database", &database.url]).await;
+    stock(&served.base_url()).await;
+    let placed = Arc::new(AtomicUsize::new(0));
+    let shoppers = shoppers(&served.base_url(), &placed);
+    eventually("30 orders placed", || placed.load(Ordering::SeqCst) >= 30).await;
+    blocking({
+        let cluster = Arc::clone(&cluster);
+        move || cluster.stop()
+    })
+    .await;
+    let readyz = format!("http://{}/readyz", served.admin_address.as_ref().unwrap());
+    eventually_async("the server reports the outage", || async {
+        client().get(&readyz).send().await.unwrap().status() == 503
+    })
+    .await;
+    blocking({
+        let cluster = Arc::clone(&cluster);
+        move || cluster.restart()
+    })
+    .await;
+    let told = all_told(shoppers).await;
+    check_invariants(&served, &told).await;
+    let (status, log) = stop(served).await;
+    assert!(status.success(), "{log}");
 }
