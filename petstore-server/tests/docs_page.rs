@@ -242,6 +242,17 @@ async fn a_reader_tries_list_pets_from_the_docs_page_and_gets_200() {
     for operation in ["listPets", "createPet", "getPet"] {
         browser.find(&format!("#operations-Pets-{operation}")).await;
     }
+    for operation in [
+        "listOrders",
+        "placeOrder",
+        "getOrder",
+        "updateOrder",
+        "getInventory",
+    ] {
+        browser
+            .find(&format!("#operations-Store-{operation}"))
+            .await;
+    }
 
     // The reader types the key into "Authorize".
     browser.click(".auth-wrapper .authorize").await;

@@ -140,3 +140,62 @@ fn a_typed_404_is_told_apart_from_other_errors() {
         other => panic!("{other:?}"),
     }
 }
+
+/// The user's code: orders the animal `pet_id` and tells whether it got it
+/// (someone else's order is not an error to this caller).
+async fn try_to_buy(
+    client: &Client,
+    pet_id: i64,
+) -> Result<Option<types::Order>, Error<types::Error>> {
+    match client.place_order_once(pet_id).send().await {
+        Ok(placed) => Ok(Some(placed.order)),
+        Err(Error::ErrorResponse(error)) if error.code == "pet_not_available" => Ok(None),
+        Err(other) => Err(other),
+    }
+}
+
+fn order(id: i64, pet_id: i64) -> types::Order {
+    types::Order {
+        id,
+        pet_id,
+        status: types::OrderStatus::Placed,
+        placed_at: "2026-11-24T10:00:00.123456Z".parse().unwrap(),
+    }
+}
+
+#[test]
+fn an_order_is_placed_once_and_a_taken_animal_is_told_apart() {
+    let server = MockServer::start();
+    let placed = server.place_order(|when, then| {
+        when.body(&types::NewOrder { pet_id: 3 });
+        then.created(&order(10, 3));
+    });
+    let taken = server.place_order(|when, then| {
+        when.body(&types::NewOrder { pet_id: 4 });
+        then.conflict(&types::Error {
+            code: "pet_not_available".into(),
+            message: "pet 4 is pending; only an available animal can be ordered".into(),
+            status: 409,
+        });
+    });
+    let client = client(&server);
+    assert_eq!(run(try_to_buy(&client, 3)).unwrap(), Some(order(10, 3)));
+    assert_eq!(run(try_to_buy(&client, 4)).unwrap(), None);
+    placed.assert_calls(1);
+    // Not retried: the animal is taken, and no retry can change that.
+    taken.assert_calls(1);
+
+    let inventory = server.get_inventory(|_, then| {
+        then.ok(&types::Inventory {
+            available: 1,
+            pending: 2,
+            sold: 3,
+        });
+    });
+    let counted = run(client.get_inventory().send()).unwrap().into_inner();
+    assert_eq!(
+        (counted.available, counted.pending, counted.sold),
+        (1, 2, 3)
+    );
+    inventory.assert_calls(1);
+}
