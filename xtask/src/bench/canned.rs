@@ -38,4 +38,10 @@ pub struct CannedSet {
     pub create: Canned,
     /// Any request without the right bearer key.
     pub unauthorized: Canned,
+    /// `POST /v1/store/orders`: a `placed` order, for any animal.
+    pub place_order: Canned,
+    /// `PATCH /v1/store/orders/{id}`: a `cancelled` order, for any order.
+    pub update_order: Canned,
+    /// `GET /v1/store/inventory`.
+    pub inventory: Canned,
 }

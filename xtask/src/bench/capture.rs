@@ -21,7 +21,8 @@ const PER_RESPONSE_HEADERS: [&str; 5] = [
 ];
 
 /// Captures one response per scenario from the server at `addr` (whose
-/// pets have ids `1..=max_id`). Creates one pet.
+/// pets have ids `1..=max_id`). Creates one pet, and one order that it
+/// cancels.
 pub async fn capture(addr: SocketAddr, key: &str, max_id: i64) -> anyhow::Result<CannedSet> {
     use {Method as M, StatusCode as S};
     let http = reqwest::Client::new();
@@ -31,10 +32,17 @@ pub async fn capture(addr: SocketAddr, key: &str, max_id: i64) -> anyhow::Result
         let mut request = http
             .request(method.clone(), format!("http://{addr}/v1{path}"))
             .bearer_auth(as_key);
-        if method == Method::POST {
+        let body = match (&method, path) {
+            (&Method::POST, "/pets") => Some(CREATE_BODY),
+            // Pet 1 is available in every dataset (see `seed::new_pet`).
+            (&Method::POST, _) => Some(r#"{"petId":1}"#),
+            (&Method::PATCH, _) => Some(r#"{"status":"cancelled"}"#),
+            _ => None,
+        };
+        if let Some(body) = body {
             request = request
                 .header("content-type", "application/json")
-                .body(CREATE_BODY);
+                .body(body);
         }
         let response = request.send().await.with_context(|| what.clone())?;
         let status = response.status();
@@ -52,7 +60,15 @@ pub async fn capture(addr: SocketAddr, key: &str, max_id: i64) -> anyhow::Result
     };
     // The first and the last id must exist, since wrk asks for all of them.
     fetch(M::GET, "/pets/1", key, S::OK).await?;
+    // An order for pet 1, cancelled: the catalogue is as seeded again.
+    let place_order = fetch(M::POST, "/store/orders", key, S::CREATED).await?;
+    let order: serde_json::Value = serde_json::from_str(&place_order.body)?;
+    let update = format!("/store/orders/{}", order["id"]);
+    let update_order = fetch(M::PATCH, &update, key, S::OK).await?;
     Ok(CannedSet {
+        place_order,
+        update_order,
+        inventory: fetch(M::GET, "/store/inventory", key, S::OK).await?,
         get: fetch(M::GET, &format!("/pets/{max_id}"), key, S::OK).await?,
         list20: fetch(M::GET, "/pets?limit=20", key, S::OK).await?,
         list100_available: fetch(M::GET, "/pets?limit=100&status=available", key, S::OK).await?,

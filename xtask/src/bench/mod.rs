@@ -72,6 +72,7 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         scratch: scratch.path().to_owned(),
         interrupted: watch_interrupts(&runtime)?,
         runtime,
+        rates: Default::default(),
     };
     let outcome = bench.run_all(&machine);
     if bench.interrupted.load(Ordering::Relaxed) {
@@ -153,6 +154,9 @@ struct Bench {
     /// Set by Ctrl-C.
     interrupted: Arc<AtomicBool>,
     runtime: tokio::runtime::Runtime,
+    /// The last rate of each scenario on each target (by address), which
+    /// sizes the next supply of animals to order.
+    rates: std::cell::RefCell<std::collections::HashMap<(Scenario, std::net::SocketAddr), f64>>,
 }
 
 impl Bench {
@@ -357,9 +361,11 @@ impl Bench {
     ) -> anyhow::Result<Vec<Row>> {
         let mut rows = Vec::new();
         let mut scripts = Vec::new();
+        let supply = dir.join("supply.txt");
         for &scenario in &setup.scenarios {
             let script = dir.join(format!("{}.lua", scenario.name()));
-            std::fs::write(&script, scenario.wrk_script(key, setup.pets as i64))?;
+            let text = scenario.wrk_script(key, setup.pets as i64, &supply);
+            std::fs::write(&script, text)?;
             scripts.push(script);
             rows.push(Row {
                 scenario,
@@ -371,13 +377,17 @@ impl Bench {
         println!("bench: [{label}] warming up ({WARM_UP:?} per scenario and target)");
         for (row, script) in rows.iter().zip(&scripts) {
             for target in targets.for_scenario(row.scenario) {
-                wrk::run(script, target.addr, WARM_UP, &dir.join("wrk.out"))?;
+                self.stock(row.scenario, targets, target, WARM_UP, key, &supply)?;
+                let run = wrk::run(script, target.addr, WARM_UP, &dir.join("wrk.out"))?;
+                self.rates
+                    .borrow_mut()
+                    .insert((row.scenario, target.addr), run.rate());
             }
         }
         for round in 0..self.options.rounds {
             for (row, script) in rows.iter_mut().zip(&scripts) {
                 self.go_on()?;
-                let measured = self.round(round, targets, row.scenario, script, dir)?;
+                let measured = self.round(round, targets, row.scenario, script, (key, dir))?;
                 print_round(label, row.scenario, round, self.options.rounds, &measured);
                 row.rounds.push(measured);
             }
@@ -394,7 +404,7 @@ impl Bench {
         targets: &Targets,
         scenario: Scenario,
         script: &Path,
-        dir: &Path,
+        (key, dir): (&str, &Path),
     ) -> anyhow::Result<Round> {
         self.runtime.block_on(settle(targets.databases))?;
         let (mut order, odd) = (targets.for_scenario(scenario), !round.is_multiple_of(2));
@@ -403,10 +413,16 @@ impl Bench {
         }
         let out = dir.join("wrk.out");
         let duration = self.options.duration();
-        let mut samples = order
-            .into_iter()
-            .map(|target| measure(target, script, duration, &out))
-            .collect::<anyhow::Result<Vec<Sample>>>()?;
+        let supply = dir.join("supply.txt");
+        let mut samples = Vec::new();
+        for target in order {
+            self.stock(scenario, targets, target, duration, key, &supply)?;
+            let sample = measure(target, script, duration, &out)?;
+            self.rates
+                .borrow_mut()
+                .insert((scenario, target.addr), sample.rate);
+            samples.push(sample);
+        }
         if odd {
             samples.reverse();
         }
@@ -419,6 +435,42 @@ impl Bench {
         })
     }
 }
+
+impl Bench {
+    /// Writes to `path` the animals a run of `scenario` on `target` will
+    /// order, one id a line: enough for `duration` at the target's last
+    /// rate and half as many again (the first run guesses), created on it
+    /// just before. The ceiling answers every order alike, so its ids are
+    /// made up.
+    fn stock(
+        &self,
+        scenario: Scenario,
+        targets: &Targets,
+        target: &Service,
+        duration: Duration,
+        key: &str,
+        path: &Path,
+    ) -> anyhow::Result<()> {
+        if !scenario.needs_supply() {
+            return Ok(());
+        }
+        let rate = self.rates.borrow().get(&(scenario, target.addr)).copied();
+        let rate = rate.unwrap_or(FIRST_ORDER_RATE_GUESS);
+        let count = ((rate * duration.as_secs_f64() * 1.5) as usize).max(SUPPLY_MIN);
+        let ids: Vec<i64> = if target.addr == targets.ceiling.addr {
+            (1..=count as i64).collect()
+        } else {
+            self.runtime.block_on(seed::supply(target.addr, key, count))?
+        };
+        let lines: String = ids.iter().map(|id| format!("{id}\n")).collect();
+        std::fs::write(path, lines).with_context(|| format!("writing {}", path.display()))
+    }
+}
+
+/// Orders per second assumed before a target's first run of an order
+/// scenario (its warm-up), and the smallest supply.
+const FIRST_ORDER_RATE_GUESS: f64 = 20_000.0;
+const SUPPLY_MIN: usize = 2_000;
 
 /// The servers of a setup.
 struct Targets<'a> {

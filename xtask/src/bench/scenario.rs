@@ -1,9 +1,11 @@
 //! The scenarios: which request wrk sends, as a wrk Lua script.
 
+use std::path::Path;
+
 use clap::ValueEnum;
 
 /// One kind of request, sent over and over.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, ValueEnum)]
 #[value(rename_all = "snake_case")]
 pub enum Scenario {
     /// `GET /v1/pets?limit=20`.
@@ -20,6 +22,15 @@ pub enum Scenario {
     /// `GET /v1/pets?status=pending&limit=20&after=ID`, `ID` 90 % into the
     /// catalogue: a page deep into one status.
     List20Deep,
+    /// `POST /v1/store/orders`, each request for a different available
+    /// animal (from a supply created before each run).
+    PlaceOrder,
+    /// Orders placed, then each delivered or cancelled (in turn) with
+    /// `PATCH /v1/store/orders/{id}`; a cancelled order's animal is ordered
+    /// again. Each `POST` and each `PATCH` is a request.
+    OrderCycle,
+    /// `GET /v1/store/inventory`.
+    Inventory,
 }
 
 /// The body every `create` request sends.
@@ -35,13 +46,28 @@ impl Scenario {
             Scenario::CreateIdempotent => "create_idempotent",
             Scenario::List100Available => "list100_available",
             Scenario::List20Deep => "list20_deep",
+            Scenario::PlaceOrder => "place_order",
+            Scenario::OrderCycle => "order_cycle",
+            Scenario::Inventory => "inventory",
         }
+    }
+
+    /// Whether each run needs a supply of available animals, created on
+    /// the target just before (see `supply_path`).
+    pub fn needs_supply(self) -> bool {
+        matches!(self, Scenario::PlaceOrder | Scenario::OrderCycle)
     }
 
     /// Whether the scenario leaves the catalogue as it is (the scaling
     /// dataset runs only these).
     pub fn reads_only(self) -> bool {
-        !matches!(self, Scenario::Create | Scenario::CreateIdempotent)
+        !matches!(
+            self,
+            Scenario::Create
+                | Scenario::CreateIdempotent
+                | Scenario::PlaceOrder
+                | Scenario::OrderCycle
+        )
     }
 
     /// Whether a plain pet store — one without keyset pagination or
@@ -53,8 +79,9 @@ impl Scenario {
     }
 
     /// The wrk Lua script sending this scenario's requests with `key`, ids
-    /// drawn from `1..=max_id`, and reporting through [`DONE_HOOK`].
-    pub fn wrk_script(self, key: &str, max_id: i64) -> String {
+    /// drawn from `1..=max_id` (or, for orders, from the file `supply`, one
+    /// animal id per line), and reporting through [`DONE_HOOK`].
+    pub fn wrk_script(self, key: &str, max_id: i64, supply: &Path) -> String {
         let request = match self {
             Scenario::List20 => static_request("GET", "/v1/pets?limit=20"),
             Scenario::List100Available => {
@@ -73,6 +100,9 @@ impl Scenario {
             ),
             Scenario::GetById => random_id_request(max_id),
             Scenario::List20Deep => static_request("GET", &deep_path(max_id)),
+            Scenario::Inventory => static_request("GET", "/v1/store/inventory"),
+            Scenario::PlaceOrder => orders_request(supply, PLACE_ORDER),
+            Scenario::OrderCycle => orders_request(supply, ORDER_CYCLE),
         };
         format!(
             "-- Written by `cargo xtask bench` for the {} scenario.\n\
@@ -136,6 +166,70 @@ function request()
 end
 "#;
 
+/// An order script: JSON requests, each thread's share of the supply read
+/// into `free` (a queue, `head` its next), then `script`.
+fn orders_request(supply: &Path, script: &str) -> String {
+    let threads = super::wrk::THREADS;
+    format!(
+        r#"wrk.headers["Content-Type"] = "application/json"
+{NUMBERED_THREADS}function init(args)
+  free = {{}}
+  local n = 0
+  for line in io.lines("{supply}") do
+    if n % {threads} == thread_number - 1 then free[#free + 1] = line end
+    n = n + 1
+  end
+  head = 1
+  supplied = #free
+  settle = {{}}
+  settled = 0
+end
+-- The next free animal; once the supply is used up, its animals again (a
+-- real server then answers 409, which marks the run as failed: the supply
+-- was too small).
+function next_free()
+  local pet = free[head]
+  head = head + 1
+  if head > #free then head = 1 end
+  return pet
+end
+function send(method, path, body)
+  local headers = {{}}
+  for name, value in pairs(wrk.headers) do headers[name] = value end
+  return wrk.format(method, path, headers, body)
+end
+{script}"#,
+        supply = supply.display()
+    )
+}
+
+/// Each request orders the next animal of the supply.
+const PLACE_ORDER: &str = r#"function request()
+  return send("POST", "/v1/store/orders", '{"petId":' .. next_free() .. '}')
+end
+"#;
+
+/// A placed order is delivered or cancelled (in turn) by the thread's next
+/// request; a cancelled order's animal goes back to the end of the supply.
+const ORDER_CYCLE: &str = r#"function request()
+  local order = table.remove(settle)
+  if order == nil then
+    return send("POST", "/v1/store/orders", '{"petId":' .. next_free() .. '}')
+  end
+  settled = settled + 1
+  local status = (settled % 2 == 0) and "delivered" or "cancelled"
+  return send("PATCH", "/v1/store/orders/" .. order, '{"status":"' .. status .. '"}')
+end
+function response(status, headers, body)
+  local order_status = body:match('"status":"(%a+)"')
+  if order_status == "placed" then
+    settle[#settle + 1] = body:match('"id":(%d+)')
+  elseif order_status == "cancelled" then
+    free[#free + 1] = body:match('"petId":(%d+)')
+  end
+end
+"#;
+
 /// Prints one machine-readable line when wrk is done: the request count,
 /// latency percentiles (µs) and every kind of error. `status` counts the
 /// responses wrk saw with a status of 400 or more (what its own summary calls
@@ -165,19 +259,24 @@ mod tests {
 
     #[test]
     fn scripts_carry_the_key_the_request_and_the_done_hook() {
-        let script = Scenario::Create.wrk_script("k-1", 1000);
+        let script = Scenario::Create.wrk_script("k-1", 1000, Path::new("s"));
         assert!(script.contains("\"Bearer k-1\""));
         assert!(script.contains("wrk.method = \"POST\""));
         assert!(script.contains(CREATE_BODY));
         assert!(script.ends_with(DONE_HOOK));
-        let script = Scenario::CreateIdempotent.wrk_script("k-1", 1000);
+        let script = Scenario::CreateIdempotent.wrk_script("k-1", 1000, Path::new("s"));
         assert!(script.contains("\"Bearer k-1\"") && script.contains(CREATE_BODY));
         assert!(script.contains("headers[\"Idempotency-Key\"] = prefix .. counter"));
-        let script = Scenario::GetById.wrk_script("k", 1_000_000);
+        let script = Scenario::GetById.wrk_script("k", 1_000_000, Path::new("s"));
         assert!(script.contains("math.random(1, 1000000)"));
-        let script = Scenario::List100Available.wrk_script("k", 1);
+        let script = Scenario::List100Available.wrk_script("k", 1, Path::new("s"));
         assert!(script.contains("wrk.path = \"/v1/pets?limit=100&status=available\""));
-        let script = Scenario::List20Deep.wrk_script("k", 1_000_000);
+        let script = Scenario::List20Deep.wrk_script("k", 1_000_000, Path::new("s"));
         assert!(script.contains("wrk.path = \"/v1/pets?status=pending&limit=20&after=900000\""));
+        let script = Scenario::PlaceOrder.wrk_script("k", 1, Path::new("/tmp/supply.txt"));
+        assert!(script.contains("io.lines(\"/tmp/supply.txt\")"));
+        assert!(script.contains("\"/v1/store/orders\"") && script.ends_with(DONE_HOOK));
+        let script = Scenario::OrderCycle.wrk_script("k", 1, Path::new("/tmp/supply.txt"));
+        assert!(script.contains("function response(") && script.contains("\"PATCH\""));
     }
 }

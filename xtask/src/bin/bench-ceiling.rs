@@ -150,6 +150,9 @@ struct Routes {
     max_id: i64,
     create: Prepared,
     unauthorized: Prepared,
+    place_order: Prepared,
+    update_order: Prepared,
+    inventory: Prepared,
 }
 
 impl Routes {
@@ -164,6 +167,9 @@ impl Routes {
             max_id: set.max_id,
             create: Prepared::new(&set.create)?,
             unauthorized: Prepared::new(&set.unauthorized)?,
+            place_order: Prepared::new(&set.place_order)?,
+            update_order: Prepared::new(&set.update_order)?,
+            inventory: Prepared::new(&set.inventory)?,
         })
     }
 
@@ -180,17 +186,17 @@ impl Routes {
                 }
                 _ => None,
             },
+            (&Method::GET, "/v1/store/inventory") => Some(&self.inventory),
             (&Method::GET, path) => path
                 .strip_prefix("/v1/pets/")
                 .and_then(|id| id.parse::<i64>().ok())
                 .filter(|id| (1..=self.max_id).contains(id))
                 .map(|_| &self.get),
-            (&Method::POST, "/v1/pets") => {
-                // The real server reads the whole body before answering.
-                match request.into_body().collect().await {
-                    Ok(_) => Some(&self.create),
-                    Err(_) => None,
-                }
+            // The real server reads the whole body before answering.
+            (&Method::POST, "/v1/pets") => read_body(request, &self.create).await,
+            (&Method::POST, "/v1/store/orders") => read_body(request, &self.place_order).await,
+            (&Method::PATCH, path) if path.starts_with("/v1/store/orders/") => {
+                read_body(request, &self.update_order).await
             }
             _ => None,
         };
@@ -203,4 +209,9 @@ impl Routes {
             }
         }
     }
+}
+
+/// `answer` once the request's whole body is read.
+async fn read_body(request: Request<Incoming>, answer: &Prepared) -> Option<&Prepared> {
+    request.into_body().collect().await.ok().map(|_| answer)
 }
