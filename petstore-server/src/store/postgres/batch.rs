@@ -1,11 +1,12 @@
-//! Plain creates (without an idempotency key), many per statement and per
-//! commit.
+//! Writes many per statement and per commit: plain creates (without an
+//! idempotency key) here, and orders placed and updated (`orders.rs`).
 //!
-//! Each create waits in a queue; a writer task takes everything waiting (up
-//! to [`BATCH_MAX`]) and stores it with one `INSERT … SELECT FROM unnest(…)`
-//! in autocommit: one statement, one commit, one WAL flush for the whole
+//! Each write waits in its kind's queue; a writer task takes everything
+//! waiting (up to [`BATCH_MAX`]) and stores it with one statement over
+//! arrays — for creates an `INSERT … SELECT FROM unnest(…)` — in
+//! autocommit: one statement, one commit, one WAL flush for the whole
 //! batch (with `synchronous_commit = on`, the rows are on disk when it
-//! returns), then answers each create with its pet and id. While a batch commits
+//! returns), then answers each write (a create with its pet and id). While a batch commits
 //! the next one gathers, so batches grow with the load and a lone create
 //! waits for nobody. [`WRITERS`] batches may commit at once, on shared
 //! connections of their own (a commit holds its connection until the flush
@@ -38,54 +39,80 @@ pub(super) const WRITERS: usize = 2;
 /// The most creates waiting for a batch: four rounds of full batches.
 pub(super) const QUEUE_MAX: usize = 4 * WRITERS * BATCH_MAX;
 
-/// A create waiting for its batch.
-struct Waiting {
-    pet: NewPet,
-    answer: oneshot::Sender<Result<Pet, StoreError>>,
+/// A kind of write that is stored many at once.
+pub(super) trait Job: Send + Sized + 'static {
+    /// What a write of this kind comes to.
+    type Output: Send + 'static;
+
+    /// Stores `batch` (one statement, or a few) and answers each write.
+    fn store(
+        batch: Vec<Waiting<Self>>,
+        connections: &SharedConnections,
+    ) -> impl Future<Output = ()> + Send;
 }
 
-/// The queue of plain creates and the task that stores them.
-pub(super) struct CreateBatcher {
-    queue: mpsc::Sender<Waiting>,
+/// A write waiting for its batch.
+pub(super) struct Waiting<J: Job> {
+    pub job: J,
+    pub answer: oneshot::Sender<Result<J::Output, StoreError>>,
 }
 
-impl CreateBatcher {
+/// The queue of one kind of write and the task that stores them.
+pub(super) struct Batcher<J: Job> {
+    queue: mpsc::Sender<Waiting<J>>,
+}
+
+/// Plain creates.
+pub(super) type CreateBatcher = Batcher<NewPet>;
+
+impl<J: Job> Batcher<J> {
     /// Starts the writer task on the current runtime, storing through
     /// `connections`. It ends when the batcher is dropped.
-    pub fn start(connections: Arc<SharedConnections>) -> CreateBatcher {
-        let (batcher, waiting) = CreateBatcher::with_queue(QUEUE_MAX);
+    pub fn start(connections: Arc<SharedConnections>) -> Batcher<J> {
+        let (batcher, waiting) = Batcher::with_queue(QUEUE_MAX);
         tokio::spawn(write_batches(waiting, connections));
         batcher
     }
 
-    /// A batcher whose creates wait in a queue of `capacity`, for whoever
+    /// A batcher whose writes wait in a queue of `capacity`, for whoever
     /// takes them from the receiver.
-    fn with_queue(capacity: usize) -> (CreateBatcher, mpsc::Receiver<Waiting>) {
+    fn with_queue(capacity: usize) -> (Batcher<J>, mpsc::Receiver<Waiting<J>>) {
         let (queue, waiting) = mpsc::channel(capacity);
-        (CreateBatcher { queue }, waiting)
+        (Batcher { queue }, waiting)
     }
 
-    /// Stores `pet` (in the next batch) and returns it with its id once the
-    /// batch is committed; refuses at once when the queue is full.
-    pub async fn create(&self, pet: NewPet) -> Result<Pet, StoreError> {
+    /// Stores `job` (in the next batch) and returns what it came to once
+    /// the batch is committed; refuses at once when the queue is full.
+    pub async fn submit(&self, job: J) -> Result<J::Output, StoreError> {
         let (answer, stored) = oneshot::channel();
         self.queue
-            .try_send(Waiting { pet, answer })
+            .try_send(Waiting { job, answer })
             .map_err(|error| match error {
                 mpsc::error::TrySendError::Full(_) => {
                     StoreError::Overloaded(self.queue.max_capacity())
                 }
                 mpsc::error::TrySendError::Closed(_) => StoreError::Closed,
             })?;
-        // The writer answers every create it takes, unless the runtime is
+        // The writer answers every write it takes, unless the runtime is
         // shutting down under it.
         stored.await.unwrap_or(Err(StoreError::Closed))
     }
 }
 
+impl Job for NewPet {
+    type Output = Pet;
+
+    async fn store(batch: Vec<Waiting<NewPet>>, connections: &SharedConnections) {
+        store_and_answer(batch, connections).await;
+    }
+}
+
 /// The writer: takes what is waiting, stores it, answers; at most
 /// [`WRITERS`] batches at once.
-async fn write_batches(mut waiting: mpsc::Receiver<Waiting>, connections: Arc<SharedConnections>) {
+async fn write_batches<J: Job>(
+    mut waiting: mpsc::Receiver<Waiting<J>>,
+    connections: Arc<SharedConnections>,
+) {
     let writers = Arc::new(Semaphore::new(WRITERS));
     loop {
         let Ok(writer) = Arc::clone(&writers).acquire_owned().await else {
@@ -100,15 +127,15 @@ async fn write_batches(mut waiting: mpsc::Receiver<Waiting>, connections: Arc<Sh
         {
             batch.push(next);
         }
-        // A create whose request is gone (its client hung up) is not
-        // stored: nobody would be told its id.
+        // A write whose request is gone (its client hung up) is not
+        // stored: nobody would be told of it.
         batch.retain(|waiting| !waiting.answer.is_closed());
         if batch.is_empty() {
             continue;
         }
         let connections = Arc::clone(&connections);
         tokio::spawn(async move {
-            store_and_answer(batch, &connections).await;
+            J::store(batch, &connections).await;
             drop(writer);
         });
     }
@@ -128,11 +155,11 @@ enum Failure {
 /// refuses the statement, the batch is split in halves and each is tried
 /// again, so that only the creates at fault fail (in a few steps, however
 /// large the batch).
-async fn store_and_answer(mut batch: Vec<Waiting>, connections: &SharedConnections) {
+async fn store_and_answer(mut batch: Vec<Waiting<NewPet>>, connections: &SharedConnections) {
     match insert(&batch, connections).await {
         Ok(ids) => {
             for (waiting, id) in batch.into_iter().zip(ids) {
-                let _ = waiting.answer.send(Ok(Pet::from_new(id, waiting.pet)));
+                let _ = waiting.answer.send(Ok(Pet::from_new(id, waiting.job)));
             }
         }
         Err(Failure::Refused(_)) if batch.len() > 1 => {
@@ -140,25 +167,32 @@ async fn store_and_answer(mut batch: Vec<Waiting>, connections: &SharedConnectio
             Box::pin(store_and_answer(batch, connections)).await;
             Box::pin(store_and_answer(second, connections)).await;
         }
-        Err(Failure::Refused(e) | Failure::Other(e)) => {
-            let shared = Arc::new(e);
-            for waiting in batch {
-                let _ = waiting
-                    .answer
-                    .send(Err(StoreError::Batch(Arc::clone(&shared))));
-            }
-        }
+        Err(Failure::Refused(e) | Failure::Other(e)) => fail_all(batch, e),
+    }
+}
+
+/// Fails every write of `batch` with `error` (which may or may not have
+/// stored them).
+pub(super) fn fail_all<J: Job>(batch: Vec<Waiting<J>>, error: StoreError) {
+    let shared = Arc::new(error);
+    for waiting in batch {
+        let _ = waiting
+            .answer
+            .send(Err(StoreError::Batch(Arc::clone(&shared))));
     }
 }
 
 /// Inserts every pet of `batch` in one statement; their ids, in the batch's
 /// order.
-async fn insert(batch: &[Waiting], connections: &SharedConnections) -> Result<Vec<i64>, Failure> {
-    let names: Vec<&str> = batch.iter().map(|w| w.pet.name.as_str()).collect();
-    let categories: Vec<i64> = batch.iter().map(|w| w.pet.category_id).collect();
+async fn insert(
+    batch: &[Waiting<NewPet>],
+    connections: &SharedConnections,
+) -> Result<Vec<i64>, Failure> {
+    let names: Vec<&str> = batch.iter().map(|w| w.job.name.as_str()).collect();
+    let categories: Vec<i64> = batch.iter().map(|w| w.job.category_id).collect();
     let statuses: Vec<Option<&str>> = batch
         .iter()
-        .map(|w| w.pet.status.map(PetStatus::as_str))
+        .map(|w| w.job.status.map(PetStatus::as_str))
         .collect();
     let shared = connections.get().await.map_err(Failure::Other)?;
     let params: [&(dyn ToSql + Sync); 3] = [&names, &categories, &statuses];
@@ -198,9 +232,9 @@ async fn insert(batch: &[Waiting], connections: &SharedConnections) -> Result<Ve
         .iter()
         .map(|w| {
             let pet = (
-                w.pet.name.as_str(),
-                w.pet.category_id,
-                w.pet.status.map(PetStatus::as_str),
+                w.job.name.as_str(),
+                w.job.category_id,
+                w.job.status.map(PetStatus::as_str),
             );
             ids_by_pet
                 .get_mut(&pet)
@@ -231,27 +265,27 @@ mod tests {
         let queued: Vec<_> = (0..2)
             .map(|_| {
                 let batcher = Arc::clone(&batcher);
-                tokio::spawn(async move { batcher.create(rex()).await })
+                tokio::spawn(async move { batcher.submit(rex()).await })
             })
             .collect();
         // Both wait in the queue, unanswered, once the channel is full.
         let full = || std::future::ready(batcher.queue.capacity() == 0);
         petstore_support::eventually_async("both creates queued", full).await;
-        let refused = batcher.create(rex()).await.unwrap_err();
+        let refused = batcher.submit(rex()).await.unwrap_err();
         assert!(matches!(refused, StoreError::Overloaded(2)), "{refused:?}");
         assert!(refused.is_unavailable(), "a full queue is a 503");
         // What was queued is still there, and answered by whoever takes it.
         for (id, create) in (1..).zip(queued) {
-            let Waiting { pet, answer } = waiting.recv().await.unwrap();
+            let Waiting { job: pet, answer } = waiting.recv().await.unwrap();
             answer.send(Ok(Pet::from_new(id, pet))).unwrap();
             assert_eq!(create.await.unwrap().unwrap().id, id);
         }
         // Room again.
         let next = tokio::spawn({
             let batcher = Arc::clone(&batcher);
-            async move { batcher.create(rex()).await }
+            async move { batcher.submit(rex()).await }
         });
-        let Waiting { pet, answer } = waiting.recv().await.unwrap();
+        let Waiting { job: pet, answer } = waiting.recv().await.unwrap();
         answer.send(Ok(Pet::from_new(3, pet))).unwrap();
         assert_eq!(next.await.unwrap().unwrap().id, 3);
     }

@@ -27,7 +27,8 @@ mod batch;
 mod orders;
 mod shared;
 
-use self::batch::{CreateBatcher, WRITERS};
+use self::batch::{Batcher, CreateBatcher, WRITERS};
+use self::orders::{Place, Update};
 use self::shared::{CONNECTION_TIMEOUT, SharedConnections};
 use super::{
     ListQuery, OpenError, OrderPage, OrderQuery, Page, PetStore, PlaceOutcome, PoolStats,
@@ -94,6 +95,10 @@ pub struct PostgresStore {
     readers: SharedConnections,
     /// Plain creates, stored in batches on shared connections of their own.
     creates: CreateBatcher,
+    /// Orders placed without an idempotency key, and orders updated,
+    /// batched the same way on the same connections.
+    places: Batcher<Place>,
+    updates: Batcher<Update>,
     /// Shared connections for writes: the batched creates, and orders
     /// placed and updated (a write may wait for a row another holds, which
     /// would hold up the reads queued behind it).
@@ -180,6 +185,8 @@ impl PostgresStore {
         Ok(PostgresStore {
             readers,
             creates: CreateBatcher::start(Arc::clone(&writers)),
+            places: Batcher::start(Arc::clone(&writers)),
+            updates: Batcher::start(Arc::clone(&writers)),
             writers,
             pool,
             admin,
@@ -333,7 +340,7 @@ fn status_from_column(row: &Row, column: usize, id: i64) -> Result<Option<PetSta
 #[async_trait::async_trait]
 impl PetStore for PostgresStore {
     async fn create(&self, pet: NewPet) -> Result<Pet, StoreError> {
-        self.creates.create(pet).await
+        self.creates.submit(pet).await
     }
 
     /// One transaction: the key's advisory lock (not free: another request,
@@ -495,7 +502,7 @@ impl PetStore for PostgresStore {
         idempotency: Option<Idempotency>,
     ) -> Result<PlaceOutcome, StoreError> {
         match idempotency {
-            None => orders::place(&self.writers.get().await?, pet_id).await,
+            None => self.places.submit(Place(pet_id)).await,
             Some(once) => orders::place_once(&mut self.client().await?, pet_id, &once).await,
         }
     }
@@ -505,7 +512,8 @@ impl PetStore for PostgresStore {
         id: i64,
         to: OrderUpdateStatus,
     ) -> Result<UpdateOutcome, StoreError> {
-        orders::update(&self.writers.get().await?, id, to.into()).await
+        let to = to.into();
+        self.updates.submit(Update { id, to }).await
     }
 
     async fn get_order(&self, id: i64) -> Result<Option<Order>, StoreError> {

@@ -1,13 +1,17 @@
 //! The Store on PostgreSQL: orders, and the counts behind the inventory.
 //!
-//! - **One statement per change.** Placing an order is one statement: a
-//!   conditional `UPDATE` makes the animal `pending` only if it is
-//!   `available`, and the order is inserted only for the row it changed.
-//!   PostgreSQL locks the animal's row for the `UPDATE`; a concurrent order
-//!   for it waits for that commit, re-reads the row, finds it `pending`
-//!   and inserts nothing — on any instance. Exactly one wins. Updating an
-//!   order is one statement too (the order, only if `placed`, and its
-//!   animal). In autocommit, each is its own transaction.
+//! - **One statement per batch of changes.** Orders placed without an
+//!   idempotency key are batched as plain creates are (`batch.rs`): one
+//!   statement locks the animals asked for that are `available` (in id
+//!   order, so that concurrent batches never deadlock), makes them
+//!   `pending` and inserts an order for each. PostgreSQL re-reads a row it
+//!   had to wait for: a concurrent order for the same animal, from this
+//!   instance or another, finds it `pending` and inserts nothing. Exactly
+//!   one wins. Updates are batched the same way (the orders, only if
+//!   `placed`, and their animals). In autocommit, each batch is one
+//!   transaction and one WAL flush. Whatever a batch did not do is read
+//!   afterwards, to tell the refusals apart (no such animal, its status;
+//!   no such order, its status).
 //! - **A second guard in the schema.** A partial unique index allows at
 //!   most one `placed` or `delivered` order per animal, whatever wrote it.
 //! - **Exact counts in O(1).** Statement-level triggers on `pets` add each
@@ -23,7 +27,8 @@
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Row, Statement};
 
-use super::shared::Lease;
+use super::batch::{Job, Waiting, fail_all};
+use super::shared::{Lease, SharedConnections};
 use super::{postgres, status_from_column};
 use crate::store::idempotency::Idempotency;
 use crate::store::orders::transition;
@@ -126,17 +131,22 @@ pub(super) const MIGRATION: &str = "
 
 const ORDER_COLUMNS: &str = "id, pet_id, status, placed_at";
 
-/// Reserves the animal `$1` if it is available and places its order.
-const PLACE: &str = "
-    WITH reserved AS (
-        UPDATE pets SET status = 'pending' WHERE id = $1 AND status = 'available'
-        RETURNING id
+/// Reserves the animals of `$1` that are available and places an order for
+/// each.
+const PLACE_MANY: &str = "
+    WITH locked AS (
+        SELECT id FROM pets WHERE id = ANY($1) AND status = 'available'
+        ORDER BY id FOR UPDATE
+    ), reserved AS (
+        UPDATE pets SET status = 'pending' FROM locked
+        WHERE pets.id = locked.id AND pets.status = 'available'
+        RETURNING pets.id
     )
     INSERT INTO orders (pet_id, status, placed_at)
     SELECT id, 'placed', statement_timestamp() FROM reserved
     RETURNING id, pet_id, status, placed_at";
 
-/// [`PLACE`], keeping the record of the key `($2, $3)` (fingerprint `$4`,
+/// One order for the animal `$1`, as [`PLACE_MANY`], keeping the record of the key `($2, $3)` (fingerprint `$4`,
 /// made at `$5`) with the order; replaces an expired record of the key.
 const PLACE_ONCE: &str = "
     WITH reserved AS (
@@ -157,14 +167,21 @@ const PLACE_ONCE: &str = "
     )
     SELECT id, pet_id, status, placed_at FROM placed";
 
-/// Gives the order `$1`, if it is placed, the status `$2`, and its animal
-/// the status `$3`.
-const UPDATE: &str = "
-    WITH changed AS (
-        UPDATE orders SET status = $2 WHERE id = $1 AND status = 'placed'
-        RETURNING id, pet_id, status, placed_at
+/// Gives each order of `$1` that is placed the status of `$2` at its
+/// place, and its animal the status of `$3`. The ids are distinct.
+const UPDATE_MANY: &str = "
+    WITH wanted AS (
+        SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[]) AS w(id, status, pet_status)
+    ), locked AS (
+        SELECT id FROM orders WHERE id = ANY($1) AND status = 'placed'
+        ORDER BY id FOR UPDATE
+    ), changed AS (
+        UPDATE orders SET status = wanted.status FROM wanted, locked
+        WHERE orders.id = wanted.id AND orders.id = locked.id AND orders.status = 'placed'
+        RETURNING orders.id, orders.pet_id, orders.status, orders.placed_at, wanted.pet_status
     ), moved AS (
-        UPDATE pets SET status = $3 FROM changed WHERE pets.id = changed.pet_id
+        UPDATE pets SET status = changed.pet_status FROM changed
+        WHERE pets.id = changed.pet_id
         RETURNING pets.id
     )
     SELECT id, pet_id, status, placed_at FROM changed";
@@ -176,46 +193,55 @@ const ATTEMPTS: usize = 3;
 /// The Store's statements, prepared on every shared connection.
 pub(super) struct OrderStatements {
     get: Statement,
+    get_many: Statement,
     list: Statement,
     list_by_status: Statement,
     /// An animal has few orders: its index, then the status filter.
     list_by_pet: Statement,
     inventory: Statement,
-    place: Statement,
-    update: Statement,
+    place_many: Statement,
+    update_many: Statement,
+    pet_statuses: Statement,
 }
 
 impl OrderStatements {
     pub async fn prepare(client: &Client) -> Result<OrderStatements, tokio_postgres::Error> {
         let select = format!("SELECT {ORDER_COLUMNS} FROM orders");
         let by_id = format!("{select} WHERE id = $1");
+        let by_ids = format!("{select} WHERE id = ANY($1)");
         let from = format!("{select} WHERE id > $1 ORDER BY id LIMIT $2");
         let by_status = format!("{select} WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3");
         let by_pet = format!(
             "{select} WHERE pet_id = $1 AND id > $2 AND ($3::text IS NULL OR status = $3)
              ORDER BY id LIMIT $4"
         );
-        let (get, list, list_by_status, list_by_pet, inventory, place, update) = tokio::try_join!(
+        let (get, get_many, list, list_by_status, list_by_pet) = tokio::try_join!(
             client.prepare(&by_id),
+            client.prepare(&by_ids),
             client.prepare(&from),
             client.prepare(&by_status),
             client.prepare(&by_pet),
+        )?;
+        let (inventory, place_many, update_many, pet_statuses) = tokio::try_join!(
             client.prepare(
                 "SELECT coalesce(sum(available), 0)::bigint, coalesce(sum(pending), 0)::bigint,
                         coalesce(sum(sold), 0)::bigint
                  FROM pet_counts"
             ),
-            client.prepare(PLACE),
-            client.prepare(UPDATE),
+            client.prepare(PLACE_MANY),
+            client.prepare(UPDATE_MANY),
+            client.prepare("SELECT id, status FROM pets WHERE id = ANY($1)"),
         )?;
         Ok(OrderStatements {
             get,
+            get_many,
             list,
             list_by_status,
             list_by_pet,
             inventory,
-            place,
-            update,
+            place_many,
+            update_many,
+            pet_statuses,
         })
     }
 }
@@ -306,82 +332,191 @@ pub(super) async fn inventory(shared: &Lease<'_>) -> Result<Inventory, StoreErro
     })
 }
 
-/// Places an order for the animal `pet_id` on `shared` (autocommit).
-pub(super) async fn place(shared: &Lease<'_>, pet_id: i64) -> Result<PlaceOutcome, StoreError> {
-    for _ in 0..ATTEMPTS {
-        let row = shared
-            .run(
-                "placing an order",
-                shared.client.query_opt(&shared.orders.place, &[&pet_id]),
-            )
-            .await?;
-        if let Some(row) = row {
-            return Ok(PlaceOutcome::Placed(order_from_row(&row)?));
-        }
-        if let Some(refused) = why_not_placed(shared, pet_id).await? {
-            return Ok(refused);
-        }
-    }
-    Err(StoreError::Invariant(
-        "an available animal could not be ordered, again and again",
-    ))
+/// An order for an animal, placed in the next batch.
+pub(super) struct Place(pub i64);
+
+/// A status asked for an order, given in the next batch.
+pub(super) struct Update {
+    pub id: i64,
+    pub to: OrderStatus,
 }
 
-/// Why an order for `pet_id` placed nothing, read after the statement (so
-/// after any order it waited for): no such animal, or its status. `None`
-/// when it is available again (its order cancelled meanwhile): try again.
-async fn why_not_placed(
-    shared: &Lease<'_>,
-    pet_id: i64,
-) -> Result<Option<PlaceOutcome>, StoreError> {
-    let row = shared
-        .run(
-            "reading a pet",
-            shared.client.query_opt(&shared.get, &[&pet_id]),
-        )
-        .await?;
-    let Some(row) = row else {
-        return Ok(Some(PlaceOutcome::NoSuchPet));
-    };
-    match status_from_column(&row, 3, pet_id)? {
-        Some(PetStatus::Available) => Ok(None),
-        status => Ok(Some(PlaceOutcome::NotAvailable(status))),
+impl Job for Place {
+    type Output = PlaceOutcome;
+
+    async fn store(batch: Vec<Waiting<Place>>, connections: &SharedConnections) {
+        in_rounds(batch, connections, place_round).await;
     }
 }
 
-/// Gives the order `id` the status `to` on `shared` (autocommit).
-pub(super) async fn update(
-    shared: &Lease<'_>,
-    id: i64,
-    to: OrderStatus,
-) -> Result<UpdateOutcome, StoreError> {
-    let pet_status = to.pet_status().as_str();
+impl Job for Update {
+    type Output = UpdateOutcome;
+
+    async fn store(batch: Vec<Waiting<Update>>, connections: &SharedConnections) {
+        in_rounds(batch, connections, update_round).await;
+    }
+}
+
+/// Runs `round` on `batch`, then on what it leaves undecided (a change that
+/// overtook it), at most [`ATTEMPTS`] times.
+async fn in_rounds<J: Job>(
+    mut batch: Vec<Waiting<J>>,
+    connections: &SharedConnections,
+    round: impl AsyncFn(Vec<Waiting<J>>, &SharedConnections) -> Round<J>,
+) {
     for _ in 0..ATTEMPTS {
-        let row = shared
-            .run(
-                "updating an order",
-                shared
-                    .client
-                    .query_opt(&shared.orders.update, &[&id, &to.as_str(), &pet_status]),
-            )
-            .await?;
-        if let Some(row) = row {
-            return Ok(UpdateOutcome::Done(order_from_row(&row)?));
+        if batch.is_empty() {
+            return;
         }
-        // Not placed when the statement ran (or no such order): read it as
-        // it is now, after any change the statement waited for.
-        let Some(order) = get(shared, id).await? else {
-            return Ok(UpdateOutcome::NoSuchOrder);
+        batch = match round(batch, connections).await {
+            Ok(undecided) => undecided,
+            Err((failed, error)) => return fail_all(failed, error),
         };
-        match transition(order.status, to) {
-            Ok(None) => return Ok(UpdateOutcome::Done(order)),
-            Err(from) => return Ok(UpdateOutcome::Invalid(from)),
-            Ok(Some(_)) => continue,
+    }
+    for waiting in batch {
+        let overtaken = "a change was overtaken by others, again and again";
+        let _ = waiting.answer.send(Err(StoreError::Invariant(overtaken)));
+    }
+}
+
+/// What a round leaves undecided, or the writes it failed and why.
+type Round<J> = Result<Vec<Waiting<J>>, (Vec<Waiting<J>>, StoreError)>;
+
+/// Places the batch's orders in one statement; reads why the others were
+/// not placed. An animal that is available again is left for the next
+/// round.
+async fn place_round(batch: Vec<Waiting<Place>>, connections: &SharedConnections) -> Round<Place> {
+    let shared = match connections.get().await {
+        Ok(shared) => shared,
+        Err(error) => return Err((batch, error)),
+    };
+    let ids: Vec<i64> = batch.iter().map(|w| w.job.0).collect();
+    let params: [&(dyn ToSql + Sync); 1] = [&ids];
+    let placing = shared.client.query(&shared.orders.place_many, &params);
+    let rows = match shared.run("placing orders", placing).await {
+        Ok(rows) => rows,
+        Err(error) => return Err((batch, error)),
+    };
+    // Committed: each order goes to the first request for its animal.
+    let mut placed = std::collections::HashMap::new();
+    for row in &rows {
+        match order_from_row(row) {
+            Ok(order) => placed.insert(order.pet_id, order),
+            Err(error) => return Err((batch, error)),
+        };
+    }
+    let (winners, losers): (Vec<_>, Vec<_>) = batch
+        .into_iter()
+        .partition(|w| placed.contains_key(&w.job.0));
+    for waiting in winners {
+        match placed.remove(&waiting.job.0) {
+            Some(order) => drop(waiting.answer.send(Ok(PlaceOutcome::Placed(order)))),
+            None => drop(waiting.answer.send(Ok(PlaceOutcome::NotAvailable(Some(PetStatus::Pending))))),
         }
     }
-    Err(StoreError::Invariant(
-        "a placed order could not be changed, again and again",
-    ))
+    if losers.is_empty() {
+        return Ok(losers);
+    }
+    let ids: Vec<i64> = losers.iter().map(|w| w.job.0).collect();
+    let params: [&(dyn ToSql + Sync); 1] = [&ids];
+    let reading = shared.client.query(&shared.orders.pet_statuses, &params);
+    let rows = match shared.run("reading pets", reading).await {
+        Ok(rows) => rows,
+        Err(error) => return Err((losers, error)),
+    };
+    let mut statuses = std::collections::HashMap::new();
+    for row in &rows {
+        let id: i64 = match row.try_get(0) {
+            Ok(id) => id,
+            Err(error) => return Err((losers, postgres("decoding a row")(error))),
+        };
+        match status_from_column(row, 1, id) {
+            Ok(status) => statuses.insert(id, status),
+            Err(error) => return Err((losers, error)),
+        };
+    }
+    let mut again = Vec::new();
+    for waiting in losers {
+        let outcome = match statuses.get(&waiting.job.0) {
+            None => PlaceOutcome::NoSuchPet,
+            Some(Some(PetStatus::Available)) => {
+                again.push(waiting);
+                continue;
+            }
+            Some(status) => PlaceOutcome::NotAvailable(*status),
+        };
+        let _ = waiting.answer.send(Ok(outcome));
+    }
+    Ok(again)
+}
+
+/// Updates the batch's orders in one statement (one request per order a
+/// round: the others wait for the next); reads the orders it did not
+/// change, to answer each as it now is.
+async fn update_round(batch: Vec<Waiting<Update>>, connections: &SharedConnections) -> Round<Update> {
+    let mut seen = std::collections::HashSet::new();
+    let (now, mut later): (Vec<_>, Vec<_>) = batch.into_iter().partition(|w| seen.insert(w.job.id));
+    let shared = match connections.get().await {
+        Ok(shared) => shared,
+        Err(error) => return Err((now, error)),
+    };
+    let ids: Vec<i64> = now.iter().map(|w| w.job.id).collect();
+    let to: Vec<&str> = now.iter().map(|w| w.job.to.as_str()).collect();
+    let pets: Vec<&str> = now.iter().map(|w| w.job.to.pet_status().as_str()).collect();
+    let params: [&(dyn ToSql + Sync); 3] = [&ids, &to, &pets];
+    let updating = shared.client.query(&shared.orders.update_many, &params);
+    let rows = match shared.run("updating orders", updating).await {
+        Ok(rows) => rows,
+        Err(error) => return Err((now, error)),
+    };
+    let mut changed = std::collections::HashMap::new();
+    for row in &rows {
+        match order_from_row(row) {
+            Ok(order) => changed.insert(order.id, order),
+            Err(error) => return Err((now, error)),
+        };
+    }
+    let (done, unchanged): (Vec<_>, Vec<_>) = now
+        .into_iter()
+        .partition(|w| changed.contains_key(&w.job.id));
+    for waiting in done {
+        if let Some(order) = changed.remove(&waiting.job.id) {
+            let _ = waiting.answer.send(Ok(UpdateOutcome::Done(order)));
+        }
+    }
+    if unchanged.is_empty() {
+        return Ok(later);
+    }
+    let ids: Vec<i64> = unchanged.iter().map(|w| w.job.id).collect();
+    let params: [&(dyn ToSql + Sync); 1] = [&ids];
+    let reading = shared.client.query(&shared.orders.get_many, &params);
+    let rows = match shared.run("reading orders", reading).await {
+        Ok(rows) => rows,
+        Err(error) => return Err((unchanged, error)),
+    };
+    let mut current = std::collections::HashMap::new();
+    for row in &rows {
+        match order_from_row(row) {
+            Ok(order) => current.insert(order.id, order),
+            Err(error) => return Err((unchanged, error)),
+        };
+    }
+    for waiting in unchanged {
+        let outcome = match current.get(&waiting.job.id) {
+            None => UpdateOutcome::NoSuchOrder,
+            Some(order) => match transition(order.status, waiting.job.to) {
+                Ok(None) => UpdateOutcome::Done(order.clone()),
+                Err(from) => UpdateOutcome::Invalid(from),
+                // Placed again? Never; but decide it in the next round.
+                Ok(Some(_)) => {
+                    later.push(waiting);
+                    continue;
+                }
+            },
+        };
+        let _ = waiting.answer.send(Ok(outcome));
+    }
+    Ok(later)
 }
 
 /// Places an order with an idempotency key: one transaction on a pooled
