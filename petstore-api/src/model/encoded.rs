@@ -8,7 +8,7 @@
 use super::{Pet, PetStatus};
 
 /// A JSON array of pets, as the contract's `[Pet]`.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct EncodedPets {
     /// UTF-8 JSON.
     json: Vec<u8>,

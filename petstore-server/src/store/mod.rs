@@ -242,7 +242,7 @@ pub enum OpenError {
 pub type FatalSender = tokio::sync::watch::Sender<Option<String>>;
 
 /// Which page of pets to list.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ListQuery {
     /// At most this many pets (at most [`LIST_MAX`]).
     pub limit: u32,
@@ -254,7 +254,7 @@ pub struct ListQuery {
 
 /// A page of pets, already encoded as the contract's JSON: what a response
 /// sends, written straight from the store's rows.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Page {
     /// The pets, in ascending id order.
     pub pets: EncodedPets,

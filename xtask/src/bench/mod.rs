@@ -460,7 +460,8 @@ impl Bench {
         let ids: Vec<i64> = if target.addr == targets.ceiling.addr {
             (1..=count as i64).collect()
         } else {
-            self.runtime.block_on(seed::supply(target.addr, key, count))?
+            self.runtime
+                .block_on(seed::supply(target.addr, key, count))?
         };
         let lines: String = ids.iter().map(|id| format!("{id}\n")).collect();
         std::fs::write(path, lines).with_context(|| format!("writing {}", path.display()))

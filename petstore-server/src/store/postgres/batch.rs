@@ -39,13 +39,14 @@ pub(super) const WRITERS: usize = 2;
 /// The most creates waiting for a batch: four rounds of full batches.
 pub(super) const QUEUE_MAX: usize = 4 * WRITERS * BATCH_MAX;
 
-/// A kind of write that is stored many at once.
+/// A kind of request done many at once: writes stored together, reads
+/// answered together (`reads.rs`).
 pub(super) trait Job: Send + Sized + 'static {
-    /// What a write of this kind comes to.
+    /// What a request of this kind comes to.
     type Output: Send + 'static;
 
-    /// Stores `batch` (one statement, or a few) and answers each write.
-    fn store(
+    /// Does `batch` (one statement, or a few) and answers each request.
+    fn run(
         batch: Vec<Waiting<Self>>,
         connections: &SharedConnections,
     ) -> impl Future<Output = ()> + Send;
@@ -66,11 +67,12 @@ pub(super) struct Batcher<J: Job> {
 pub(super) type CreateBatcher = Batcher<NewPet>;
 
 impl<J: Job> Batcher<J> {
-    /// Starts the writer task on the current runtime, storing through
-    /// `connections`. It ends when the batcher is dropped.
-    pub fn start(connections: Arc<SharedConnections>) -> Batcher<J> {
+    /// Starts the task that takes the batches, on the current runtime,
+    /// running at most `at_once` of them at a time through `connections`.
+    /// It ends when the batcher is dropped.
+    pub fn start(connections: Arc<SharedConnections>, at_once: usize) -> Batcher<J> {
         let (batcher, waiting) = Batcher::with_queue(QUEUE_MAX);
-        tokio::spawn(write_batches(waiting, connections));
+        tokio::spawn(write_batches(waiting, connections, at_once));
         batcher
     }
 
@@ -102,18 +104,21 @@ impl<J: Job> Batcher<J> {
 impl Job for NewPet {
     type Output = Pet;
 
-    async fn store(batch: Vec<Waiting<NewPet>>, connections: &SharedConnections) {
+    async fn run(batch: Vec<Waiting<NewPet>>, connections: &SharedConnections) {
         store_and_answer(batch, connections).await;
     }
 }
 
-/// The writer: takes what is waiting, stores it, answers; at most
-/// [`WRITERS`] batches at once.
+/// The batcher's task: takes what is waiting (only requests that arrived
+/// before the batch's statement is sent: a read sees every write
+/// acknowledged before it), runs it, answers; at most `at_once` batches at
+/// a time.
 async fn write_batches<J: Job>(
     mut waiting: mpsc::Receiver<Waiting<J>>,
     connections: Arc<SharedConnections>,
+    at_once: usize,
 ) {
-    let writers = Arc::new(Semaphore::new(WRITERS));
+    let writers = Arc::new(Semaphore::new(at_once));
     loop {
         let Ok(writer) = Arc::clone(&writers).acquire_owned().await else {
             return;
@@ -135,7 +140,7 @@ async fn write_batches<J: Job>(
         }
         let connections = Arc::clone(&connections);
         tokio::spawn(async move {
-            J::store(batch, &connections).await;
+            J::run(batch, &connections).await;
             drop(writer);
         });
     }

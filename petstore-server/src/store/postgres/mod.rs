@@ -18,25 +18,24 @@
 use std::sync::Arc;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
 
 use super::idempotency::{CreateOutcome, Idempotency};
 use super::keys::{KeyError, KeyStore, Revoked, StoredKey, stored_digest};
 mod batch;
 mod orders;
+mod reads;
 mod shared;
 
 use self::batch::{Batcher, CreateBatcher, WRITERS};
 use self::orders::{Place, Update};
+use self::reads::{CountPets, GetPet, ListPets};
 use self::shared::{CONNECTION_TIMEOUT, SharedConnections};
 use super::{
     ListQuery, OpenError, OrderPage, OrderQuery, Page, PetStore, PlaceOutcome, PoolStats,
     PostgresFailure, PostgresUrl, SharedStats, StoreError, StoreStats, UpdateOutcome,
 };
-use petstore_api::model::{
-    Inventory, NewPet, Order, OrderUpdateStatus, Pet, PetArrayWriter, PetStatus,
-};
+use petstore_api::model::{Inventory, NewPet, Order, OrderUpdateStatus, Pet, PetStatus};
 
 /// Schema migrations; `petstore_schema.version` counts those applied.
 const MIGRATIONS: &[&str] = &[
@@ -92,7 +91,12 @@ const READERS_MAX: usize = 4;
 pub struct PostgresStore {
     /// Shared connections for reads, each request on the one with the
     /// fewest in flight.
-    readers: SharedConnections,
+    readers: Arc<SharedConnections>,
+    /// Reads by id, pages and counts, each kind answered together (see
+    /// `reads.rs`), on the readers' connections.
+    gets: Batcher<GetPet>,
+    lists: Batcher<ListPets>,
+    counts: Batcher<CountPets>,
     /// Plain creates, stored in batches on shared connections of their own.
     creates: CreateBatcher,
     /// Orders placed without an idempotency key, and orders updated,
@@ -169,7 +173,10 @@ impl PostgresStore {
             None => "-c idle_in_transaction_session_timeout=60s".to_owned(),
         };
         config.options(&options);
-        let readers = SharedConnections::new(config.clone(), url.pool_size().min(READERS_MAX));
+        let readers = Arc::new(SharedConnections::new(
+            config.clone(),
+            url.pool_size().min(READERS_MAX),
+        ));
         let writers = Arc::new(SharedConnections::new(config.clone(), WRITERS));
         let pool = build_pool(config.clone(), url.pool_size(), url)?;
         let admin = build_pool(config, 1, url)?;
@@ -183,10 +190,13 @@ impl PostgresStore {
             Migration::Refused(e) => e,
         })?;
         Ok(PostgresStore {
+            gets: Batcher::start(Arc::clone(&readers), readers.max()),
+            lists: Batcher::start(Arc::clone(&readers), readers.max()),
+            counts: Batcher::start(Arc::clone(&readers), readers.max()),
             readers,
-            creates: CreateBatcher::start(Arc::clone(&writers)),
-            places: Batcher::start(Arc::clone(&writers)),
-            updates: Batcher::start(Arc::clone(&writers)),
+            creates: CreateBatcher::start(Arc::clone(&writers), WRITERS),
+            places: Batcher::start(Arc::clone(&writers), WRITERS),
+            updates: Batcher::start(Arc::clone(&writers), WRITERS),
             writers,
             pool,
             admin,
@@ -198,28 +208,6 @@ impl PostgresStore {
             .get()
             .await
             .map_err(postgres("getting a connection"))
-    }
-
-    /// The rows of a page, and one more when more follow.
-    async fn list_rows(&self, query: ListQuery) -> Result<Vec<Row>, StoreError> {
-        let shared = self.readers.get().await?;
-        let fetch = i64::from(query.limit) + 1;
-        // Ids are positive (an identity from 1): no cursor means from the start.
-        let after = query.after.unwrap_or(i64::MIN);
-        let doing = "listing pets";
-        match query.status {
-            None => {
-                shared
-                    .run(doing, shared.client.query(&shared.list, &[&after, &fetch]))
-                    .await
-            }
-            // Served by the (status, id) index at any depth.
-            Some(status) => {
-                let params: [&(dyn ToSql + Sync); 3] = [&status.as_str(), &after, &fetch];
-                let rows = shared.client.query(&shared.list_by_status, &params);
-                shared.run(doing, rows).await
-            }
-        }
     }
 
     async fn admin_client(&self) -> Result<deadpool_postgres::Client, StoreError> {
@@ -463,37 +451,12 @@ impl PetStore for PostgresStore {
         Ok(usize::try_from(deleted).unwrap_or(usize::MAX))
     }
 
-    /// The JSON straight from the rows: no `Pet`, no `String` per name.
     async fn list(&self, query: ListQuery) -> Result<Page, StoreError> {
-        let limit = query.limit as usize;
-        let rows = self.list_rows(query).await?;
-        let decode = postgres("decoding a row");
-        let mut pets = PetArrayWriter::with_capacity(limit);
-        for row in rows.iter().take(limit) {
-            let id: i64 = row.try_get(0).map_err(&decode)?;
-            let status = status_from_column(row, 3, id)?;
-            pets.push(
-                id,
-                row.try_get(1).map_err(&decode)?,
-                row.try_get(2).map_err(&decode)?,
-                status,
-            );
-        }
-        Ok(Page {
-            pets: pets.finish(),
-            more: rows.len() > limit,
-        })
+        self.lists.submit(ListPets(query)).await
     }
 
     async fn get(&self, id: i64) -> Result<Option<Pet>, StoreError> {
-        let shared = self.readers.get().await?;
-        let row = shared
-            .run(
-                "reading a pet",
-                shared.client.query_opt(&shared.get, &[&id]),
-            )
-            .await?;
-        row.as_ref().map(pet_from_row).transpose()
+        self.gets.submit(GetPet(id)).await
     }
 
     async fn place_order(
@@ -525,7 +488,7 @@ impl PetStore for PostgresStore {
     }
 
     async fn inventory(&self) -> Result<Inventory, StoreError> {
-        orders::inventory(&self.readers.get().await?).await
+        self.counts.submit(CountPets).await
     }
 
     async fn check_ready(&self) -> Result<(), StoreError> {

@@ -344,7 +344,7 @@ pub(super) struct Update {
 impl Job for Place {
     type Output = PlaceOutcome;
 
-    async fn store(batch: Vec<Waiting<Place>>, connections: &SharedConnections) {
+    async fn run(batch: Vec<Waiting<Place>>, connections: &SharedConnections) {
         in_rounds(batch, connections, place_round).await;
     }
 }
@@ -352,7 +352,7 @@ impl Job for Place {
 impl Job for Update {
     type Output = UpdateOutcome;
 
-    async fn store(batch: Vec<Waiting<Update>>, connections: &SharedConnections) {
+    async fn run(batch: Vec<Waiting<Update>>, connections: &SharedConnections) {
         in_rounds(batch, connections, update_round).await;
     }
 }
@@ -411,7 +411,11 @@ async fn place_round(batch: Vec<Waiting<Place>>, connections: &SharedConnections
     for waiting in winners {
         match placed.remove(&waiting.job.0) {
             Some(order) => drop(waiting.answer.send(Ok(PlaceOutcome::Placed(order)))),
-            None => drop(waiting.answer.send(Ok(PlaceOutcome::NotAvailable(Some(PetStatus::Pending))))),
+            None => drop(
+                waiting
+                    .answer
+                    .send(Ok(PlaceOutcome::NotAvailable(Some(PetStatus::Pending)))),
+            ),
         }
     }
     if losers.is_empty() {
@@ -453,7 +457,10 @@ async fn place_round(batch: Vec<Waiting<Place>>, connections: &SharedConnections
 /// Updates the batch's orders in one statement (one request per order a
 /// round: the others wait for the next); reads the orders it did not
 /// change, to answer each as it now is.
-async fn update_round(batch: Vec<Waiting<Update>>, connections: &SharedConnections) -> Round<Update> {
+async fn update_round(
+    batch: Vec<Waiting<Update>>,
+    connections: &SharedConnections,
+) -> Round<Update> {
     let mut seen = std::collections::HashSet::new();
     let (now, mut later): (Vec<_>, Vec<_>) = batch.into_iter().partition(|w| seen.insert(w.job.id));
     let shared = match connections.get().await {

@@ -64,8 +64,8 @@ pub(super) struct Shared {
     pub list: Statement,
     /// `SELECT … WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3`.
     pub list_by_status: Statement,
-    /// `SELECT … WHERE id = $1`.
-    pub get: Statement,
+    /// `SELECT … WHERE id = ANY($1)`.
+    pub get_many: Statement,
     /// `INSERT` of the pets in three arrays (names, category ids,
     /// statuses), `RETURNING` each row.
     pub insert_many: Statement,
@@ -83,7 +83,7 @@ impl Shared {
         let task = tokio::spawn(async move {
             let _ = connection.await;
         });
-        let (list, list_by_status, get, insert_many, orders) = tokio::try_join!(
+        let (list, list_by_status, get_many, insert_many, orders) = tokio::try_join!(
             client.prepare(
                 "SELECT id, name, category_id, status FROM pets
                  WHERE id > $1 ORDER BY id LIMIT $2"
@@ -92,7 +92,7 @@ impl Shared {
                 "SELECT id, name, category_id, status FROM pets
                  WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3"
             ),
-            client.prepare("SELECT id, name, category_id, status FROM pets WHERE id = $1"),
+            client.prepare("SELECT id, name, category_id, status FROM pets WHERE id = ANY($1)"),
             client.prepare(
                 "INSERT INTO pets (name, category_id, status)
                  SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[])
@@ -105,7 +105,7 @@ impl Shared {
             task,
             list,
             list_by_status,
-            get,
+            get_many,
             insert_many,
             orders,
         })
