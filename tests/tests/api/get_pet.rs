@@ -26,6 +26,17 @@ on_every_backend! {
         assert_eq!(response.json::<Value>().await.unwrap(), pet);
     }
 
+    async fn many_reads_of_one_pet_at_once_all_find_it(server) {
+        let pet = server.create(json!({"name": "Rex", "categoryId": 9})).await;
+        let path = format!("/pets/{}", pet["id"]);
+        let reads = (0..64).map(|_| server.get(&path).send());
+        for response in futures::future::join_all(reads).await {
+            let response = response.unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            assert_eq!(response.json::<Value>().await.unwrap(), pet);
+        }
+    }
+
     async fn an_unknown_id_gets_404(server) {
         let pet = server.create(json!({"name": "Rex", "categoryId": 1})).await;
         let unknown = pet["id"].as_i64().unwrap() + 1;

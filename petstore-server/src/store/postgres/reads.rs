@@ -33,9 +33,10 @@ impl Job for GetPet {
     async fn run(batch: Vec<Waiting<GetPet>>, connections: &SharedConnections) {
         let ids: Vec<i64> = batch.iter().map(|w| w.job.0).collect();
         match get_many(connections, &ids).await {
-            Ok(mut pets) => {
+            // The same id may be asked for more than once in a batch.
+            Ok(pets) => {
                 for waiting in batch {
-                    let _ = waiting.answer.send(Ok(pets.remove(&waiting.job.0)));
+                    let _ = waiting.answer.send(Ok(pets.get(&waiting.job.0).cloned()));
                 }
             }
             Err(error) => fail_all(batch, error),
