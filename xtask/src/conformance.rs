@@ -31,6 +31,11 @@
 //! - Positive and negative data, a fixed budget and a fixed seed, one
 //!   worker, and no example database or crash cache carried over from
 //!   earlier runs, so a run is reproducible and takes one to two minutes.
+//! - `placeOrder` names an animal, and a random `petId` names none (or
+//!   one not available): before the run, [`STOCK`] available animals are
+//!   created, and half of the generated orders name one of them (a
+//!   schemathesis dictionary on `body.petId`), so that its positive cases
+//!   can succeed.
 //! - Warnings fail the run (`warnings.fail-on`): without that, a key the
 //!   server refuses would give a "passing" run in which every request got
 //!   401. The opt-in `low_valid_rate` warning stays off: it measures how
@@ -66,6 +71,9 @@ const SCHEMATHESIS: &str = "schemathesis==4.32.5";
 /// key stays out of process listings and out of the config file.
 const KEY_VARIABLE: &str = "PETSTORE_CONFORMANCE_KEY";
 
+/// Available animals created before the run, for `placeOrder` to order.
+const STOCK: usize = 300;
+
 /// The schemathesis configuration. The seed and the example budget are
 /// fixed here: 500 cases per operation and phase keeps schemathesis to one or two
 /// minutes on a 2-core machine.
@@ -97,6 +105,17 @@ expected-statuses = ["2xx", "3xx", "401", "403", "404", "409", "422", "429", "5x
 [phases.coverage]
 generate-duplicate-query-parameters = true
 
+# placeOrder's body names an animal: a schema-valid petId names no animal
+# (422) or one that is not available (409), as the contract says, so with
+# random ids every order would be refused. Half of its orders name one of
+# the available animals created before the run (ids 1 to STOCK).
+[dictionaries.stocked_pets]
+values = [STOCKED_IDS]
+
+[[operations]]
+include-operation-id = "placeOrder"
+parameters = { "body.petId" = { dictionary = "stocked_pets", probability = 0.5 } }
+
 [auth.openapi.bearerAuth]
 bearer = "${PETSTORE_CONFORMANCE_KEY}"
 
@@ -114,7 +133,6 @@ pub fn run() -> anyhow::Result<()> {
     let out = workspace_root().join("target/conformance");
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let config = out.join("schemathesis.toml");
-    std::fs::write(&config, CONFIG).with_context(|| format!("writing {}", config.display()))?;
     let scratch = tempfile::Builder::new()
         .prefix("petstore-conformance-")
         .tempdir()?;
@@ -139,6 +157,14 @@ pub fn run() -> anyhow::Result<()> {
     let file = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
     let server = Service::start("petstore-server", &mut command, (addr, &key), Some(file))?;
     println!("conformance: server listening on http://{addr}/v1");
+    let stocked = tokio::runtime::Runtime::new()
+        .context("starting a tokio runtime")?
+        .block_on(service::create_available(addr, &key, STOCK))?;
+    let ids: Vec<String> = stocked.iter().map(i64::to_string).collect();
+    let text = CONFIG
+        .replace("STOCKED_IDS", &ids.join(", "))
+        .replace("STOCK", &STOCK.to_string());
+    std::fs::write(&config, text).with_context(|| format!("writing {}", config.display()))?;
     let tested = schemathesis(&venv, &config, &out, addr, &key);
     // Stopped before the result is looked at, so a failed run stops it too.
     let stopped = server.stop();

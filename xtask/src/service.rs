@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use futures::{StreamExt, TryStreamExt};
 use petstore_support::ChildGuard;
 
 use crate::workspace_root;
@@ -244,6 +245,43 @@ fn drain(mut pipe: PipeReader, tail: Arc<Mutex<Tail>>, mut log: Option<std::fs::
             log.as_mut().map(|log| log.write_all(&buffer[..n]));
         }
     });
+}
+
+/// Creates `count` available animals through `POST /v1/pets` of the
+/// server at `addr`, many at once, and returns their ids: animals to
+/// order (the bench's order scenarios, conformance's `placeOrder`).
+pub async fn create_available(
+    addr: SocketAddr,
+    key: &str,
+    count: usize,
+) -> anyhow::Result<Vec<i64>> {
+    let client = reqwest::Client::new();
+    let url = format!("http://{addr}/v1/pets");
+    let body = r#"{"name":"stock","categoryId":1,"status":"available"}"#;
+    let create = async |_| {
+        let response = client
+            .post(&url)
+            .bearer_auth(key)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .with_context(|| format!("POST {url}"))?;
+        let status = response.status();
+        let pet: serde_json::Value = response
+            .json()
+            .await
+            .with_context(|| format!("POST {url}: {status}, not a JSON body"))?;
+        match pet["id"].as_i64() {
+            Some(id) if status == reqwest::StatusCode::CREATED => Ok(id),
+            _ => bail!("POST {url}: {status} {pet} (expected 201 and a pet)"),
+        }
+    };
+    futures::stream::iter(0..count)
+        .map(create)
+        .buffer_unordered(64)
+        .try_collect()
+        .await
 }
 
 #[cfg(test)]

@@ -461,7 +461,7 @@ impl Bench {
             (1..=count as i64).collect()
         } else {
             self.runtime
-                .block_on(seed::supply(target.addr, key, count))?
+                .block_on(service::create_available(target.addr, key, count))?
         };
         let lines: String = ids.iter().map(|id| format!("{id}\n")).collect();
         std::fs::write(path, lines).with_context(|| format!("writing {}", path.display()))

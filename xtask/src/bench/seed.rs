@@ -97,39 +97,6 @@ pub async fn seed_over_http(addr: SocketAddr, key: &str, count: u64) -> anyhow::
     Ok(started.elapsed())
 }
 
-/// Creates `count` available animals through `POST /v1/pets` of the
-/// server at `addr`, many at once, and returns their ids: the supply a run
-/// of an order scenario orders from.
-pub async fn supply(addr: SocketAddr, key: &str, count: usize) -> anyhow::Result<Vec<i64>> {
-    let client = reqwest::Client::new();
-    let url = format!("http://{addr}/v1/pets");
-    let body = r#"{"name":"stock","categoryId":1,"status":"available"}"#;
-    let create = async |_| {
-        let response = client
-            .post(&url)
-            .bearer_auth(key)
-            .header("content-type", "application/json")
-            .body(body)
-            .send()
-            .await
-            .with_context(|| format!("POST {url}"))?;
-        let status = response.status();
-        let pet: serde_json::Value = response
-            .json()
-            .await
-            .with_context(|| format!("POST {url}: {status}, not a JSON body"))?;
-        match pet["id"].as_i64() {
-            Some(id) if status == reqwest::StatusCode::CREATED => Ok(id),
-            _ => bail!("POST {url}: {status} {pet} (expected 201 and a pet)"),
-        }
-    };
-    futures::stream::iter(0..count)
-        .map(create)
-        .buffer_unordered(64)
-        .try_collect()
-        .await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
