@@ -169,14 +169,15 @@ end
 /// An order script: JSON requests, each thread's share of the supply read
 /// into `free` (a queue, `head` its next), then `script`.
 fn orders_request(supply: &Path, script: &str) -> String {
-    let threads = super::wrk::THREADS;
     format!(
         r#"wrk.headers["Content-Type"] = "application/json"
-{NUMBERED_THREADS}function init(args)
+{NUMBERED_THREADS}-- wrk's thread count is the script's first argument (see wrk.rs).
+function init(args)
+  local threads = tonumber(args[1])
   free = {{}}
   local n = 0
   for line in io.lines("{supply}") do
-    if n % {threads} == thread_number - 1 then free[#free + 1] = line end
+    if n % threads == thread_number - 1 then free[#free + 1] = line end
     n = n + 1
   end
   head = 1

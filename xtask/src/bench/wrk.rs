@@ -111,6 +111,8 @@ pub fn run(
         .arg("-s")
         .arg(script)
         .arg(format!("http://{addr}"))
+        // The scripts' `init(args)` learn how many threads share the work.
+        .args(["--", &THREADS.to_string()])
         .stdin(Stdio::null())
         .stdout(stdout.try_clone()?)
         .stderr(stdout);

@@ -23,6 +23,7 @@ use tokio_postgres::{NoTls, Row};
 use super::idempotency::{CreateOutcome, Idempotency};
 use super::keys::{KeyError, KeyStore, Revoked, StoredKey, stored_digest};
 mod batch;
+mod order_statements;
 mod orders;
 mod reads;
 mod shared;

@@ -24,8 +24,8 @@
 //!   idempotent creates are (`mod.rs`), with a key lock of their own: the
 //!   two operations' keys are apart.
 
+use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Row, Statement};
 
 use super::batch::{Job, Waiting, fail_all};
 use super::shared::{Lease, SharedConnections};
@@ -129,24 +129,7 @@ pub(super) const MIGRATION: &str = "
     WHERE shard = 0;
 ";
 
-const ORDER_COLUMNS: &str = "id, pet_id, status, placed_at";
-
-/// Reserves the animals of `$1` that are available and places an order for
-/// each.
-const PLACE_MANY: &str = "
-    WITH locked AS (
-        SELECT id FROM pets WHERE id = ANY($1) AND status = 'available'
-        ORDER BY id FOR UPDATE
-    ), reserved AS (
-        UPDATE pets SET status = 'pending' FROM locked
-        WHERE pets.id = locked.id AND pets.status = 'available'
-        RETURNING pets.id
-    )
-    INSERT INTO orders (pet_id, status, placed_at)
-    SELECT id, 'placed', statement_timestamp() FROM reserved
-    RETURNING id, pet_id, status, placed_at";
-
-/// One order for the animal `$1`, as [`PLACE_MANY`], keeping the record of the key `($2, $3)` (fingerprint `$4`,
+/// One order for the animal `$1`, as a batch places them, keeping the record of the key `($2, $3)` (fingerprint `$4`,
 /// made at `$5`) with the order; replaces an expired record of the key.
 const PLACE_ONCE: &str = "
     WITH reserved AS (
@@ -167,84 +150,9 @@ const PLACE_ONCE: &str = "
     )
     SELECT id, pet_id, status, placed_at FROM placed";
 
-/// Gives each order of `$1` that is placed the status of `$2` at its
-/// place, and its animal the status of `$3`. The ids are distinct.
-const UPDATE_MANY: &str = "
-    WITH wanted AS (
-        SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[]) AS w(id, status, pet_status)
-    ), locked AS (
-        SELECT id FROM orders WHERE id = ANY($1) AND status = 'placed'
-        ORDER BY id FOR UPDATE
-    ), changed AS (
-        UPDATE orders SET status = wanted.status FROM wanted, locked
-        WHERE orders.id = wanted.id AND orders.id = locked.id AND orders.status = 'placed'
-        RETURNING orders.id, orders.pet_id, orders.status, orders.placed_at, wanted.pet_status
-    ), moved AS (
-        UPDATE pets SET status = changed.pet_status FROM changed
-        WHERE pets.id = changed.pet_id
-        RETURNING pets.id
-    )
-    SELECT id, pet_id, status, placed_at FROM changed";
-
 /// How often a decision that a concurrent change overtook is made again
 /// (each attempt sees every change committed before it).
 const ATTEMPTS: usize = 3;
-
-/// The Store's statements, prepared on every shared connection.
-pub(super) struct OrderStatements {
-    get: Statement,
-    get_many: Statement,
-    list: Statement,
-    list_by_status: Statement,
-    /// An animal has few orders: its index, then the status filter.
-    list_by_pet: Statement,
-    inventory: Statement,
-    place_many: Statement,
-    update_many: Statement,
-    pet_statuses: Statement,
-}
-
-impl OrderStatements {
-    pub async fn prepare(client: &Client) -> Result<OrderStatements, tokio_postgres::Error> {
-        let select = format!("SELECT {ORDER_COLUMNS} FROM orders");
-        let by_id = format!("{select} WHERE id = $1");
-        let by_ids = format!("{select} WHERE id = ANY($1)");
-        let from = format!("{select} WHERE id > $1 ORDER BY id LIMIT $2");
-        let by_status = format!("{select} WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3");
-        let by_pet = format!(
-            "{select} WHERE pet_id = $1 AND id > $2 AND ($3::text IS NULL OR status = $3)
-             ORDER BY id LIMIT $4"
-        );
-        let (get, get_many, list, list_by_status, list_by_pet) = tokio::try_join!(
-            client.prepare(&by_id),
-            client.prepare(&by_ids),
-            client.prepare(&from),
-            client.prepare(&by_status),
-            client.prepare(&by_pet),
-        )?;
-        let (inventory, place_many, update_many, pet_statuses) = tokio::try_join!(
-            client.prepare(
-                "SELECT coalesce(sum(available), 0)::bigint, coalesce(sum(pending), 0)::bigint,
-                        coalesce(sum(sold), 0)::bigint
-                 FROM pet_counts"
-            ),
-            client.prepare(PLACE_MANY),
-            client.prepare(UPDATE_MANY),
-            client.prepare("SELECT id, status FROM pets WHERE id = ANY($1)"),
-        )?;
-        Ok(OrderStatements {
-            get,
-            get_many,
-            list,
-            list_by_status,
-            list_by_pet,
-            inventory,
-            place_many,
-            update_many,
-            pet_statuses,
-        })
-    }
-}
 
 /// Decodes an order's four columns, never panicking.
 fn order_from_row(row: &Row) -> Result<Order, StoreError> {

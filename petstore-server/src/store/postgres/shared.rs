@@ -33,7 +33,7 @@ use arc_swap::ArcSwapOption;
 use tokio::task::JoinHandle;
 use tokio_postgres::{Client, NoTls, Statement};
 
-use super::orders::OrderStatements;
+use super::order_statements::OrderStatements;
 use crate::store::{PostgresFailure, StoreError};
 
 /// How long a request waits for a connection, or for one to be made, before

@@ -1,0 +1,96 @@
+//! The Store's statements that every shared connection prepares (see
+//! `orders.rs` for how they are used).
+
+use tokio_postgres::{Client, Statement};
+
+const ORDER_COLUMNS: &str = "id, pet_id, status, placed_at";
+
+/// Reserves the animals of `$1` that are available and places an order for
+/// each.
+const PLACE_MANY: &str = "
+    WITH locked AS (
+        SELECT id FROM pets WHERE id = ANY($1) AND status = 'available'
+        ORDER BY id FOR UPDATE
+    ), reserved AS (
+        UPDATE pets SET status = 'pending' FROM locked
+        WHERE pets.id = locked.id AND pets.status = 'available'
+        RETURNING pets.id
+    )
+    INSERT INTO orders (pet_id, status, placed_at)
+    SELECT id, 'placed', statement_timestamp() FROM reserved
+    RETURNING id, pet_id, status, placed_at";
+
+/// Gives each order of `$1` that is placed the status of `$2` at its
+/// place, and its animal the status of `$3`. The ids are distinct.
+const UPDATE_MANY: &str = "
+    WITH wanted AS (
+        SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[]) AS w(id, status, pet_status)
+    ), locked AS (
+        SELECT id FROM orders WHERE id = ANY($1) AND status = 'placed'
+        ORDER BY id FOR UPDATE
+    ), changed AS (
+        UPDATE orders SET status = wanted.status FROM wanted, locked
+        WHERE orders.id = wanted.id AND orders.id = locked.id AND orders.status = 'placed'
+        RETURNING orders.id, orders.pet_id, orders.status, orders.placed_at, wanted.pet_status
+    ), moved AS (
+        UPDATE pets SET status = changed.pet_status FROM changed
+        WHERE pets.id = changed.pet_id
+        RETURNING pets.id
+    )
+    SELECT id, pet_id, status, placed_at FROM changed";
+
+/// The Store's statements, prepared on every shared connection.
+pub(super) struct OrderStatements {
+    pub get: Statement,
+    pub get_many: Statement,
+    pub list: Statement,
+    pub list_by_status: Statement,
+    /// An animal has few orders: its index, then the status filter.
+    pub list_by_pet: Statement,
+    pub inventory: Statement,
+    pub place_many: Statement,
+    pub update_many: Statement,
+    pub pet_statuses: Statement,
+}
+
+impl OrderStatements {
+    pub async fn prepare(client: &Client) -> Result<OrderStatements, tokio_postgres::Error> {
+        let select = format!("SELECT {ORDER_COLUMNS} FROM orders");
+        let by_id = format!("{select} WHERE id = $1");
+        let by_ids = format!("{select} WHERE id = ANY($1)");
+        let from = format!("{select} WHERE id > $1 ORDER BY id LIMIT $2");
+        let by_status = format!("{select} WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3");
+        let by_pet = format!(
+            "{select} WHERE pet_id = $1 AND id > $2 AND ($3::text IS NULL OR status = $3)
+             ORDER BY id LIMIT $4"
+        );
+        let (get, get_many, list, list_by_status, list_by_pet) = tokio::try_join!(
+            client.prepare(&by_id),
+            client.prepare(&by_ids),
+            client.prepare(&from),
+            client.prepare(&by_status),
+            client.prepare(&by_pet),
+        )?;
+        let (inventory, place_many, update_many, pet_statuses) = tokio::try_join!(
+            client.prepare(
+                "SELECT coalesce(sum(available), 0)::bigint, coalesce(sum(pending), 0)::bigint,
+                        coalesce(sum(sold), 0)::bigint
+                 FROM pet_counts"
+            ),
+            client.prepare(PLACE_MANY),
+            client.prepare(UPDATE_MANY),
+            client.prepare("SELECT id, status FROM pets WHERE id = ANY($1)"),
+        )?;
+        Ok(OrderStatements {
+            get,
+            get_many,
+            list,
+            list_by_status,
+            list_by_pet,
+            inventory,
+            place_many,
+            update_many,
+            pet_statuses,
+        })
+    }
+}
