@@ -65,11 +65,21 @@ impl Catalogue {
             Some(status) => {
                 let start = self.ids.first_after(after) as u32;
                 let mut positions = self.by_status[status as usize].range(start..);
-                positions
-                    .by_ref()
-                    .take(limit)
-                    .for_each(|at| self.encode(at as usize, &mut pets));
-                positions.next().is_some()
+                // Run by run: pets of one status often come in runs, and
+                // a run costs the iterator one step, not one per pet.
+                let mut left = limit;
+                loop {
+                    let Some(run) = positions.next_range() else {
+                        break false;
+                    };
+                    let (first, last) = (*run.start() as usize, *run.end() as usize);
+                    let end = last.min(first + left - 1);
+                    (first..=end).for_each(|at| self.encode(at, &mut pets));
+                    left -= end + 1 - first;
+                    if left == 0 {
+                        break end < last || positions.next().is_some();
+                    }
+                }
             }
         };
         Page {
