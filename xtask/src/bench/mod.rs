@@ -224,6 +224,13 @@ impl Bench {
                 scenarios: chosen(false),
             });
         }
+        if self.options.postgres() && self.options.postgres_scaling_pets > 0 {
+            setups.push(Setup {
+                backend: Backend::Postgres,
+                pets: self.options.postgres_scaling_pets,
+                scenarios: chosen(true),
+            });
+        }
         if self.options.postgres_only {
             setups.retain(|s| s.backend == Backend::Postgres);
         }
@@ -263,8 +270,9 @@ impl Bench {
         let responses = dir.join("responses.json");
         std::fs::write(&responses, serde_json::to_string_pretty(&canned)?)?;
         let ceiling = self.start_ceiling(&responses, &key)?;
+        // The peer is seeded over HTTP, one pet at a time: the base dataset only.
         let peer = match (setup.backend, &self.options.compare_with) {
-            (Backend::Postgres, Some(command)) => {
+            (Backend::Postgres, Some(command)) if setup.pets == report::BASE_PETS => {
                 Some(self.start_peer(command, &key, setup.pets, &label)?)
             }
             _ => None,

@@ -38,6 +38,10 @@ pub struct Options {
     /// Pets in the scaling dataset (0 skips it)
     #[arg(long, value_name = "N", default_value_t = 1_000_000)]
     pub scaling_pets: u64,
+    /// Pets in a scaling dataset on PostgreSQL too (reads only, without the
+    /// peer; 0, the default, skips it: seeding a million takes minutes)
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub postgres_scaling_pets: u64,
     /// Pass --log-level to the server (default: the server's own, info), to
     /// measure what logging costs
     #[arg(long, value_name = "LEVEL")]
