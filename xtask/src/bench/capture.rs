@@ -26,6 +26,16 @@ const PER_RESPONSE_HEADERS: [&str; 5] = [
 pub async fn capture(addr: SocketAddr, key: &str, max_id: i64) -> anyhow::Result<CannedSet> {
     use {Method as M, StatusCode as S};
     let http = reqwest::Client::new();
+    // An available animal to order (seeding concurrently, ids need not
+    // follow the seed's order of statuses).
+    let available: serde_json::Value = http
+        .get(format!("http://{addr}/v1/pets?status=available&limit=1"))
+        .bearer_auth(key)
+        .send()
+        .await?
+        .json()
+        .await?;
+    let order_body = format!(r#"{{"petId":{}}}"#, available[0]["id"]);
     // Sends one request as `as_key` and checks its status is `expected`.
     let fetch = async |method: Method, path: &str, as_key: &str, expected: S| {
         let what = format!("{method} /v1{path}");
@@ -33,10 +43,9 @@ pub async fn capture(addr: SocketAddr, key: &str, max_id: i64) -> anyhow::Result
             .request(method.clone(), format!("http://{addr}/v1{path}"))
             .bearer_auth(as_key);
         let body = match (&method, path) {
-            (&Method::POST, "/pets") => Some(CREATE_BODY),
-            // Pet 1 is available in every dataset (see `seed::new_pet`).
-            (&Method::POST, _) => Some(r#"{"petId":1}"#),
-            (&Method::PATCH, _) => Some(r#"{"status":"cancelled"}"#),
+            (&Method::POST, "/pets") => Some(CREATE_BODY.to_owned()),
+            (&Method::POST, _) => Some(order_body.clone()),
+            (&Method::PATCH, _) => Some(r#"{"status":"cancelled"}"#.to_owned()),
             _ => None,
         };
         if let Some(body) = body {
@@ -60,7 +69,7 @@ pub async fn capture(addr: SocketAddr, key: &str, max_id: i64) -> anyhow::Result
     };
     // The first and the last id must exist, since wrk asks for all of them.
     fetch(M::GET, "/pets/1", key, S::OK).await?;
-    // An order for pet 1, cancelled: the catalogue is as seeded again.
+    // An order for that animal, cancelled: the catalogue is as seeded again.
     let place_order = fetch(M::POST, "/store/orders", key, S::CREATED).await?;
     let order: serde_json::Value = serde_json::from_str(&place_order.body)?;
     let update = format!("/store/orders/{}", order["id"]);
