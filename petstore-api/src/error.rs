@@ -27,6 +27,26 @@ pub struct ApiError {
     status_code: ErrorStatusCode,
 }
 
+/// An operation an `Idempotency-Key` makes happen at most once; its keys
+/// are apart from the other's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keyed {
+    /// `createPet`.
+    CreatePet,
+    /// `placeOrder`.
+    PlaceOrder,
+}
+
+impl Keyed {
+    /// What the operation does, as "nothing was …" says it.
+    fn done(self) -> &'static str {
+        match self {
+            Keyed::CreatePet => "created",
+            Keyed::PlaceOrder => "ordered",
+        }
+    }
+}
+
 impl ApiError {
     fn new(status_code: ErrorStatusCode, message: impl Into<String>) -> ApiError {
         ApiError::with_code(status_code, code_for(status_code), message)
@@ -59,38 +79,30 @@ impl ApiError {
     }
 
     /// 409: another request with the same idempotency key is in progress.
-    pub fn idempotency_key_in_use() -> ApiError {
+    pub fn idempotency_key_in_use(operation: Keyed) -> ApiError {
         ApiError::new(
             ErrorStatusCode::CONFLICT,
-            "another request with this Idempotency-Key is still being processed; nothing was \
-             created: retry later with the same key and body",
+            format!(
+                "another request with this Idempotency-Key is still being processed; nothing was \
+                 {}: retry later with the same key and body",
+                operation.done()
+            ),
         )
     }
 
     /// 422: the idempotency key was used for another body.
-    pub fn idempotency_key_reused() -> ApiError {
+    pub fn idempotency_key_reused(operation: Keyed) -> ApiError {
+        let (used_for, new) = match operation {
+            Keyed::CreatePet => ("a create with a different body", "a new animal"),
+            Keyed::PlaceOrder => ("an order of another animal", "a new order"),
+        };
         ApiError::new(
             ErrorStatusCode::UNPROCESSABLE_ENTITY,
-            "this Idempotency-Key was already used for a create with a different body; nothing \
-             was created: use a new key for a new animal",
-        )
-    }
-
-    /// 422: the idempotency key of an order was used for another animal.
-    pub fn order_idempotency_key_reused() -> ApiError {
-        ApiError::new(
-            ErrorStatusCode::UNPROCESSABLE_ENTITY,
-            "this Idempotency-Key was already used for an order of another animal; nothing was \
-             ordered: use a new key for a new order",
-        )
-    }
-
-    /// 409: another order with the same idempotency key is in progress.
-    pub fn order_idempotency_key_in_use() -> ApiError {
-        ApiError::new(
-            ErrorStatusCode::CONFLICT,
-            "another request with this Idempotency-Key is still being processed; nothing was \
-             ordered: retry later with the same key and body",
+            format!(
+                "this Idempotency-Key was already used for {used_for}; nothing was {}: use a new \
+                 key for {new}",
+                operation.done()
+            ),
         )
     }
 

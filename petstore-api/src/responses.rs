@@ -8,6 +8,8 @@ use http::{Response, StatusCode};
 use schemars::JsonSchema;
 use serde::Serialize;
 
+use std::fmt::{Display, Write};
+
 use crate::model::{EncodedPets, OrderStatus, Pet, PetStatus};
 
 /// The headers of a page of `GET /pets`.
@@ -24,7 +26,9 @@ impl PageHeaders {
     /// The `next` link after a page that ended at `last_id`, keeping the
     /// request's `limit` and `status`.
     pub fn next(limit: u32, status: Option<PetStatus>, last_id: i64) -> PageHeaders {
-        let filters = [("status", status.map(|s| s.as_str().to_owned()))];
+        let status = status.map(PetStatus::as_str);
+        let filters: [(&str, Option<&dyn Display>); 1] =
+            [("status", status.as_ref().map(|s| s as &dyn Display))];
         PageHeaders {
             link: Some(next_link("/v1/pets", limit, &filters, last_id)),
         }
@@ -51,9 +55,10 @@ impl OrdersPageHeaders {
         pet_id: Option<i64>,
         last_id: i64,
     ) -> OrdersPageHeaders {
-        let filters = [
-            ("status", status.map(|s| s.as_str().to_owned())),
-            ("petId", pet_id.map(|id| id.to_string())),
+        let status = status.map(OrderStatus::as_str);
+        let filters: [(&str, Option<&dyn Display>); 2] = [
+            ("status", status.as_ref().map(|s| s as &dyn Display)),
+            ("petId", pet_id.as_ref().map(|id| id as &dyn Display)),
         ];
         OrdersPageHeaders {
             link: Some(next_link("/v1/store/orders", limit, &filters, last_id)),
@@ -64,14 +69,21 @@ impl OrdersPageHeaders {
 /// A `next` link (RFC 8288) to `path`, keeping `limit` and the filters that
 /// were given, after `last_id`. The values need no escaping: they are
 /// numbers and enum spellings.
-fn next_link(path: &str, limit: u32, filters: &[(&str, Option<String>)], last_id: i64) -> String {
-    let mut target = format!("{path}?limit={limit}");
+fn next_link(
+    path: &str,
+    limit: u32,
+    filters: &[(&str, Option<&dyn Display>)],
+    last_id: i64,
+) -> String {
+    let mut link = format!("<{path}?limit={limit}");
     for (name, value) in filters {
         if let Some(value) = value {
-            target.push_str(&format!("&{name}={value}"));
+            // Writing to a String cannot fail.
+            let _ = write!(link, "&{name}={value}");
         }
     }
-    format!("<{target}&after={last_id}>; rel=\"next\"")
+    let _ = write!(link, "&after={last_id}>; rel=\"next\"");
+    link
 }
 
 /// The `200` of `listPets`: a page of animals, already encoded, and its

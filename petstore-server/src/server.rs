@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use crate::admin::{self, AdminContext};
 use petstore_api::auth::{ApiContext, Authenticated};
 use petstore_api::body::StrictJson;
-use petstore_api::error::ApiError;
+use petstore_api::error::{ApiError, Keyed};
 use petstore_api::idempotency::{CreatedHeaders, IdempotencyKey};
 use petstore_api::params::{ListOrdersParams, ListPetsParams, OrderPath, PetPath};
 use petstore_api::responses::{DeprecationHeaders, OrdersPageHeaders, PageHeaders, PetsPage};
@@ -144,11 +144,11 @@ impl PetstoreApi for PetstoreImpl {
             }
             CreateOutcome::KeyReused => {
                 count("reused");
-                Err(ApiError::idempotency_key_reused())
+                Err(ApiError::idempotency_key_reused(Keyed::CreatePet))
             }
             CreateOutcome::KeyInUse => {
                 count("in_use");
-                Err(ApiError::idempotency_key_in_use())
+                Err(ApiError::idempotency_key_in_use(Keyed::CreatePet))
             }
         }
     }
@@ -240,8 +240,8 @@ impl PetstoreApi for PetstoreImpl {
                 status.map(PetStatus::as_str),
             )),
             PlaceOutcome::NoSuchPet => Err(ApiError::pet_not_found(pet_id)),
-            PlaceOutcome::KeyReused => Err(ApiError::order_idempotency_key_reused()),
-            PlaceOutcome::KeyInUse => Err(ApiError::order_idempotency_key_in_use()),
+            PlaceOutcome::KeyReused => Err(ApiError::idempotency_key_reused(Keyed::PlaceOrder)),
+            PlaceOutcome::KeyInUse => Err(ApiError::idempotency_key_in_use(Keyed::PlaceOrder)),
         }
     }
 

@@ -76,12 +76,17 @@ impl Idempotency {
     }
 }
 
-/// The first 8 bytes of the SHA-256 of `parts`, one after the other.
+/// The first 8 bytes of the SHA-256 of `parts`.
 fn lock_id(parts: &[&[u8]]) -> i64 {
+    let digest = sha256(parts);
+    i64::from_be_bytes(digest[..8].try_into().expect("a SHA-256 has 32 bytes"))
+}
+
+/// The SHA-256 of `parts`, one after the other.
+fn sha256(parts: &[&[u8]]) -> [u8; 32] {
     let mut hash = Sha256::new();
     parts.iter().for_each(|part| hash.update(part));
-    let digest = hash.finalize();
-    i64::from_be_bytes(digest[..8].try_into().expect("a SHA-256 has 32 bytes"))
+    hash.finalize().into()
 }
 
 /// How long idempotency records hold their keys, and what follows from it:
@@ -132,19 +137,14 @@ impl Retention {
 /// The SHA-256 of a new pet's fields in a fixed encoding: the same pet
 /// gives the same fingerprint however its JSON was formatted or ordered.
 pub fn fingerprint(pet: &NewPet) -> [u8; 32] {
-    let mut hash = Sha256::new();
     let encoded = serde_json::to_vec(pet).expect("a NewPet always serialises");
-    hash.update(&encoded);
-    hash.finalize().into()
+    sha256(&[&encoded])
 }
 
 /// The SHA-256 of an order's body (its animal's id), to tell a retry from
 /// a reuse of the key.
 pub fn order_fingerprint(pet_id: i64) -> [u8; 32] {
-    let mut hash = Sha256::new();
-    hash.update(b"placeOrder ");
-    hash.update(pet_id.to_be_bytes());
-    hash.finalize().into()
+    sha256(&[b"placeOrder ", &pet_id.to_be_bytes()])
 }
 
 /// What a create with an idempotency key came to.

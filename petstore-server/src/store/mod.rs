@@ -6,7 +6,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use petstore_api::model::{EncodedPets, Inventory, NewPet, OrderUpdateStatus, Pet, PetStatus};
+use petstore_api::model::{
+    EncodedPets, Inventory, NewPet, Order, OrderUpdateStatus, Pet, PetStatus,
+};
 
 pub mod idempotency;
 pub mod keys;
@@ -316,7 +318,7 @@ pub trait PetStore: Send + Sync + 'static {
     ) -> Result<UpdateOutcome, StoreError>;
 
     /// The order with identifier `id`, if there is one.
-    async fn get_order(&self, id: i64) -> Result<Option<petstore_api::model::Order>, StoreError>;
+    async fn get_order(&self, id: i64) -> Result<Option<Order>, StoreError>;
 
     /// A page of orders in ascending `id` order (see [`OrderQuery`]).
     async fn list_orders(&self, query: OrderQuery) -> Result<OrderPage, StoreError>;
