@@ -402,25 +402,34 @@ impl Writer {
                 answers.push(settle(job, applied, memory.as_mut()));
             }
         }
-        answers.into_iter().for_each(|answer| answer());
+        answers.into_iter().for_each(Answer::send);
+    }
+}
+
+/// A committed write's answer, sent once memory shows the whole group.
+enum Answer {
+    Create(Reply<CreateOutcome>, Result<CreateOutcome, StoreError>),
+    Place(Reply<PlaceOutcome>, PlaceOutcome),
+    Update(Reply<UpdateOutcome>, UpdateOutcome),
+    /// Already answered (with an error).
+    Sent,
+}
+
+impl Answer {
+    fn send(self) {
+        // A request whose client hung up has no one to tell.
+        match self {
+            Answer::Create(reply, outcome) => drop(reply.send(outcome)),
+            Answer::Place(reply, outcome) => drop(reply.send(Ok(outcome))),
+            Answer::Update(reply, outcome) => drop(reply.send(Ok(outcome))),
+            Answer::Sent => {}
+        }
     }
 }
 
 /// Applies one committed write to memory (when the store is still open)
-/// and returns how to answer it.
-fn settle(
-    job: GroupJob,
-    applied: Applied,
-    memory: Option<&mut Committed>,
-) -> Box<dyn FnOnce() + Send> {
-    fn answer<T: Send + 'static>(
-        reply: Reply<T>,
-        outcome: Result<T, StoreError>,
-    ) -> Box<dyn FnOnce() + Send> {
-        Box::new(move || {
-            let _ = reply.send(outcome);
-        })
-    }
+/// and returns its answer.
+fn settle(job: GroupJob, applied: Applied, memory: Option<&mut Committed>) -> Answer {
     match (job, applied) {
         (GroupJob::Create { pet, once, reply }, applied) => {
             drop(once);
@@ -436,7 +445,7 @@ fn settle(
                 Applied::KeyReused => Ok(CreateOutcome::KeyReused),
                 _ => Err(StoreError::Invariant("a create applied as another write")),
             };
-            answer(reply, outcome)
+            Answer::Create(reply, outcome)
         }
         (GroupJob::Place { once, reply, .. }, Applied::Placed(outcome)) => {
             drop(once);
@@ -444,7 +453,7 @@ fn settle(
                 memory.pets.set_status(order.pet_id, PetStatus::Pending);
                 memory.orders.push(order);
             }
-            answer(reply, Ok(outcome))
+            Answer::Place(reply, outcome)
         }
         (GroupJob::Update { reply, .. }, Applied::Updated(outcome, changed)) => {
             if let (UpdateOutcome::Done(order), true, Some(memory)) = (&outcome, changed, memory) {
@@ -453,11 +462,11 @@ fn settle(
                     .pets
                     .set_status(order.pet_id, order.status.pet_status());
             }
-            answer(reply, Ok(outcome))
+            Answer::Update(reply, outcome)
         }
         (job, _) => {
             job.fail(StoreError::Invariant("a write applied as another"));
-            Box::new(|| ())
+            Answer::Sent
         }
     }
 }
