@@ -10,10 +10,11 @@ mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
-use common::{Backend, Database, KEY, Served, client, fresh_database, serve, stop, stored_pets};
-use petstore_client::{Client, RetryPolicy, types};
+use common::{
+    Backend, Database, KEY, Served, client, fresh_database, patient, serve, stop, stored_pets,
+};
+use petstore_client::{Client, types};
 use petstore_support::{FaultProxy, blocking, eventually, eventually_async};
 use serde_json::{Value, json};
 use sha2::Digest;
@@ -23,14 +24,6 @@ use tokio::io::AsyncWriteExt;
 const WRITERS: usize = 16;
 /// Animals each of them creates.
 const PETS_PER_WRITER: usize = 20;
-
-/// Retrying through a server killed and restarted, or a database restarted:
-/// short waits, and attempts enough to outlast any restart (a bound all the
-/// same, so that a real failure ends the test).
-fn patient() -> RetryPolicy {
-    RetryPolicy::with_max_attempts(20_000)
-        .backoff(Duration::from_millis(5), Duration::from_millis(200))
-}
 
 fn pet(name: &str, category: usize) -> types::NewPet {
     types::NewPet::builder()

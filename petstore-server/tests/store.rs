@@ -14,10 +14,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{Backend, Database, KEY, Served, client, fresh_database, serve, stop};
-use petstore_client::{Client, Error, RetryPolicy, types};
+use common::{Backend, Database, KEY, Served, client, fresh_database, patient, serve, stop};
+use petstore_client::{Client, Error, types};
 use petstore_support::{FaultProxy, blocking, eventually, eventually_async};
 use serde_json::{Value, json};
+use sha2::Digest;
 
 /// Animals raced for, and clients racing for each.
 const ANIMALS: usize = 12;
@@ -178,13 +179,6 @@ const ROUNDS: usize = 10;
 /// Animals they share (fewer than the orders: many are refused, or ordered
 /// again once cancelled).
 const SHARED_ANIMALS: usize = 48;
-
-/// Retrying through a killed server or a restarted database: short waits,
-/// attempts enough to outlast any restart, and a bound all the same.
-fn patient() -> RetryPolicy {
-    RetryPolicy::with_max_attempts(20_000)
-        .backoff(Duration::from_millis(5), Duration::from_millis(200))
-}
 
 /// What a client was last told of an order it placed.
 #[derive(Clone, Debug, PartialEq)]
@@ -432,4 +426,162 @@ async fn postgres_restarted_under_16_shoppers_keeps_every_invariant() {
     check_invariants(&served, &told).await;
     let (status, log) = stop(served).await;
     assert!(status.success(), "{log}");
+}
+
+/// `POST /store/orders` for `pet_id` with `Idempotency-Key: key` to
+/// `base_url`: the status, the replay marker and the body.
+async fn order_once(base_url: &str, key: &str, pet_id: i64) -> (u16, Option<String>, Value) {
+    let response = client()
+        .post(format!("{base_url}/store/orders"))
+        .bearer_auth(KEY)
+        .header("idempotency-key", key)
+        .json(&json!({ "petId": pet_id }))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let replayed = response
+        .headers()
+        .get("idempotent-replayed")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (status, replayed, response.json().await.unwrap())
+}
+
+/// Creates one available animal through `served`; returns its id.
+async fn available_animal(served: &Served) -> i64 {
+    let (status, pet) = send(
+        client()
+            .post(format!("{}/pets", served.base_url()))
+            .json(&json!({"name": "in-use", "categoryId": 1, "status": "available"})),
+    )
+    .await;
+    assert_eq!(status, 201, "{pet}");
+    pet["id"].as_i64().unwrap()
+}
+
+/// While the first order with a key is still being processed, another with
+/// the key is `409 idempotency_key_in_use` and orders nothing; once the
+/// first is through, a retry replays its `201`.
+async fn assert_order_in_use_then_replayed(
+    served: &Served,
+    pet_id: i64,
+    first: tokio::task::JoinHandle<(u16, Option<String>, Value)>,
+    refused: (u16, Option<String>, Value),
+    release: impl AsyncFnOnce(),
+) {
+    let (status, _, error) = refused;
+    assert_eq!(
+        (status, &error["code"]),
+        (409, &json!("idempotency_key_in_use")),
+        "{error}"
+    );
+    release().await;
+    let (status, replayed, order) = first.await.unwrap();
+    // The first may have given up meanwhile (SQLite's busy timeout): then
+    // it ordered nothing and left the key free.
+    assert!(status == 201 || status == 503, "{status}: {order}");
+    let (again, marker, retried) = order_once(&served.base_url(), "in-use-key", pet_id).await;
+    assert_eq!(again, 201, "{retried}");
+    if status == 201 {
+        assert_eq!((replayed, marker.as_deref()), (None, Some("true")));
+        assert_eq!(retried, order);
+    }
+    let orders = get(served, &format!("/store/orders?petId={pet_id}")).await;
+    assert_eq!(orders.as_array().unwrap().len(), 1, "{orders}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_answers_409_while_an_order_key_is_in_use() {
+    let database = fresh_database(Backend::Sqlite).await.unwrap();
+    let served = serve(database.dir.path(), &["--database", &database.url]).await;
+    let pet_id = available_animal(&served).await;
+    // Another process holds the write lock: the server's commit waits (for
+    // up to its busy timeout) with the first order's key held.
+    let path = database.url.strip_prefix("sqlite://").unwrap().to_owned();
+    let holder = rusqlite::Connection::open(path).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let (first, refused) = loop {
+        let first = tokio::spawn({
+            let base_url = served.base_url();
+            async move { order_once(&base_url, "in-use-key", pet_id).await }
+        });
+        let answer = order_once(&served.base_url(), "in-use-key", pet_id).await;
+        if answer.0 == 409 {
+            break (first, answer);
+        }
+        // The first had given up already (503 after the busy timeout) and
+        // this one held the key instead; both were refused: again.
+        assert_eq!(answer.0, 503, "{answer:?}");
+        first.await.unwrap();
+    };
+    assert_order_in_use_then_replayed(&served, pet_id, first, refused, async || {
+        holder.execute_batch("COMMIT").unwrap();
+    })
+    .await;
+    drop(holder);
+    let (status, log) = stop(served).await;
+    assert!(status.success(), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_answers_409_while_an_order_key_is_in_use_on_any_instance_and_creates_are_apart() {
+    let Some(database) = fresh_database(Backend::Postgres).await else {
+        return;
+    };
+    let args = ["--database", database.url.as_str()];
+    let served = serve(database.dir.path(), &args).await;
+    let other = serve(database.dir.path(), &args).await;
+    let pet_id = available_animal(&served).await;
+    // The test writes, and does not commit, a record of the key: the first
+    // order's own record has to wait for the test's transaction, and it
+    // holds the key meanwhile. (Scopes are the SHA-256 of the API key.)
+    let (pg, connection) = tokio_postgres::connect(&database.url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let scope: &[u8] = &sha2::Sha256::digest(KEY.as_bytes())[..];
+    pg.batch_execute("BEGIN").await.unwrap();
+    pg.execute(
+        "INSERT INTO order_idempotency_keys
+             (scope, key, fingerprint, created_at, order_id, pet_id, placed_at)
+         VALUES ($1, 'in-use-key', '', 0, 0, 0, now())",
+        &[&scope],
+    )
+    .await
+    .unwrap();
+    let base_url = served.base_url();
+    let first = tokio::spawn(async move { order_once(&base_url, "in-use-key", pet_id).await });
+    // Waits until a session waits for this one's transaction (other tests
+    // share the cluster, so any other waiting lock says nothing).
+    eventually_async("the first order waits for the test's record", || async {
+        let row = pg
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))",
+                &[],
+            )
+            .await
+            .unwrap();
+        row.get::<_, i64>(0) >= 1
+    })
+    .await;
+    // The same key, meanwhile: an order through the other instance is 409;
+    // a create is another operation, whose keys are apart, and goes through.
+    let refused = order_once(&other.base_url(), "in-use-key", pet_id).await;
+    let (created, _) = send(
+        client()
+            .post(format!("{}/pets", other.base_url()))
+            .header("idempotency-key", "in-use-key")
+            .json(&json!({"name": "apart", "categoryId": 1})),
+    )
+    .await;
+    assert_eq!(created, 201);
+    assert_order_in_use_then_replayed(&served, pet_id, first, refused, async || {
+        pg.batch_execute("ROLLBACK").await.unwrap();
+    })
+    .await;
+    for served in [served, other] {
+        let (status, log) = stop(served).await;
+        assert!(status.success(), "{log}");
+    }
 }

@@ -326,3 +326,11 @@ pub fn tool(path: &str) -> Option<&str> {
     eprintln!("SKIPPED: {path} is not installed (CI installs it)");
     None
 }
+
+/// Retrying through a server killed and restarted, or a database restarted:
+/// short waits, and attempts enough to outlast any restart (a bound all the
+/// same, so that a real failure ends the test).
+pub fn patient() -> petstore_client::RetryPolicy {
+    petstore_client::RetryPolicy::with_max_attempts(20_000)
+        .backoff(Duration::from_millis(5), Duration::from_millis(200))
+}
