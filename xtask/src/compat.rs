@@ -247,12 +247,12 @@ fn needed_version(released: &Version, verdict: Verdict) -> Version {
 /// lands is frozen in the same change), and no frozen copy may differ from
 /// the bytes it was first committed with, or be gone (a release is never
 /// edited). The history is git's; files not yet committed are new.
-pub fn freeze_failures(contract: &Path, dir: &Path) -> anyhow::Result<Vec<String>> {
+pub fn freeze_failures(root: &Path, contract: &Path, dir: &Path) -> anyhow::Result<Vec<String>> {
     let (_, version) = parse(contract)?;
     let mut failures = Vec::new();
     let frozen = dir.join(format!("petstore-{version}.yaml"));
     let shown = |path: &Path| {
-        path.strip_prefix(workspace_root())
+        path.strip_prefix(root)
             .unwrap_or(path)
             .display()
             .to_string()
@@ -271,29 +271,30 @@ pub fn freeze_failures(contract: &Path, dir: &Path) -> anyhow::Result<Vec<String
         )),
         Ok(_) => {}
     }
-    let relative = dir.strip_prefix(workspace_root()).unwrap_or(dir);
-    let added = git(&[
-        "log",
-        "--diff-filter=A",
-        "--format=%H",
-        "--name-only",
-        "--",
-        &relative.to_string_lossy(),
-    ])?;
+    let relative = shown(dir);
+    let added = git(
+        root,
+        &[
+            "log",
+            "--diff-filter=A",
+            "--format=commit %H",
+            "--name-only",
+            "--",
+            &relative,
+        ],
+    )?;
     let mut first_commit = std::collections::BTreeMap::new();
     let mut commit = "";
     for line in added.lines().filter(|line| !line.is_empty()) {
-        if line.len() == 40 && line.bytes().all(|b| b.is_ascii_hexdigit()) {
-            commit = line;
-        } else if line.ends_with(".yaml") {
+        match line.strip_prefix("commit ") {
+            Some(hash) => commit = hash,
             // Newest first: the last commit seen for a file is its first.
-            first_commit.insert(line.to_owned(), commit.to_owned());
+            None => drop(first_commit.insert(line.to_owned(), commit.to_owned())),
         }
     }
     for (file, commit) in first_commit {
-        let path = workspace_root().join(&file);
-        let released = git(&["show", &format!("{commit}:{file}")])?;
-        match std::fs::read(&path) {
+        let released = git(root, &["show", &format!("{commit}:{file}")])?;
+        match std::fs::read(root.join(&file)) {
             Err(_) => failures.push(format!("{file} was released and is gone: restore it")),
             Ok(bytes) if bytes != released.as_bytes() => failures.push(format!(
                 "{file} differs from the bytes it was released with (commit {}): a released \
@@ -306,11 +307,11 @@ pub fn freeze_failures(contract: &Path, dir: &Path) -> anyhow::Result<Vec<String
     Ok(failures)
 }
 
-/// What `git args` prints, run in the workspace.
-fn git(args: &[&str]) -> anyhow::Result<String> {
+/// What `git args` prints, run in `root`.
+fn git(root: &Path, args: &[&str]) -> anyhow::Result<String> {
     let output = std::process::Command::new("git")
         .args(args)
-        .current_dir(workspace_root())
+        .current_dir(root)
         .output()
         .context("running git (the freeze rule reads the released files' history)")?;
     if !output.status.success() {
@@ -327,9 +328,11 @@ fn git(args: &[&str]) -> anyhow::Result<String> {
 pub fn check() -> anyhow::Result<()> {
     let contract = openapi::contract_path();
     let mut outcome = gate(&contract, &released_dir())?;
-    outcome
-        .failures
-        .extend(freeze_failures(&contract, &released_dir())?);
+    outcome.failures.extend(freeze_failures(
+        &workspace_root(),
+        &contract,
+        &released_dir(),
+    )?);
     for line in &outcome.lines {
         println!("{line}");
     }
@@ -400,8 +403,104 @@ mod tests {
 
     #[test]
     fn the_contract_is_frozen_and_no_release_was_edited() {
-        let failures = freeze_failures(&openapi::contract_path(), &released_dir()).unwrap();
+        let root = workspace_root();
+        let failures = freeze_failures(&root, &openapi::contract_path(), &released_dir()).unwrap();
         assert!(failures.is_empty(), "{failures:#?}");
+    }
+
+    /// A repository of its own: `openapi/released/petstore-1.0.0.yaml`
+    /// committed, and the contract at `version`.
+    fn repository(version: &str) -> tempfile::TempDir {
+        let root = tempfile::tempdir().unwrap();
+        let released = root.path().join("openapi/released");
+        std::fs::create_dir_all(&released).unwrap();
+        let text = std::fs::read_to_string(released_dir().join("petstore-1.0.0.yaml")).unwrap();
+        std::fs::write(released.join("petstore-1.0.0.yaml"), &text).unwrap();
+        let contract = text.replacen("version: 1.0.0", &format!("version: {version}"), 1);
+        std::fs::write(root.path().join("openapi/petstore.yaml"), contract).unwrap();
+        let quiet = [
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "commit.gpgsign=false",
+        ];
+        for args in [
+            &["init", "-q"][..],
+            &["add", "."],
+            &[&quiet[..], &["commit", "-qm", "1.0.0"]].concat(),
+        ] {
+            git(root.path(), args).unwrap();
+        }
+        root
+    }
+
+    fn failures_in(root: &Path) -> Vec<String> {
+        let contract = root.join("openapi/petstore.yaml");
+        freeze_failures(root, &contract, &root.join("openapi/released")).unwrap()
+    }
+
+    #[test]
+    fn a_version_without_an_identical_frozen_copy_fails() {
+        let root = repository("1.0.0");
+        assert_eq!(failures_in(root.path()), Vec::<String>::new());
+
+        let root = repository("1.1.0");
+        let failures = failures_in(root.path());
+        assert!(
+            failures.len() == 1 && failures[0].contains("1.1.0 is not frozen"),
+            "{failures:?}"
+        );
+
+        // The contract edited after its version was frozen.
+        let root = repository("1.0.0");
+        let contract = root.path().join("openapi/petstore.yaml");
+        let edited = std::fs::read_to_string(&contract).unwrap() + "\n# edited\n";
+        std::fs::write(&contract, edited).unwrap();
+        let failures = failures_in(root.path());
+        assert!(
+            failures
+                .iter()
+                .any(|f| f.contains("differs from openapi/petstore.yaml")),
+            "{failures:?}"
+        );
+    }
+
+    #[test]
+    fn a_released_file_edited_or_gone_fails() {
+        let root = repository("1.1.0");
+        let released = root.path().join("openapi/released");
+        std::fs::copy(
+            root.path().join("openapi/petstore.yaml"),
+            released.join("petstore-1.1.0.yaml"),
+        )
+        .unwrap();
+        // 1.1.0 frozen but not yet committed: new, and fine.
+        assert_eq!(failures_in(root.path()), Vec::<String>::new());
+
+        let frozen = released.join("petstore-1.0.0.yaml");
+        let edited = std::fs::read_to_string(&frozen)
+            .unwrap()
+            .replace("Pet", "Animal");
+        std::fs::write(&frozen, edited).unwrap();
+        let failures = failures_in(root.path());
+        assert!(
+            failures
+                .iter()
+                .any(|f| f
+                    .contains("petstore-1.0.0.yaml differs from the bytes it was released with")),
+            "{failures:?}"
+        );
+
+        std::fs::remove_file(&frozen).unwrap();
+        let failures = failures_in(root.path());
+        assert!(
+            failures
+                .iter()
+                .any(|f| f.contains("petstore-1.0.0.yaml was released and is gone")),
+            "{failures:?}"
+        );
     }
 
     fn v(text: &str) -> Version {
