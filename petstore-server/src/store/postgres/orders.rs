@@ -299,54 +299,34 @@ async fn place_round(batch: Vec<Waiting<Place>>, connections: &SharedConnections
         Err(error) => return Err((batch, error)),
     };
     let ids: Vec<i64> = batch.iter().map(|w| w.job.0).collect();
-    let params: [&(dyn ToSql + Sync); 1] = [&ids];
-    let placing = shared.client.query(&shared.orders.place_many, &params);
-    let rows = match shared.run("placing orders", placing).await {
-        Ok(rows) => rows,
+    let statement = &shared.orders.place_many;
+    let mut placed = match shared
+        .query_map("placing orders", statement, &[&ids], order_by_pet)
+        .await
+    {
+        Ok(placed) => placed,
         Err(error) => return Err((batch, error)),
     };
     // Committed: each order goes to the first request for its animal.
-    let mut placed = std::collections::HashMap::new();
-    for row in &rows {
-        match order_from_row(row) {
-            Ok(order) => placed.insert(order.pet_id, order),
-            Err(error) => return Err((batch, error)),
-        };
-    }
-    let (winners, losers): (Vec<_>, Vec<_>) = batch
-        .into_iter()
-        .partition(|w| placed.contains_key(&w.job.0));
-    for waiting in winners {
+    let mut losers = Vec::new();
+    for waiting in batch {
         match placed.remove(&waiting.job.0) {
             Some(order) => drop(waiting.answer.send(Ok(PlaceOutcome::Placed(order)))),
-            None => drop(
-                waiting
-                    .answer
-                    .send(Ok(PlaceOutcome::NotAvailable(Some(PetStatus::Pending)))),
-            ),
+            None => losers.push(waiting),
         }
     }
     if losers.is_empty() {
         return Ok(losers);
     }
     let ids: Vec<i64> = losers.iter().map(|w| w.job.0).collect();
-    let params: [&(dyn ToSql + Sync); 1] = [&ids];
-    let reading = shared.client.query(&shared.orders.pet_statuses, &params);
-    let rows = match shared.run("reading pets", reading).await {
-        Ok(rows) => rows,
+    let statement = &shared.orders.pet_statuses;
+    let statuses = match shared
+        .query_map("reading pets", statement, &[&ids], status_by_pet)
+        .await
+    {
+        Ok(statuses) => statuses,
         Err(error) => return Err((losers, error)),
     };
-    let mut statuses = std::collections::HashMap::new();
-    for row in &rows {
-        let id: i64 = match row.try_get(0) {
-            Ok(id) => id,
-            Err(error) => return Err((losers, postgres("decoding a row")(error))),
-        };
-        match status_from_column(row, 1, id) {
-            Ok(status) => statuses.insert(id, status),
-            Err(error) => return Err((losers, error)),
-        };
-    }
     let mut again = Vec::new();
     for waiting in losers {
         let outcome = match statuses.get(&waiting.job.0) {
@@ -378,44 +358,34 @@ async fn update_round(
     let ids: Vec<i64> = now.iter().map(|w| w.job.id).collect();
     let to: Vec<&str> = now.iter().map(|w| w.job.to.as_str()).collect();
     let pets: Vec<&str> = now.iter().map(|w| w.job.to.pet_status().as_str()).collect();
+    let statement = &shared.orders.update_many;
     let params: [&(dyn ToSql + Sync); 3] = [&ids, &to, &pets];
-    let updating = shared.client.query(&shared.orders.update_many, &params);
-    let rows = match shared.run("updating orders", updating).await {
-        Ok(rows) => rows,
+    let mut changed = match shared
+        .query_map("updating orders", statement, &params, order_by_id)
+        .await
+    {
+        Ok(changed) => changed,
         Err(error) => return Err((now, error)),
     };
-    let mut changed = std::collections::HashMap::new();
-    for row in &rows {
-        match order_from_row(row) {
-            Ok(order) => changed.insert(order.id, order),
-            Err(error) => return Err((now, error)),
-        };
-    }
-    let (done, unchanged): (Vec<_>, Vec<_>) = now
-        .into_iter()
-        .partition(|w| changed.contains_key(&w.job.id));
-    for waiting in done {
-        if let Some(order) = changed.remove(&waiting.job.id) {
-            let _ = waiting.answer.send(Ok(UpdateOutcome::Done(order)));
+    let mut unchanged = Vec::new();
+    for waiting in now {
+        match changed.remove(&waiting.job.id) {
+            Some(order) => drop(waiting.answer.send(Ok(UpdateOutcome::Done(order)))),
+            None => unchanged.push(waiting),
         }
     }
     if unchanged.is_empty() {
         return Ok(later);
     }
     let ids: Vec<i64> = unchanged.iter().map(|w| w.job.id).collect();
-    let params: [&(dyn ToSql + Sync); 1] = [&ids];
-    let reading = shared.client.query(&shared.orders.get_many, &params);
-    let rows = match shared.run("reading orders", reading).await {
-        Ok(rows) => rows,
+    let statement = &shared.orders.get_many;
+    let current = match shared
+        .query_map("reading orders", statement, &[&ids], order_by_id)
+        .await
+    {
+        Ok(current) => current,
         Err(error) => return Err((unchanged, error)),
     };
-    let mut current = std::collections::HashMap::new();
-    for row in &rows {
-        match order_from_row(row) {
-            Ok(order) => current.insert(order.id, order),
-            Err(error) => return Err((unchanged, error)),
-        };
-    }
     for waiting in unchanged {
         let outcome = match current.get(&waiting.job.id) {
             None => UpdateOutcome::NoSuchOrder,
@@ -432,6 +402,20 @@ async fn update_round(
         let _ = waiting.answer.send(Ok(outcome));
     }
     Ok(later)
+}
+
+fn order_by_id(row: &Row) -> Result<(i64, Order), StoreError> {
+    order_from_row(row).map(|order| (order.id, order))
+}
+
+fn order_by_pet(row: &Row) -> Result<(i64, Order), StoreError> {
+    order_from_row(row).map(|order| (order.pet_id, order))
+}
+
+/// `id, status` of a pet.
+fn status_by_pet(row: &Row) -> Result<(i64, Option<PetStatus>), StoreError> {
+    let id: i64 = row.try_get(0).map_err(postgres("decoding a row"))?;
+    Ok((id, status_from_column(row, 1, id)?))
 }
 
 /// Places an order with an idempotency key: one transaction on a pooled

@@ -99,12 +99,10 @@ async fn get_many(
     ids: &[i64],
 ) -> Result<HashMap<i64, Pet>, StoreError> {
     let shared = connections.get().await?;
-    let params: [&(dyn ToSql + Sync); 1] = [&ids];
-    let reading = shared.client.query(&shared.get_many, &params);
-    let rows = shared.run("reading pets", reading).await?;
-    rows.iter()
-        .map(|row| pet_from_row(row).map(|pet| (pet.id, pet)))
-        .collect()
+    let by_id = |row: &tokio_postgres::Row| pet_from_row(row).map(|pet| (pet.id, pet));
+    shared
+        .query_map("reading pets", &shared.get_many, &[&ids], by_id)
+        .await
 }
 
 /// A page of pets, its JSON written straight from the rows: no `Pet`, no

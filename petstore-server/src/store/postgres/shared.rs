@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
 use tokio::task::JoinHandle;
+use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls, Statement};
 
 use super::order_statements::OrderStatements;
@@ -294,6 +295,23 @@ impl Lease<'_> {
                 Err(unavailable(doing, PostgresFailure::StatementTimeout))
             }
         }
+    }
+}
+
+impl Lease<'_> {
+    /// Runs `statement` with `params`, `doing` what it says (see
+    /// [`Lease::run`]), and decodes each row into a map entry with `entry`.
+    pub async fn query_map<K: Eq + std::hash::Hash, V>(
+        &self,
+        doing: &'static str,
+        statement: &Statement,
+        params: &[&(dyn ToSql + Sync)],
+        entry: impl Fn(&tokio_postgres::Row) -> Result<(K, V), StoreError>,
+    ) -> Result<std::collections::HashMap<K, V>, StoreError> {
+        let rows = self
+            .run(doing, self.client.query(statement, params))
+            .await?;
+        rows.iter().map(entry).collect()
     }
 }
 
