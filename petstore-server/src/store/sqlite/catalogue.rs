@@ -63,23 +63,9 @@ impl Catalogue {
                 end < self.ids.len()
             }
             Some(status) => {
-                let start = self.ids.first_after(after) as u32;
-                let mut positions = self.by_status[status as usize].range(start..);
-                // Run by run: pets of one status often come in runs, and
-                // a run costs the iterator one step, not one per pet.
-                let mut left = limit;
-                loop {
-                    let Some(run) = positions.next_range() else {
-                        break false;
-                    };
-                    let (first, last) = (*run.start() as usize, *run.end() as usize);
-                    let end = last.min(first + left - 1);
-                    (first..=end).for_each(|at| self.encode(at, &mut pets));
-                    left -= end + 1 - first;
-                    if left == 0 {
-                        break end < last || positions.next().is_some();
-                    }
-                }
+                let start = self.ids.first_after(after);
+                let positions = &self.by_status[status as usize];
+                walk(positions, start, limit, |at| self.encode(at, &mut pets))
             }
         };
         Page {
@@ -142,6 +128,36 @@ impl Catalogue {
         let start = if at == 0 { 0 } else { self.name_ends[at - 1] };
         &self.names[start..self.name_ends[at]]
     }
+}
+
+/// Calls `each` with the first `limit` positions of `positions` from
+/// `start` on, in order; says whether more follow. Run by run: positions of
+/// one status often come in runs, and a run costs the bitmap's iterator one
+/// step, not one per position.
+pub(super) fn walk(
+    positions: &RoaringBitmap,
+    start: usize,
+    limit: usize,
+    mut each: impl FnMut(usize),
+) -> bool {
+    let Ok(start) = u32::try_from(start) else {
+        return false;
+    };
+    let mut runs = positions.range(start..);
+    let mut left = limit;
+    while left > 0 {
+        let Some(run) = runs.next_range() else {
+            return false;
+        };
+        let (first, last) = (*run.start() as usize, *run.end() as usize);
+        let end = last.min(first + left - 1);
+        (first..=end).for_each(&mut each);
+        left -= end + 1 - first;
+        if left == 0 {
+            return end < last || runs.next().is_some();
+        }
+    }
+    runs.next().is_some()
 }
 
 #[cfg(test)]

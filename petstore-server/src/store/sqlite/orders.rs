@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use roaring::RoaringBitmap;
 
+use super::catalogue::walk;
 use super::ids::Ids;
 use crate::store::{OrderPage, OrderQuery};
 use petstore_api::model::{Order, OrderStatus};
@@ -57,29 +58,30 @@ impl OrderBook {
     /// The page `query` asks for, and whether more follow.
     pub fn page(&self, query: OrderQuery) -> OrderPage {
         let start = self.ids.first_after(query.after.unwrap_or(i64::MIN));
-        let matches = |at: &usize| query.status.is_none_or(|s| self.statuses[*at] == s);
-        let mut positions: Box<dyn Iterator<Item = usize>> = match (query.pet_id, query.status) {
-            (Some(pet_id), _) => {
+        let limit = query.limit as usize;
+        let mut orders = Vec::with_capacity(limit);
+        let more = match (query.pet_id, query.status) {
+            // An animal has few orders: its list, then the status filter.
+            (Some(pet_id), status) => {
                 let of_pet = self.by_pet.get(&pet_id).map_or(&[][..], Vec::as_slice);
                 let from = of_pet.partition_point(|&at| (at as usize) < start);
-                Box::new(of_pet[from..].iter().map(|&at| at as usize).filter(matches))
+                let mut matching = of_pet[from..]
+                    .iter()
+                    .map(|&at| at as usize)
+                    .filter(|&at| status.is_none_or(|s| self.statuses[at] == s));
+                orders.extend(matching.by_ref().take(limit).map(|at| self.order(at)));
+                matching.next().is_some()
             }
-            (None, Some(status)) => Box::new(
-                self.by_status[status as usize]
-                    .range(start as u32..)
-                    .map(|at| at as usize),
-            ),
-            (None, None) => Box::new(start..self.ids.len()),
+            (None, Some(status)) => walk(&self.by_status[status as usize], start, limit, |at| {
+                orders.push(self.order(at))
+            }),
+            (None, None) => {
+                let end = (start + limit).min(self.ids.len());
+                orders.extend((start..end).map(|at| self.order(at)));
+                end < self.ids.len()
+            }
         };
-        let orders = positions
-            .by_ref()
-            .take(query.limit as usize)
-            .map(|at| self.order(at))
-            .collect();
-        OrderPage {
-            orders,
-            more: positions.next().is_some(),
-        }
+        OrderPage { orders, more }
     }
 
     fn order(&self, at: usize) -> Order {
