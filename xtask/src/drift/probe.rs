@@ -452,13 +452,20 @@ impl Prober<'_, '_> {
         let defaults = operations.iter().flat_map(|op| op.params.iter());
         let defaults = defaults.filter_map(|p| self.default(p)?.as_u64());
         let count = defaults.max().unwrap_or(0).min(1000) as usize + 3;
-        let mut creates: Vec<&Op> = operations
+        let creates: Vec<&Op> = operations
             .iter()
             .filter(|op| op.method == Method::POST && op.body.is_some() && !op.path.contains('{'))
             .collect();
-        creates.sort_by_key(|op| self.references(op).len());
-        for create in creates {
-            let requests: Vec<Request> = (0..count).map(|i| self.seed_request(create, i)).collect();
+        let mut creates: Vec<_> = creates
+            .into_iter()
+            .map(|op| (op, self.references(op)))
+            .collect();
+        creates.sort_by_key(|(_, references)| references.len());
+        for (create, references) in creates {
+            let body = self.seed_body(create);
+            let requests: Vec<Request> = (0..count)
+                .map(|i| self.seed_request(create, body.as_ref(), &references, i))
+                .collect();
             let sends = requests.iter().map(|request| self.send(create, request));
             let answers: Vec<_> = futures::stream::iter(sends)
                 .buffer_unordered(16)
@@ -490,31 +497,42 @@ impl Prober<'_, '_> {
             .collect()
     }
 
-    /// The `i`-th seeding request of `create`: a valid body with the first
-    /// value of each optional enum, and the `i`-th item of each collection
-    /// it refers to.
-    fn seed_request(&self, create: &Op<'_>, i: usize) -> Request {
+    /// The `i`-th seeding request of `create`: `body`, with the `i`-th item
+    /// of each collection it refers to.
+    fn seed_request(
+        &self,
+        create: &Op<'_>,
+        body: Option<&serde_json::Map<String, Value>>,
+        references: &[(String, String)],
+        i: usize,
+    ) -> Request {
         let mut request = self.request(create, Key::Valid, None);
-        let Some((_, schema)) = &create.body else {
+        let Some(body) = body else {
             return request;
         };
-        let schema = self.yaml.resolve(schema);
+        let mut body = body.clone();
+        for (name, path) in references {
+            let item = self.items.get(path).and_then(|items| items.get(i));
+            if let Some(id) = item.and_then(|item| item.get("id")) {
+                body.insert(name.clone(), id.clone());
+            }
+        }
+        request.body = Some(Value::Object(body).to_string());
+        request
+    }
+
+    /// A valid body of `create` with the first value of each optional enum.
+    fn seed_body(&self, create: &Op<'_>) -> Option<serde_json::Map<String, Value>> {
+        let schema = self.yaml.resolve(&create.body.as_ref()?.1);
         let Value::Object(mut body) = valid(self.yaml, &schema, 0) else {
-            return request;
+            return None;
         };
         for (name, property) in schema["properties"].as_object().into_iter().flatten() {
             if let Some(first) = self.yaml.resolve(property)["enum"].get(0) {
                 body.entry(name.clone()).or_insert_with(|| first.clone());
             }
         }
-        for (name, path) in self.references(create) {
-            let item = self.items.get(&path).and_then(|items| items.get(i));
-            if let Some(id) = item.and_then(|item| item.get("id")) {
-                body.insert(name, id.clone());
-            }
-        }
-        request.body = Some(Value::Object(body).to_string());
-        request
+        Some(body)
     }
 
     /// The `default` of a query parameter's schema.
