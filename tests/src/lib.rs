@@ -347,6 +347,22 @@ impl TestServer {
         seen
     }
 
+    /// The sum of the samples of `metric` (a name, or a name and its
+    /// labels) in `/metrics`.
+    pub async fn metric(&self, metric: &str) -> f64 {
+        let admin = self.admin_addr().expect("the management listener is on");
+        let text = reqwest::get(format!("http://{admin}/metrics"))
+            .await
+            .expect("request sent")
+            .text()
+            .await
+            .expect("a text body");
+        text.lines()
+            .filter(|line| line.starts_with(metric))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
     /// Everything logged so far (the async drain may lag; see
     /// [`TestServer::log_eventually_contains`]).
     pub fn log_text(&self) -> String {

@@ -184,22 +184,6 @@ on_every_backend! {
     }
 }
 
-/// The sum of the samples of `metric` (a name, or a name and its labels) in
-/// `/metrics`.
-async fn counted(server: &TestServer, metric: &str) -> f64 {
-    let admin = server.admin_addr().expect("the management listener is on");
-    let text = reqwest::get(format!("http://{admin}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .filter(|line| line.starts_with(metric))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 async fn an_expired_key_is_free_again_and_its_record_is_purged(backend: Backend) {
     let Some(database) = fresh_database(backend).await else {
         return;
@@ -232,7 +216,10 @@ async fn an_expired_key_is_free_again_and_its_record_is_purged(backend: Backend)
 
     // The purge deletes the record nobody renewed.
     eventually_async("an expired record is purged", || async {
-        counted(&server, "petstore_idempotency_records_purged_total").await >= 1.0
+        server
+            .metric("petstore_idempotency_records_purged_total")
+            .await
+            >= 1.0
     })
     .await;
     assert_eq!(server.list("").await.len(), 3);
@@ -258,7 +245,7 @@ async fn outcomes_are_counted_in_the_metrics() {
     assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
     let metric =
         |outcome: &str| format!("petstore_idempotent_creates_total{{outcome=\"{outcome}\"}}");
-    assert_eq!(counted(&server, &metric("created")).await, 1.0);
-    assert_eq!(counted(&server, &metric("replayed")).await, 1.0);
-    assert_eq!(counted(&server, &metric("reused")).await, 1.0);
+    assert_eq!(server.metric(&metric("created")).await, 1.0);
+    assert_eq!(server.metric(&metric("replayed")).await, 1.0);
+    assert_eq!(server.metric(&metric("reused")).await, 1.0);
 }

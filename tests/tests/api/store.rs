@@ -8,7 +8,10 @@
 
 use std::collections::BTreeMap;
 
-use petstore_tests::{KEY, OTHER_KEY, TestServer, assert_error, on_every_backend};
+use petstore_tests::{
+    Backend, KEY, OTHER_KEY, TestServer, assert_error, eventually_async, fresh_database,
+    on_every_backend,
+};
 use reqwest::{Method, Response, StatusCode};
 use serde_json::{Value, json};
 
@@ -362,4 +365,52 @@ on_every_backend! {
         let orders = server.walk("/store/orders", 20).await;
         assert_eq!(orders.len(), 3);
     }
+}
+
+/// An order's key holds for the retention, then is free again, and its
+/// record is purged: as a create's (the server keeps keys for 1 s here).
+async fn an_expired_order_key_is_free_again_and_its_record_is_purged(backend: Backend) {
+    let Some(database) = fresh_database(backend).await else {
+        return;
+    };
+    let retention = std::time::Duration::from_secs(1);
+    let server = TestServer::start_keeping_idempotency_keys(database, retention).await;
+    let first = animal(&server, Some("available")).await;
+    let placed = post_order_once(&server, KEY, "short-lived", &first).await;
+    assert_eq!(placed.status(), StatusCode::CREATED);
+
+    // Until the record expires, another animal is a reuse; then it orders.
+    let second = animal(&server, Some("available")).await;
+    eventually_async("the expired order key is free", || async {
+        let response = post_order_once(&server, KEY, "short-lived", &second).await;
+        match response.status() {
+            StatusCode::UNPROCESSABLE_ENTITY => false,
+            StatusCode::CREATED => {
+                assert!(response.headers().get("idempotent-replayed").is_none());
+                true
+            }
+            other => panic!("{other}: {}", response.text().await.unwrap()),
+        }
+    })
+    .await;
+    assert_eq!(status_of(&server, &second).await, "pending");
+
+    // Only order keys were used: a purged record is one of theirs.
+    eventually_async("an expired order record is purged", || async {
+        server
+            .metric("petstore_idempotency_records_purged_total")
+            .await
+            >= 1.0
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_order_key_is_free_again_and_its_record_is_purged_on_sqlite() {
+    an_expired_order_key_is_free_again_and_its_record_is_purged(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_order_key_is_free_again_and_its_record_is_purged_on_postgres() {
+    an_expired_order_key_is_free_again_and_its_record_is_purged(Backend::Postgres).await;
 }
