@@ -342,19 +342,9 @@ impl PetStore for PostgresStore {
         pet: NewPet,
         once: Idempotency,
     ) -> Result<CreateOutcome, StoreError> {
-        let sql = postgres("creating a pet with an idempotency key");
+        let doing = "creating a pet with an idempotency key";
+        let sql = postgres(doing);
         let mut client = self.client().await?;
-        let try_lock = client
-            .prepare_cached("SELECT pg_try_advisory_xact_lock($1)")
-            .await
-            .map_err(&sql)?;
-        let select = client
-            .prepare_cached(
-                "SELECT fingerprint, created_at, pet_id, name, category_id, status
-                 FROM idempotency_keys WHERE scope = $1 AND key = $2",
-            )
-            .await
-            .map_err(&sql)?;
         // Replaces an expired record of the key, if one is left.
         let insert = client
             .prepare_cached(
@@ -372,45 +362,18 @@ impl PetStore for PostgresStore {
             )
             .await
             .map_err(&sql)?;
-        // READ COMMITTED whatever the database's default: the record must be
-        // read with a snapshot taken after the lock is held.
-        let tx = client
-            .build_transaction()
-            .isolation_level(tokio_postgres::IsolationLevel::ReadCommitted)
-            .start()
-            .await
-            .map_err(&sql)?;
-        let locked: bool = tx
-            .query_one(&try_lock, &[&once.lock_id()])
-            .await
-            .and_then(|row| row.try_get(0))
-            .map_err(&sql)?;
-        // The read-only answers stand even if the rollback fails: nothing
-        // was written, and PostgreSQL ends the transaction with its session.
-        if !locked {
-            let _ = tx.rollback().await;
-            return Ok(CreateOutcome::KeyInUse);
-        }
-        let scope = &once.scope[..];
-        let found = tx
-            .query_opt(&select, &[&scope, &once.key])
-            .await
-            .map_err(&sql)?;
-        if let Some(record) = found {
-            let created_at: i64 = record.try_get(1).map_err(&sql)?;
-            if once.is_live(created_at) {
-                let fingerprint: &[u8] = record.try_get(0).map_err(&sql)?;
-                let outcome = if fingerprint == once.fingerprint {
-                    CreateOutcome::Replayed(pet_from_columns(&record, 2)?)
-                } else {
-                    CreateOutcome::KeyReused
-                };
-                let _ = tx.rollback().await;
-                return Ok(outcome);
+        let select = "SELECT fingerprint, created_at, pet_id, name, category_id, status
+                      FROM idempotency_keys WHERE scope = $1 AND key = $2";
+        let tx = match begin_keyed(&mut client, select, once.lock_id(), &once, doing).await? {
+            KeyState::Free(tx) => tx,
+            KeyState::InUse => return Ok(CreateOutcome::KeyInUse),
+            KeyState::Reused => return Ok(CreateOutcome::KeyReused),
+            KeyState::Replay(record) => {
+                return Ok(CreateOutcome::Replayed(pet_from_columns(&record, 2)?));
             }
-        }
+        };
         let status = pet.status.map(PetStatus::as_str);
-        let fingerprint = &once.fingerprint[..];
+        let (scope, fingerprint) = (&once.scope[..], &once.fingerprint[..]);
         let row = tx
             .query_one(
                 &insert,
@@ -538,6 +501,71 @@ impl PetStore for PostgresStore {
         self.pool.close();
         self.admin.close();
     }
+}
+
+/// What a request with an idempotency key found of its key.
+enum KeyState<'c> {
+    /// The key is this request's: its transaction, with the key's lock held.
+    Free(deadpool_postgres::Transaction<'c>),
+    /// Another request, on any instance, holds the key.
+    InUse,
+    /// The key's live record is for another body.
+    Reused,
+    /// The key's live record is for the same body: the first answer's row.
+    Replay(Row),
+}
+
+/// Begins a READ COMMITTED transaction (whatever the database's default)
+/// for a request with `once`, takes the key's lock `lock_id`, and only then
+/// reads the key's record with `select` (`fingerprint, created_at, …` for
+/// `scope = $1 AND key = $2`), so that a request that committed the key
+/// before is always seen. The transaction is kept only when the key is
+/// free; otherwise it is rolled back (the read-only answers stand even if
+/// that fails: nothing was written, and PostgreSQL ends the transaction
+/// with its session).
+async fn begin_keyed<'c>(
+    client: &'c mut deadpool_postgres::Client,
+    select: &str,
+    lock_id: i64,
+    once: &Idempotency,
+    doing: &'static str,
+) -> Result<KeyState<'c>, StoreError> {
+    let sql = postgres(doing);
+    let try_lock = client
+        .prepare_cached("SELECT pg_try_advisory_xact_lock($1)")
+        .await
+        .map_err(&sql)?;
+    let select = client.prepare_cached(select).await.map_err(&sql)?;
+    let tx = client
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::ReadCommitted)
+        .start()
+        .await
+        .map_err(&sql)?;
+    let locked: bool = tx
+        .query_one(&try_lock, &[&lock_id])
+        .await
+        .and_then(|row| row.try_get(0))
+        .map_err(&sql)?;
+    if !locked {
+        let _ = tx.rollback().await;
+        return Ok(KeyState::InUse);
+    }
+    let record = tx
+        .query_opt(&select, &[&&once.scope[..], &once.key])
+        .await
+        .map_err(&sql)?;
+    let live = match record {
+        Some(record) if once.is_live(record.try_get(1).map_err(&sql)?) => record,
+        _ => return Ok(KeyState::Free(tx)),
+    };
+    let fingerprint: &[u8] = live.try_get(0).map_err(&sql)?;
+    let state = match fingerprint == once.fingerprint {
+        true => KeyState::Replay(live),
+        false => KeyState::Reused,
+    };
+    let _ = tx.rollback().await;
+    Ok(state)
 }
 
 fn key_from_row(row: &Row) -> Result<StoredKey, StoreError> {

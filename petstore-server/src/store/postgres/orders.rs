@@ -29,7 +29,7 @@ use tokio_postgres::types::ToSql;
 
 use super::batch::{Job, Waiting, fail_all};
 use super::shared::{Lease, SharedConnections};
-use super::{postgres, status_from_column};
+use super::{KeyState, begin_keyed, postgres, status_from_column};
 use crate::store::idempotency::Idempotency;
 use crate::store::orders::transition;
 use crate::store::{OrderPage, OrderQuery, PlaceOutcome, StoreError, UpdateOutcome};
@@ -426,64 +426,30 @@ pub(super) async fn place_once(
     pet_id: i64,
     once: &Idempotency,
 ) -> Result<PlaceOutcome, StoreError> {
-    let sql = postgres("placing an order with an idempotency key");
-    let try_lock = client
-        .prepare_cached("SELECT pg_try_advisory_xact_lock($1)")
-        .await
-        .map_err(&sql)?;
-    let select = client
-        .prepare_cached(
-            "SELECT fingerprint, created_at, order_id, pet_id, placed_at
-             FROM order_idempotency_keys WHERE scope = $1 AND key = $2",
-        )
-        .await
-        .map_err(&sql)?;
+    let doing = "placing an order with an idempotency key";
+    let sql = postgres(doing);
     let place = client.prepare_cached(PLACE_ONCE).await.map_err(&sql)?;
     let status = client
         .prepare_cached("SELECT status FROM pets WHERE id = $1")
         .await
         .map_err(&sql)?;
+    let select = "SELECT fingerprint, created_at, order_id, pet_id, placed_at
+                  FROM order_idempotency_keys WHERE scope = $1 AND key = $2";
     for _ in 0..ATTEMPTS {
-        // READ COMMITTED whatever the database's default: each statement
-        // sees what was committed before it, the record after the lock.
-        let tx = client
-            .build_transaction()
-            .isolation_level(tokio_postgres::IsolationLevel::ReadCommitted)
-            .start()
-            .await
-            .map_err(&sql)?;
-        let locked: bool = tx
-            .query_one(&try_lock, &[&once.order_lock_id()])
-            .await
-            .and_then(|row| row.try_get(0))
-            .map_err(&sql)?;
-        if !locked {
-            let _ = tx.rollback().await;
-            return Ok(PlaceOutcome::KeyInUse);
-        }
-        let scope = &once.scope[..];
-        if let Some(record) = tx
-            .query_opt(&select, &[&scope, &once.key])
-            .await
-            .map_err(&sql)?
-        {
-            let created_at: i64 = record.try_get(1).map_err(&sql)?;
-            if once.is_live(created_at) {
-                let fingerprint: &[u8] = record.try_get(0).map_err(&sql)?;
-                let outcome = if fingerprint == once.fingerprint {
-                    PlaceOutcome::Replayed(Order {
-                        id: record.try_get(2).map_err(&sql)?,
-                        pet_id: record.try_get(3).map_err(&sql)?,
-                        status: OrderStatus::Placed,
-                        placed_at: record.try_get(4).map_err(&sql)?,
-                    })
-                } else {
-                    PlaceOutcome::KeyReused
-                };
-                let _ = tx.rollback().await;
-                return Ok(outcome);
+        let tx = match begin_keyed(client, select, once.order_lock_id(), once, doing).await? {
+            KeyState::Free(tx) => tx,
+            KeyState::InUse => return Ok(PlaceOutcome::KeyInUse),
+            KeyState::Reused => return Ok(PlaceOutcome::KeyReused),
+            KeyState::Replay(record) => {
+                return Ok(PlaceOutcome::Replayed(Order {
+                    id: record.try_get(2).map_err(&sql)?,
+                    pet_id: record.try_get(3).map_err(&sql)?,
+                    status: OrderStatus::Placed,
+                    placed_at: record.try_get(4).map_err(&sql)?,
+                }));
             }
-        }
+        };
+        let scope = &once.scope[..];
         let fingerprint = &once.fingerprint[..];
         let placed = tx
             .query_opt(

@@ -642,13 +642,24 @@ fn micros_to_time(micros: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_micros(micros).unwrap_or_default()
 }
 
-/// The key's live record, as what a create with it comes to: a replay of
-/// the same pet, or a reuse of the key for another.
-fn live_record(tx: &Connection, once: &Idempotency) -> rusqlite::Result<Option<Applied>> {
-    let mut select = tx.prepare_cached(
-        "SELECT fingerprint, created_at, pet_id, name, category_id, status
-         FROM idempotency_keys WHERE scope = ?1 AND key = ?2",
-    )?;
+/// What a key's live record says of a request with it.
+enum Live<T> {
+    /// The same body: the first answer, `T`, again.
+    Replay(T),
+    /// Another body.
+    Reused,
+}
+
+/// The key's live record in what `select` reads (`fingerprint, created_at`
+/// and then the first answer's columns, for `scope = ?1 AND key = ?2`),
+/// the answer read by `replay`.
+fn live_key<T>(
+    tx: &Connection,
+    select: &str,
+    once: &Idempotency,
+    replay: impl FnOnce(&rusqlite::Row) -> rusqlite::Result<T>,
+) -> rusqlite::Result<Option<Live<T>>> {
+    let mut select = tx.prepare_cached(select)?;
     let mut rows = select.query(params![&once.scope[..], once.key])?;
     let Some(row) = rows.next()? else {
         return Ok(None);
@@ -659,10 +670,25 @@ fn live_record(tx: &Connection, once: &Idempotency) -> rusqlite::Result<Option<A
     }
     let fingerprint: Vec<u8> = row.get(0)?;
     if fingerprint != once.fingerprint {
-        return Ok(Some(Applied::KeyReused));
+        return Ok(Some(Live::Reused));
     }
-    let stored = (row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?);
-    Ok(Some(Applied::Replayed(pet_from_row(stored))))
+    replay(row).map(|answer| Some(Live::Replay(answer)))
+}
+
+/// The key's live record, as what a create with it comes to: a replay of
+/// the same pet, or a reuse of the key for another.
+fn live_record(tx: &Connection, once: &Idempotency) -> rusqlite::Result<Option<Applied>> {
+    let found = live_key(
+        tx,
+        "SELECT fingerprint, created_at, pet_id, name, category_id, status
+         FROM idempotency_keys WHERE scope = ?1 AND key = ?2",
+        once,
+        |row| Ok((row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?)),
+    )?;
+    Ok(found.map(|live| match live {
+        Live::Replay(stored) => Applied::Replayed(pet_from_row(stored)),
+        Live::Reused => Applied::KeyReused,
+    }))
 }
 
 /// The order key's live record, as what an order with it comes to: a
@@ -671,28 +697,24 @@ fn live_order_record(
     tx: &Connection,
     once: &Idempotency,
 ) -> rusqlite::Result<Option<PlaceOutcome>> {
-    let mut select = tx.prepare_cached(
+    let found = live_key(
+        tx,
         "SELECT fingerprint, created_at, order_id, pet_id, placed_at
          FROM order_idempotency_keys WHERE scope = ?1 AND key = ?2",
+        once,
+        |row| {
+            Ok(Order {
+                id: row.get(2)?,
+                pet_id: row.get(3)?,
+                status: OrderStatus::Placed,
+                placed_at: micros_to_time(row.get(4)?),
+            })
+        },
     )?;
-    let mut rows = select.query(params![&once.scope[..], once.key])?;
-    let Some(row) = rows.next()? else {
-        return Ok(None);
-    };
-    let created_at: i64 = row.get(1)?;
-    if !once.is_live(created_at) {
-        return Ok(None);
-    }
-    let fingerprint: Vec<u8> = row.get(0)?;
-    if fingerprint != once.fingerprint {
-        return Ok(Some(PlaceOutcome::KeyReused));
-    }
-    Ok(Some(PlaceOutcome::Replayed(Order {
-        id: row.get(2)?,
-        pet_id: row.get(3)?,
-        status: OrderStatus::Placed,
-        placed_at: micros_to_time(row.get(4)?),
-    })))
+    Ok(found.map(|live| match live {
+        Live::Replay(order) => PlaceOutcome::Replayed(order),
+        Live::Reused => PlaceOutcome::KeyReused,
+    }))
 }
 
 /// Deletes at most `limit` idempotency records (of creates, then of
