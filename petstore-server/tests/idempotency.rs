@@ -12,7 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::{
-    Backend, Database, KEY, Served, client, fresh_database, patient, serve, stop, stored_pets,
+    Backend, Database, KEY, Served, fresh_database, patient, post_keyed, restart_postgres_under,
+    serve, stop, stored_pets,
 };
 use petstore_client::{Client, types};
 use petstore_support::{FaultProxy, blocking, eventually, eventually_async};
@@ -55,23 +56,9 @@ async fn stop_and_check(served: Served, database: &Database, told: &[(String, i6
     assert_stored_exactly_once(database, told).await;
 }
 
-/// `POST /pets` with an idempotency key through `base_url`: the status, the
-/// replay marker and the JSON body.
+/// `POST /pets` of `body` with an idempotency key through `base_url`.
 async fn post_once(base_url: &str, key: &str, body: &Value) -> (u16, Option<String>, Value) {
-    let response = client()
-        .post(format!("{base_url}/pets"))
-        .bearer_auth(KEY)
-        .header("idempotency-key", key)
-        .json(body)
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    let replayed = response
-        .headers()
-        .get("idempotent-replayed")
-        .map(|v| v.to_str().unwrap().to_owned());
-    (status, replayed, response.json().await.unwrap())
+    post_keyed(base_url, "/pets", key, body).await
 }
 
 /// Sends a create with `key` and hangs up at once, before any answer.
@@ -231,22 +218,7 @@ async fn postgres_restarted_under_16_retrying_clients_stores_each_animal_once() 
         acknowledged.load(Ordering::SeqCst) >= 100
     })
     .await;
-    blocking({
-        let cluster = Arc::clone(&cluster);
-        move || cluster.stop()
-    })
-    .await;
-    // The server has seen the outage: it is not ready.
-    let readyz = format!("http://{}/readyz", served.admin_address.as_ref().unwrap());
-    eventually_async("the server reports the outage", || async {
-        client().get(&readyz).send().await.unwrap().status() == 503
-    })
-    .await;
-    blocking({
-        let cluster = Arc::clone(&cluster);
-        move || cluster.restart()
-    })
-    .await;
+    restart_postgres_under(&cluster, &served).await;
 
     let told = told(writers).await;
     assert_eq!(told.len(), WRITERS * PETS_PER_WRITER);

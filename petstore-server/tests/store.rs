@@ -14,7 +14,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{Backend, Database, KEY, Served, client, fresh_database, patient, serve, stop};
+use common::{
+    Backend, Database, KEY, Served, client, fresh_database, patient, post_keyed,
+    restart_postgres_under, serve, stop,
+};
 use petstore_client::{Client, Error, types};
 use petstore_support::{FaultProxy, blocking, eventually, eventually_async};
 use serde_json::{Value, json};
@@ -407,21 +410,7 @@ async fn postgres_restarted_under_16_shoppers_keeps_every_invariant() {
     let placed = Arc::new(AtomicUsize::new(0));
     let shoppers = shoppers(&served.base_url(), &placed);
     eventually("30 orders placed", || placed.load(Ordering::SeqCst) >= 30).await;
-    blocking({
-        let cluster = Arc::clone(&cluster);
-        move || cluster.stop()
-    })
-    .await;
-    let readyz = format!("http://{}/readyz", served.admin_address.as_ref().unwrap());
-    eventually_async("the server reports the outage", || async {
-        client().get(&readyz).send().await.unwrap().status() == 503
-    })
-    .await;
-    blocking({
-        let cluster = Arc::clone(&cluster);
-        move || cluster.restart()
-    })
-    .await;
+    restart_postgres_under(&cluster, &served).await;
     let told = all_told(shoppers).await;
     check_invariants(&served, &told).await;
     let (status, log) = stop(served).await;
@@ -429,22 +418,9 @@ async fn postgres_restarted_under_16_shoppers_keeps_every_invariant() {
 }
 
 /// `POST /store/orders` for `pet_id` with `Idempotency-Key: key` to
-/// `base_url`: the status, the replay marker and the body.
+/// `base_url`.
 async fn order_once(base_url: &str, key: &str, pet_id: i64) -> (u16, Option<String>, Value) {
-    let response = client()
-        .post(format!("{base_url}/store/orders"))
-        .bearer_auth(KEY)
-        .header("idempotency-key", key)
-        .json(&json!({ "petId": pet_id }))
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    let replayed = response
-        .headers()
-        .get("idempotent-replayed")
-        .map(|v| v.to_str().unwrap().to_owned());
-    (status, replayed, response.json().await.unwrap())
+    post_keyed(base_url, "/store/orders", key, &json!({ "petId": pet_id })).await
 }
 
 /// Creates one available animal through `served`; returns its id.

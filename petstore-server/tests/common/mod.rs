@@ -334,3 +334,44 @@ pub fn patient() -> petstore_client::RetryPolicy {
     petstore_client::RetryPolicy::with_max_attempts(20_000)
         .backoff(Duration::from_millis(5), Duration::from_millis(200))
 }
+
+/// `POST {base_url}{path}` of `body` with `Idempotency-Key: key`: the
+/// status, the `Idempotent-Replayed` marker and the JSON body.
+pub async fn post_keyed(
+    base_url: &str,
+    path: &str,
+    key: &str,
+    body: &serde_json::Value,
+) -> (u16, Option<String>, serde_json::Value) {
+    let response = client()
+        .post(format!("{base_url}{path}"))
+        .bearer_auth(KEY)
+        .header("idempotency-key", key)
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let replayed = response
+        .headers()
+        .get("idempotent-replayed")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (status, replayed, response.json().await.unwrap())
+}
+
+/// Stops `cluster`, waits until `served` reports the outage (`/readyz`
+/// answers 503), and starts the cluster again.
+pub async fn restart_postgres_under(
+    cluster: &std::sync::Arc<petstore_support::postgres::Cluster>,
+    served: &Served,
+) {
+    let stopping = std::sync::Arc::clone(cluster);
+    petstore_support::blocking(move || stopping.stop()).await;
+    let readyz = format!("http://{}/readyz", served.admin_address.as_ref().unwrap());
+    petstore_support::eventually_async("the server reports the outage", || async {
+        client().get(&readyz).send().await.unwrap().status() == 503
+    })
+    .await;
+    let restarting = std::sync::Arc::clone(cluster);
+    petstore_support::blocking(move || restarting.restart()).await;
+}
