@@ -29,8 +29,8 @@ pub struct Options {
     /// seeded with the same pets through POST /v1/pets. CMD is run by
     /// `sh -c 'exec CMD'` with BENCH_PORT (where it must listen on 127.0.0.1),
     /// BENCH_DATABASE_URL and BENCH_API_KEY (the bearer key it must accept) in
-    /// its environment; only the scenarios a plain pet store implements (list20,
-    /// get_by_id, create, list100_available) are run against it. Example, with
+    /// its environment; every scenario but those a plain pet store does not
+    /// implement (create_idempotent, list20_deep) is run against it. Example, with
     /// the peer built as its README says: --compare-with
     /// 'target/peers/release/axum-postgres $BENCH_PORT $BENCH_DATABASE_URL'
     #[arg(long, value_name = "CMD", verbatim_doc_comment)]
