@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use petstore_api::auth::{Caller, Gatekeeper, Knock, Refusal};
+use petstore_api::error::Keyed;
 
 use crate::keyring::Keyring;
 use crate::metrics::Metrics;
@@ -27,6 +28,16 @@ pub struct Service {
     pub requests: Requests,
     /// How long the first `201` of an idempotency key is kept.
     pub idempotency_retention: Retention,
+}
+
+impl Service {
+    /// Counts a request of `operation` whose idempotency key decided
+    /// `outcome` (when metrics are on).
+    pub fn count_idempotent(&self, operation: Keyed, outcome: &'static str) {
+        if let Some(metrics) = &self.metrics {
+            metrics.idempotent(operation, outcome);
+        }
+    }
 }
 
 impl Gatekeeper for Service {

@@ -16,6 +16,7 @@ use prometheus_client::registry::Registry;
 
 use crate::keys::KeyCounts;
 use crate::store::{PetStore, StoreMetrics};
+use petstore_api::error::Keyed;
 
 /// The content type of [`Metrics::render`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -80,6 +81,7 @@ pub struct Metrics {
     database_errors: Family<KindLabels, Counter>,
     key_refresh_failures: Counter,
     idempotent_creates: Family<OutcomeLabels, Counter>,
+    idempotent_orders: Family<OutcomeLabels, Counter>,
     idempotency_purged: Counter,
     keys: Family<StateLabels, Gauge>,
     pets: Gauge,
@@ -118,6 +120,7 @@ impl Metrics {
             database_errors: Family::default(),
             key_refresh_failures: Counter::default(),
             idempotent_creates: Family::default(),
+            idempotent_orders: Family::default(),
             idempotency_purged: Counter::default(),
             keys: Family::default(),
             pets: Gauge::default(),
@@ -177,6 +180,12 @@ impl Metrics {
             "Creates with an Idempotency-Key, by outcome (created, replayed, reused: 422, \
              in_use: 409)",
             metrics.idempotent_creates.clone(),
+        );
+        r.register(
+            "idempotent_orders",
+            "Orders placed with an Idempotency-Key, by outcome (placed, replayed, reused: 422, \
+             in_use: 409)",
+            metrics.idempotent_orders.clone(),
         );
         r.register(
             "idempotency_records_purged",
@@ -285,11 +294,14 @@ impl Metrics {
             .inc();
     }
 
-    /// Counts a create with an idempotency key that came to `outcome`.
-    pub fn idempotent_create(&self, outcome: &'static str) {
-        self.idempotent_creates
-            .get_or_create(&OutcomeLabels { outcome })
-            .inc();
+    /// Counts a request of `operation` with an idempotency key that came to
+    /// `outcome`.
+    pub fn idempotent(&self, operation: Keyed, outcome: &'static str) {
+        let family = match operation {
+            Keyed::CreatePet => &self.idempotent_creates,
+            Keyed::PlaceOrder => &self.idempotent_orders,
+        };
+        family.get_or_create(&OutcomeLabels { outcome }).inc();
     }
 
     /// Counts idempotency records purged.

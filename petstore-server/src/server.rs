@@ -128,11 +128,7 @@ impl PetstoreApi for PetstoreImpl {
             .create_idempotent(pet, once)
             .await
             .map_err(store_failure(context))?;
-        let count = |outcome| {
-            if let Some(metrics) = &context.metrics {
-                metrics.idempotent_create(outcome);
-            }
-        };
+        let count = |outcome| context.count_idempotent(Keyed::CreatePet, outcome);
         match outcome {
             CreateOutcome::Created(pet) => {
                 count("created");
@@ -221,11 +217,18 @@ impl PetstoreApi for PetstoreImpl {
                 context.idempotency_retention,
             )
         });
+        let keyed = once.is_some();
         let outcome = context
             .store
             .place_order(pet_id, once)
             .await
             .map_err(store_failure(context))?;
+        // Only what a key decided is counted: a refusal of the animal is not.
+        let count = |outcome| {
+            if keyed {
+                context.count_idempotent(Keyed::PlaceOrder, outcome);
+            }
+        };
         let placed = |order, headers| {
             Ok(HttpResponseHeaders::new(
                 HttpResponseCreated(order),
@@ -233,15 +236,27 @@ impl PetstoreApi for PetstoreImpl {
             ))
         };
         match outcome {
-            PlaceOutcome::Placed(order) => placed(order, CreatedHeaders::default()),
-            PlaceOutcome::Replayed(order) => placed(order, CreatedHeaders::replayed()),
+            PlaceOutcome::Placed(order) => {
+                count("placed");
+                placed(order, CreatedHeaders::default())
+            }
+            PlaceOutcome::Replayed(order) => {
+                count("replayed");
+                placed(order, CreatedHeaders::replayed())
+            }
             PlaceOutcome::NotAvailable(status) => Err(ApiError::pet_not_available(
                 pet_id,
                 status.map(PetStatus::as_str),
             )),
             PlaceOutcome::NoSuchPet => Err(ApiError::pet_not_found(pet_id)),
-            PlaceOutcome::KeyReused => Err(ApiError::idempotency_key_reused(Keyed::PlaceOrder)),
-            PlaceOutcome::KeyInUse => Err(ApiError::idempotency_key_in_use(Keyed::PlaceOrder)),
+            PlaceOutcome::KeyReused => {
+                count("reused");
+                Err(ApiError::idempotency_key_reused(Keyed::PlaceOrder))
+            }
+            PlaceOutcome::KeyInUse => {
+                count("in_use");
+                Err(ApiError::idempotency_key_in_use(Keyed::PlaceOrder))
+            }
         }
     }
 

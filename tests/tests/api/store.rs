@@ -367,6 +367,41 @@ on_every_backend! {
     }
 }
 
+#[tokio::test]
+async fn order_key_outcomes_are_counted_in_the_metrics() {
+    let server = TestServer::start().await;
+    let metric =
+        |outcome: &str| format!("petstore_idempotent_orders_total{{outcome=\"{outcome}\"}}");
+    let pet_id = animal(&server, Some("available")).await;
+    for _ in 0..2 {
+        let response = post_order_once(&server, KEY, "counted", &pet_id).await;
+        assert_eq!(response.status(), StatusCode::CREATED);
+    }
+    let other = animal(&server, Some("available")).await;
+    let reused = post_order_once(&server, KEY, "counted", &other).await;
+    assert_eq!(reused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    // A refusal of the animal is the animal's, not the key's: not counted.
+    let refused = post_order_once(&server, KEY, "refused", &pet_id).await;
+    assert_eq!(refused.status(), StatusCode::CONFLICT);
+    // Nor is an order without a key.
+    let plain = server
+        .request(Method::POST, "/store/orders")
+        .json(&json!({ "petId": other }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(plain.status(), StatusCode::CREATED);
+    assert_eq!(server.metric(&metric("placed")).await, 1.0);
+    assert_eq!(server.metric(&metric("replayed")).await, 1.0);
+    assert_eq!(server.metric(&metric("reused")).await, 1.0);
+    assert_eq!(server.metric("petstore_idempotent_orders_total").await, 3.0);
+    // Creates are counted apart.
+    assert_eq!(
+        server.metric("petstore_idempotent_creates_total").await,
+        0.0
+    );
+}
+
 /// An order's key holds for the retention, then is free again, and its
 /// record is purged: as a create's (the server keeps keys for 1 s here).
 async fn an_expired_order_key_is_free_again_and_its_record_is_purged(backend: Backend) {
