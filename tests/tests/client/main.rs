@@ -3,7 +3,8 @@
 //! crate would write it. `declared_errors` covers the statuses the real server
 //! cannot be made to return (413 from the client, 500, 503) with a stub.
 //! `mocked` is code of a user of the crate, tested against the crate's
-//! generated `httpmock` mocks (feature `mock`) instead of a server.
+//! generated `httpmock` mocks (feature `mock`) instead of a server. `orders`
+//! is the Store: `place_order_once`, `walk_orders`, updates and the inventory.
 
 mod authentication;
 mod create_pet;
@@ -11,6 +12,7 @@ mod declared_errors;
 mod get_pet;
 mod list_pets;
 mod mocked;
+mod orders;
 mod stub;
 mod walk;
 
