@@ -187,10 +187,9 @@ async fn two_instances_on_one_postgres_serve_one_catalogue() {
     }
 }
 
-/// The PostgreSQL store keeps pets read by id, and lists nothing from
-/// memory: a pet another instance has just acknowledged is read and listed
-/// at once, even by an instance that was asked for that id before it
-/// existed.
+/// The PostgreSQL store keeps no pet in memory: a pet another instance has
+/// just acknowledged is read and listed at once, even by an instance that
+/// was asked for that id before it existed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_pet_acknowledged_by_one_instance_is_read_at_once_by_another() {
     let Some(database) = fresh_database(Backend::Postgres).await else {

@@ -104,6 +104,7 @@ async fn exactly_one_order_wins_each_animal(instances: &[Served]) {
                 get(served, &format!("/pets/{pet_id}")).await["status"],
                 "pending"
             );
+            assert_eq!(listed_with_status(served, pet_id, "pending").await, pet_id);
             let orders = get(served, &format!("/store/orders?petId={pet_id}")).await;
             assert_eq!(orders, json!([winner]));
             assert_eq!(
@@ -136,6 +137,8 @@ async fn exactly_one_order_wins_each_animal(instances: &[Served]) {
             "available"
         };
         assert_eq!(pet["status"], expected);
+        let pet_id = winner["petId"].as_i64().unwrap();
+        assert_eq!(listed_with_status(other, pet_id, expected).await, pet_id);
     }
     let sold = ANIMALS.div_ceil(2);
     for served in instances {
@@ -144,6 +147,16 @@ async fn exactly_one_order_wins_each_animal(instances: &[Served]) {
             json!({"available": ANIMALS - sold, "pending": 0, "sold": sold})
         );
     }
+}
+
+/// The first animal from `pet_id` on that `listPets?status=…` shows.
+async fn listed_with_status(served: &Served, pet_id: i64, status: &str) -> i64 {
+    let page = get(
+        served,
+        &format!("/pets?status={status}&limit=1&after={}", pet_id - 1),
+    )
+    .await;
+    page[0]["id"].as_i64().unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
