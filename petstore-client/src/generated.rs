@@ -1186,7 +1186,8 @@ Decisions where the interface specification is silent:
   checked before anything else about the request, so a request with a missing or
   wrong key gets `401` even when its body or parameters are also invalid. Keys
   are configured by the operator; they cannot be obtained or revoked through the
-  API.
+  API. Every valid key may call every operation: there are no roles or scopes,
+  and a key sees and may change every order, whichever key placed it.
 - **Error codes.** Every error response of these operations carries the
   `Error` body. Its `code` is one of `bad_request` (400), `unauthorized`
   (401), `not_found` (404), `idempotency_key_in_use` (409),
@@ -1197,8 +1198,9 @@ Decisions where the interface specification is silent:
   treat an unknown code like the generic error of its HTTP status. Requests for paths or
   methods this document does not define get the HTTP framework's own `404`
   or `405` (with `Allow`), whose body is not an `Error`.
-- **Invalid query parameters.** A `limit` outside 1..100 or not an integer, and a
-  `status` that is not a `PetStatus`, get `400` with code `bad_request`.
+- **Invalid query parameters.** A `limit` outside 1..100 or not an integer, a
+  `status` that is not a `PetStatus` (an `OrderStatus` for orders), and an
+  `after` or `petId` that is not an int64, get `400` with code `bad_request`.
   Unknown query parameters are ignored.
 - **Invalid path parameter.** A `petId` or `orderId` that is not an integer in
   the int64 range gets `400` with code `bad_request`. A well-formed one with no
