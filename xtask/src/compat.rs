@@ -369,6 +369,10 @@ mod tests {
             "petstore-1.2.0.yaml",
             "dfa4267492dfe656b3ae7909306a528043451904bc22e1edd9fc6adcb574383f",
         ),
+        (
+            "petstore-1.3.0.yaml",
+            "17e8175f77d6ebd92f1521ed896398e69158c0f40a55800a7fd048c2b535e38a",
+        ),
     ];
 
     fn sha256(path: &Path) -> String {
