@@ -395,23 +395,14 @@ impl PetStore for PostgresStore {
     }
 
     async fn purge_idempotency(&self, made_before: i64, limit: usize) -> Result<usize, StoreError> {
-        let sql = postgres("purging idempotency records");
         let client = self.admin_client().await?;
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        // By `ctid`, re-checking the age: a record a request renewed in the
-        // meantime is a new row version, and stays.
-        let deleted = client
-            .execute(
-                "DELETE FROM idempotency_keys
-                 WHERE ctid = ANY(ARRAY(SELECT ctid FROM idempotency_keys
-                                        WHERE created_at < $1 LIMIT $2))
-                   AND created_at < $1",
-                &[&made_before, &limit],
-            )
-            .await
-            .map_err(&sql)?;
-        let left = limit.saturating_sub(i64::try_from(deleted).unwrap_or(i64::MAX));
-        let deleted = deleted + orders::purge(&client, made_before, left).await?;
+        let mut left = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut deleted = 0;
+        for table in ["idempotency_keys", "order_idempotency_keys"] {
+            let gone = purge_keys(&client, table, made_before, left).await?;
+            deleted += gone;
+            left = left.saturating_sub(i64::try_from(gone).unwrap_or(i64::MAX));
+        }
         Ok(usize::try_from(deleted).unwrap_or(usize::MAX))
     }
 
@@ -513,6 +504,26 @@ enum KeyState<'c> {
     Reused,
     /// The key's live record is for the same body: the first answer's row.
     Replay(Row),
+}
+
+/// Deletes at most `limit` records made before `before` from the
+/// idempotency table `table`. By `ctid`, re-checking the age: a record a
+/// request renewed in the meantime is a new row version, and stays.
+async fn purge_keys(
+    client: &deadpool_postgres::Client,
+    table: &'static str,
+    before: i64,
+    limit: i64,
+) -> Result<u64, StoreError> {
+    let statement = format!(
+        "DELETE FROM {table}
+         WHERE ctid = ANY(ARRAY(SELECT ctid FROM {table} WHERE created_at < $1 LIMIT $2))
+           AND created_at < $1"
+    );
+    client
+        .execute(statement.as_str(), &[&before, &limit])
+        .await
+        .map_err(postgres("purging idempotency records"))
 }
 
 /// Begins a READ COMMITTED transaction (whatever the database's default)

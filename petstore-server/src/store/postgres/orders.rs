@@ -477,21 +477,3 @@ pub(super) async fn place_once(
         "an available animal could not be ordered, again and again",
     ))
 }
-
-/// Deletes at most `limit` order idempotency records made before `before`.
-pub(super) async fn purge(
-    client: &deadpool_postgres::Client,
-    before: i64,
-    limit: i64,
-) -> Result<u64, StoreError> {
-    client
-        .execute(
-            "DELETE FROM order_idempotency_keys
-             WHERE ctid = ANY(ARRAY(SELECT ctid FROM order_idempotency_keys
-                                    WHERE created_at < $1 LIMIT $2))
-               AND created_at < $1",
-            &[&before, &limit],
-        )
-        .await
-        .map_err(postgres("purging order idempotency records"))
-}
