@@ -5,7 +5,10 @@
 //! is looked at. Which keys are accepted is the implementation's business.
 //! So the interface defines what it needs of the implementation, a
 //! [`Gatekeeper`], and the context type that carries one, [`ApiContext`];
-//! the [`Authenticated`] extractor asks it.
+//! the [`Authenticated`] extractor asks it. Since contract 1.4.0 the
+//! gatekeeper also says which scopes the key holds, and the extractor
+//! answers `403 insufficient_scope` when none of them admits the operation
+//! ([`crate::scopes::admitting`]), still before any body or parameter.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -15,6 +18,9 @@ use dropshot::{
     RequestContext, ServerContext, SharedExtractor,
 };
 use http::HeaderMap;
+
+use crate::error::ApiError;
+use crate::scopes::{Scope, Scopes, admitting};
 
 /// What the implementation decides about each request's key.
 pub trait Gatekeeper: Send + Sync + 'static {
@@ -41,6 +47,11 @@ pub struct Caller {
     /// reveals the key (its SHA-256 digest): what idempotency keys are
     /// scoped to.
     pub identity: [u8; 32],
+    /// The key's name, as the operator gave it (never the key): what an
+    /// order records of who placed it.
+    pub name: Arc<str>,
+    /// What the key may do.
+    pub scopes: Scopes,
     /// Kept for as long as the request is handled, then dropped: the
     /// implementation counts requests in flight with it.
     pub guard: Box<dyn Send + Sync>,
@@ -48,7 +59,10 @@ pub struct Caller {
 
 impl std::fmt::Debug for Caller {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Caller").finish_non_exhaustive()
+        f.debug_struct("Caller")
+            .field("name", &self.name)
+            .field("scopes", &self.scopes)
+            .finish_non_exhaustive()
     }
 }
 
@@ -108,6 +122,16 @@ impl Authenticated {
     pub fn identity(&self) -> [u8; 32] {
         self.caller.identity
     }
+
+    /// The key's name (see [`Caller::name`]).
+    pub fn name(&self) -> &Arc<str> {
+        &self.caller.name
+    }
+
+    /// Whether the key holds `scope`.
+    pub fn may(&self, scope: Scope) -> bool {
+        self.caller.scopes.contains(scope)
+    }
 }
 
 #[async_trait::async_trait]
@@ -129,7 +153,27 @@ impl SharedExtractor for Authenticated {
             request_id: &rqctx.request_id,
         };
         match context.gatekeeper.admit(&knock) {
-            Ok(caller) => Ok(Authenticated { caller }),
+            Ok(caller) => {
+                // Scopes are checked here, before any body or parameter, so
+                // that a key that may not call the operation learns nothing
+                // more of it than its 403.
+                let needed = admitting(knock.operation_id);
+                if needed.iter().any(|scope| caller.scopes.contains(*scope)) {
+                    Ok(Authenticated { caller })
+                } else {
+                    let refused = ApiError::insufficient_scope(knock.operation_id, needed);
+                    Err(HttpError {
+                        status_code: ErrorStatusCode::FORBIDDEN,
+                        error_code: None,
+                        external_message: refused.message.clone(),
+                        internal_message: format!(
+                            "key {:?} refused: {}",
+                            caller.name, refused.message
+                        ),
+                        headers: None,
+                    })
+                }
+            }
             Err(refusal) => Err(HttpError {
                 status_code: ErrorStatusCode::UNAUTHORIZED,
                 error_code: None,

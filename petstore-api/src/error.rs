@@ -3,6 +3,7 @@
 //! (malformed JSON, bad query or path parameters, oversized bodies), which
 //! reach us through `From<HttpError>`.
 
+use crate::scopes::Scope;
 use dropshot::{ErrorStatusCode, HttpError, HttpResponseError};
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -71,6 +72,23 @@ impl ApiError {
     /// 401: the API key is missing or invalid.
     pub fn unauthorized(message: impl Into<String>) -> ApiError {
         ApiError::new(ErrorStatusCode::UNAUTHORIZED, message)
+    }
+
+    /// 403: the key has none of `needed`, one of which `operation` needs.
+    pub fn insufficient_scope(operation: &str, needed: &[Scope]) -> ApiError {
+        let message = match needed {
+            [scope] => {
+                format!("this API key does not have the scope `{scope}`, which {operation} needs")
+            }
+            _ => {
+                let names: Vec<String> = needed.iter().map(|s| format!("`{s}`")).collect();
+                format!(
+                    "this API key has none of the scopes {}, one of which {operation} needs",
+                    names.join(", ")
+                )
+            }
+        };
+        ApiError::new(ErrorStatusCode::FORBIDDEN, message)
     }
 
     /// 404: no such resource.
@@ -179,6 +197,7 @@ fn code_for(status: ErrorStatusCode) -> &'static str {
     match status.as_u16() {
         400 => "bad_request",
         401 => "unauthorized",
+        403 => "insufficient_scope",
         404 => "not_found",
         409 => "idempotency_key_in_use",
         413 => "payload_too_large",

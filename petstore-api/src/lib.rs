@@ -15,6 +15,7 @@
 //!   take — the bearer key (checked by the implementation's
 //!   [`auth::Gatekeeper`]), the strict JSON body, the `Idempotency-Key`
 //!   header.
+//! - [`scopes`]: what a key may do, and which scopes admit each operation.
 
 pub mod auth;
 pub mod body;
@@ -23,6 +24,7 @@ pub mod idempotency;
 pub mod model;
 pub mod params;
 pub mod responses;
+pub mod scopes;
 
 use dropshot::{
     HttpResponseCreated, HttpResponseHeaders, HttpResponseOk, Path, Query, RequestContext,

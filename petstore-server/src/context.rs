@@ -50,9 +50,12 @@ impl Gatekeeper for Service {
         match self.keys.authenticate(request.headers) {
             Ok(caller) => {
                 let (request_id, operation) = (request.request_id, request.operation_id);
-                self.notes.note(request_id, operation, Some(caller.name));
+                self.notes
+                    .note(request_id, operation, Some(Arc::clone(&caller.name)));
                 Ok(Caller {
                     identity: caller.digest.0,
+                    name: caller.name,
+                    scopes: caller.scopes,
                     guard: Box::new(self.requests.start()),
                 })
             }

@@ -15,6 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use http::HeaderMap;
+use petstore_api::scopes::Scopes;
 
 use crate::keys::{AcceptedKey, ApiKeys, AuthFailure, KeyCounts, KeyDigest, KeySet};
 use crate::metrics::Metrics;
@@ -39,6 +40,8 @@ pub struct Caller {
     /// The key's digest: what stays the same for one key across reloads,
     /// restarts and instances.
     pub digest: KeyDigest,
+    /// What the key may do.
+    pub scopes: Scopes,
 }
 
 /// The live set of accepted keys.
@@ -73,6 +76,7 @@ impl Keyring {
             .map(|key| Caller {
                 name: Arc::clone(&key.name),
                 digest: key.digest,
+                scopes: key.scopes,
             })
     }
 
@@ -112,6 +116,7 @@ impl Keyring {
                 name: key.name.as_str().into(),
                 digest: KeyDigest(key.digest),
                 expires_at: key.expires_at,
+                scopes: key.scopes,
                 last_used: last_used.remove(key.name.as_str()).unwrap_or_default(),
             });
         }
@@ -213,6 +218,7 @@ mod tests {
             digest: KeyDigest::of(key).0,
             created_at: 0,
             expires_at: None,
+            scopes: Scopes::ALL,
             last_used_at: None,
             revoked_at: revoked.then_some(1),
         }

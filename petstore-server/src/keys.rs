@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use http::HeaderMap;
 use http::header::AUTHORIZATION;
+use petstore_api::scopes::Scopes;
 use sha2::{Digest, Sha256};
 
 /// The prefix of every key `keys create` makes.
@@ -152,6 +153,8 @@ pub struct AcceptedKey {
     pub digest: KeyDigest,
     /// When it stops being accepted (Unix seconds), if ever.
     pub expires_at: Option<i64>,
+    /// What it may do.
+    pub scopes: Scopes,
     /// When it was last accepted (Unix seconds; 0 for never), shared across
     /// reloads of the key set and flushed to the database in batches.
     pub last_used: Arc<AtomicI64>,
@@ -302,6 +305,7 @@ impl ApiKeys {
                 name: format!("PETSTORE_API_KEYS[{}]", index + 1).into(),
                 digest: *digest,
                 expires_at: None,
+                scopes: Scopes::ALL,
                 last_used: Arc::default(),
             })
     }
@@ -413,6 +417,7 @@ mod tests {
             name: "ci".into(),
             digest: KeyDigest::of("k1"),
             expires_at: Some(2_000),
+            scopes: Scopes::ALL,
             last_used: Arc::default(),
         };
         let keys = KeySet::new(vec![key], 0);
@@ -437,6 +442,7 @@ mod tests {
             name: format!("key-{index}").into(),
             digest: KeyDigest::of(key),
             expires_at: Some(if expired(index) { NOW } else { NOW + 1 }),
+            scopes: Scopes::ALL,
             last_used: Arc::default(),
         });
         let set = KeySet::new(accepted.collect(), 0);
@@ -466,6 +472,7 @@ mod tests {
             name: name.into(),
             digest: KeyDigest::of("same"),
             expires_at: None,
+            scopes: Scopes::ALL,
             last_used: Arc::default(),
         };
         let set = KeySet::new(vec![named("first"), named("second")], 0);

@@ -19,6 +19,7 @@ use petstore_api::error::{ApiError, Keyed};
 use petstore_api::idempotency::{CreatedHeaders, IdempotencyKey};
 use petstore_api::params::{ListOrdersParams, ListPetsParams, OrderPath, PetPath};
 use petstore_api::responses::{DeprecationHeaders, OrdersPageHeaders, PageHeaders, PetsPage};
+use petstore_api::scopes::Scope;
 use petstore_api::{LIMIT_MAX, PetstoreApi, REQUEST_BODY_MAX_BYTES};
 
 use crate::context::{Requests, Service};
@@ -32,7 +33,7 @@ use crate::store::{
     PURGE_BATCH, PetStore, PlaceOutcome, Retention, StoreError, StoreMetrics, UpdateOutcome,
 };
 use petstore_api::model::{
-    Inventory, NewOrder, NewPet, Order, OrderStatus, OrderUpdate, Pet, PetStatus,
+    Inventory, NewOrder, NewPet, Order, OrderStatus, OrderUpdate, OrderUpdateStatus, Pet, PetStatus,
 };
 
 // Every page the contract allows, the store can serve.
@@ -280,12 +281,20 @@ impl PetstoreApi for PetstoreImpl {
 
     async fn update_order(
         rqctx: RequestContext<ApiContext>,
-        _auth: Authenticated,
+        auth: Authenticated,
         path: Path<OrderPath>,
         body: StrictJson<OrderUpdate>,
     ) -> Result<HttpResponseOk<Order>, ApiError> {
         let id = path.into_inner().order_id;
         let to = body.into_inner().status;
+        // A customer may cancel, never deliver; refused whatever the order,
+        // so the 403 says nothing of whether it exists.
+        if to == OrderUpdateStatus::Delivered && !auth.may(Scope::OrdersManage) {
+            return Err(ApiError::insufficient_scope(
+                "delivering an order",
+                &[Scope::OrdersManage],
+            ));
+        }
         let context = service(&rqctx)?;
         match context
             .store

@@ -9,9 +9,10 @@ use std::sync::{Arc, Mutex};
 
 use std::time::Duration;
 
+use petstore_api::scopes::Scopes;
 use petstore_server::keys::ApiKeys;
 use petstore_server::logging::{self, LogFormat, LogSettings};
-use petstore_server::store::DatabaseUrl;
+use petstore_server::store::{self, DatabaseUrl, StoredKey};
 use petstore_server::{IDEMPOTENCY_RETENTION_MIN, RunningServer, ServerConfig};
 pub use petstore_support::{blocking, eventually, eventually_async, postgres};
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
@@ -192,6 +193,45 @@ impl TestServer {
                 .expect("clean shutdown");
             assert!(!report.deadline_passed, "a request hung the shutdown");
         }
+    }
+
+    /// Stores a new key named `name` with `scopes` in the server's database
+    /// (as `petstore-server keys create` does) and waits until the server
+    /// accepts it; returns the key.
+    pub async fn stored_key(&self, name: &str, scopes: Scopes) -> String {
+        let key = petstore_server::keys::generate().expect("random bytes");
+        let keys = store::open_keys(&self.database.url)
+            .await
+            .expect("the key store opens");
+        keys.create_key(StoredKey {
+            name: name.to_owned(),
+            digest: petstore_server::keys::KeyDigest::of(&key).0,
+            created_at: petstore_server::keyring::unix_now(),
+            expires_at: None,
+            scopes,
+            last_used_at: None,
+            revoked_at: None,
+        })
+        .await
+        .expect("the key is stored");
+        self.key_answers(&key, "/pets?limit=1", |status| status != 401)
+            .await;
+        key
+    }
+
+    /// Waits until a `GET path` with `key` gets a status `accepted` takes
+    /// (keys and their scopes reach a running server within 2 s).
+    pub async fn key_answers(&self, key: &str, path: &str, accepted: impl Fn(u16) -> bool) {
+        let url = self.url(path);
+        eventually_async(&format!("GET {path} answered as expected"), || {
+            let request = self.client.get(&url).bearer_auth(key).send();
+            let accepted = &accepted;
+            async move {
+                let status = request.await.expect("request sent").status().as_u16();
+                accepted(status)
+            }
+        })
+        .await;
     }
 
     /// The address the server listens on.

@@ -1,9 +1,11 @@
-//! `petstore-server keys create|list|revoke`: API keys in the database,
-//! for running servers to pick up within seconds (see `keyring.rs`).
+//! `petstore-server keys create|list|scopes|revoke`: API keys in the
+//! database, for running servers to pick up within seconds (see
+//! `keyring.rs`).
 
 use std::time::{Duration, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
+use petstore_api::scopes::Scopes;
 use petstore_server::keyring::{REFRESH_INTERVAL, unix_now};
 use petstore_server::keys::{KeyDigest, generate};
 use petstore_server::store::{self, Revoked, StoredKey};
@@ -21,11 +23,31 @@ pub enum KeysCommand {
         /// Expire the key after this long, e.g. 90d, 12h, 1y 6months; never by default.
         #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
         expires_in: Option<Duration>,
+        /// What the key may do: comma-separated scopes among pets:read, pets:write,
+        /// orders:place (a customer: its own orders), orders:manage (staff: every
+        /// order), inventory:read; or all. Default: all, every scope, as keys made
+        /// before scopes existed; give a customer or a shop-front only what it needs.
+        #[arg(
+            long,
+            value_name = "SCOPES",
+            default_value = "all",
+            verbatim_doc_comment
+        )]
+        scopes: Scopes,
         #[command(flatten)]
         database: DatabaseArgs,
     },
-    /// List the keys: names, creation, expiry, last use and revocation (never keys or hashes).
+    /// List the keys: names, state, creation, expiry, last use, revocation and scopes (never keys or hashes).
     List {
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
+    /// Change what a key may do; running servers apply it within seconds.
+    Scopes {
+        /// The key's name.
+        name: String,
+        /// Its new scopes, comma-separated (as for `create --scopes`), or all.
+        scopes: Scopes,
         #[command(flatten)]
         database: DatabaseArgs,
     },
@@ -60,9 +82,15 @@ pub async fn run(command: KeysCommand, matches: &clap::ArgMatches) -> anyhow::Re
         KeysCommand::Create {
             name,
             expires_in,
+            scopes,
             database,
-        } => create(name, expires_in, database, matches).await,
+        } => create(name, expires_in, scopes, database, matches).await,
         KeysCommand::List { database } => list(database, matches).await,
+        KeysCommand::Scopes {
+            name,
+            scopes,
+            database,
+        } => set_scopes(name, scopes, database, matches).await,
         KeysCommand::Revoke { name, database } => revoke(name, database, matches).await,
     }
 }
@@ -83,6 +111,7 @@ async fn open(
 async fn create(
     name: String,
     expires_in: Option<Duration>,
+    scopes: Scopes,
     database: DatabaseArgs,
     matches: &clap::ArgMatches,
 ) -> anyhow::Result<()> {
@@ -110,6 +139,7 @@ async fn create(
         digest: KeyDigest::of(&key).0,
         created_at: now,
         expires_at,
+        scopes,
         last_used_at: None,
         revoked_at: None,
     })
@@ -117,8 +147,8 @@ async fn create(
     // The key on stdout alone, for scripts; the rest on stderr.
     println!("{key}");
     eprintln!(
-        "created key {name:?}{}; this is the only time it is shown: store it now. \
-         Running servers accept it within {} s.",
+        "created key {name:?} with scopes {scopes}{}; this is the only time it is shown: \
+         store it now. Running servers accept it within {} s.",
         expires_at.map_or(String::new(), |at| format!(", expiring {}", time(at))),
         REFRESH_INTERVAL.as_secs() + 1,
     );
@@ -129,7 +159,7 @@ async fn list(database: DatabaseArgs, matches: &clap::ArgMatches) -> anyhow::Res
     let keys = open(database, matches).await?.list_keys().await?;
     let now = unix_now();
     let optional = |at: Option<i64>| at.map_or_else(|| "-".to_owned(), time);
-    let rows: Vec<[String; 6]> = keys
+    let rows: Vec<[String; 7]> = keys
         .iter()
         .map(|key| {
             let state = match (key.revoked_at, key.expires_at) {
@@ -144,6 +174,7 @@ async fn list(database: DatabaseArgs, matches: &clap::ArgMatches) -> anyhow::Res
                 optional(key.expires_at),
                 optional(key.last_used_at),
                 optional(key.revoked_at),
+                key.scopes.to_string(),
             ]
         })
         .collect();
@@ -154,9 +185,10 @@ async fn list(database: DatabaseArgs, matches: &clap::ArgMatches) -> anyhow::Res
         "EXPIRES",
         "LAST USED",
         "REVOKED",
+        "SCOPES",
     ]
     .map(String::from);
-    let widths: Vec<usize> = (0..6)
+    let widths: Vec<usize> = (0..header.len())
         .map(|i| {
             std::iter::once(&header)
                 .chain(&rows)
@@ -176,6 +208,22 @@ async fn list(database: DatabaseArgs, matches: &clap::ArgMatches) -> anyhow::Res
     if rows.is_empty() {
         eprintln!("no stored keys; create one with `petstore-server keys create --name NAME`");
     }
+    Ok(())
+}
+
+async fn set_scopes(
+    name: String,
+    scopes: Scopes,
+    database: DatabaseArgs,
+    matches: &clap::ArgMatches,
+) -> anyhow::Result<()> {
+    let keys = open(database, matches).await?;
+    let before = keys.set_key_scopes(&name, scopes).await?;
+    eprintln!(
+        "key {name:?} now has scopes {scopes} (before: {before}); running servers apply it \
+         within {} s",
+        REFRESH_INTERVAL.as_secs() + 1
+    );
     Ok(())
 }
 

@@ -4,6 +4,8 @@
 //! for ever (a revoked key keeps its name), so that a name in the access log
 //! always means one key.
 
+use petstore_api::scopes::Scopes;
+
 use super::StoreError;
 
 /// A key as stored: everything but the key itself.
@@ -17,6 +19,8 @@ pub struct StoredKey {
     pub created_at: i64,
     /// When it stops being accepted (Unix seconds), if ever.
     pub expires_at: Option<i64>,
+    /// What it may do (keys stored before scopes existed: every scope).
+    pub scopes: Scopes,
     /// When a server last accepted it (Unix seconds; recorded in batches,
     /// so up to a few seconds late).
     pub last_used_at: Option<i64>,
@@ -31,6 +35,12 @@ pub(super) fn stored_digest(name: &str, bytes: &[u8]) -> Result<[u8; 32], StoreE
         name: name.to_owned(),
         reason: format!("its digest has {} bytes instead of 32", bytes.len()),
     })
+}
+
+/// A key's stored scopes: NULL (a key made before scopes existed) is every
+/// scope.
+pub(super) fn stored_scopes(bits: Option<i64>) -> Scopes {
+    bits.map_or(Scopes::ALL, |bits| Scopes::from_bits(bits as u8))
 }
 
 /// Why a key operation was refused.
@@ -70,6 +80,9 @@ pub trait KeyStore: Send + Sync + 'static {
 
     /// Revokes the key named `name` at `at` (Unix seconds).
     async fn revoke_key(&self, name: &str, at: i64) -> Result<Revoked, KeyError>;
+
+    /// Gives the key named `name` the scopes `scopes`; returns those it had.
+    async fn set_key_scopes(&self, name: &str, scopes: Scopes) -> Result<Scopes, KeyError>;
 
     /// Records that each named key was used at the time given (Unix
     /// seconds); a time earlier than the one stored is ignored.

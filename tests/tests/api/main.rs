@@ -10,4 +10,5 @@ mod idempotency;
 mod list_pets;
 mod pagination;
 mod persistence;
+mod scopes;
 mod store;

@@ -21,7 +21,8 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::{NoTls, Row};
 
 use super::idempotency::{CreateOutcome, Idempotency};
-use super::keys::{KeyError, KeyStore, Revoked, StoredKey, stored_digest};
+use super::keys::{KeyError, KeyStore, Revoked, StoredKey, stored_digest, stored_scopes};
+use petstore_api::scopes::Scopes;
 mod batch;
 mod order_statements;
 mod orders;
@@ -74,6 +75,14 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX idempotency_keys_by_age ON idempotency_keys (created_at);",
     // The Store (see `orders.rs`).
     orders::MIGRATION,
+    // Scopes and owners (contract 1.4.0): a key's scopes are the bits of
+    // `petstore_api::scopes::Scopes` (NULL, for the keys made before, is
+    // every scope); an order's owner is the digest of the key that placed
+    // it, `placed_by` that key's name (both NULL for orders placed before).
+    // The index serves a customer's pages of its own orders.
+    "ALTER TABLE api_keys ADD COLUMN scopes SMALLINT;
+    ALTER TABLE orders ADD COLUMN owner BYTEA, ADD COLUMN placed_by TEXT;
+    CREATE INDEX orders_by_owner ON orders (owner, id);",
 ];
 
 /// Serialises migrations between instances starting at the same time.
@@ -588,6 +597,11 @@ fn key_from_row(row: &Row) -> Result<StoredKey, StoreError> {
         digest,
         created_at: row.try_get(2).map_err(&decode)?,
         expires_at: row.try_get(3).map_err(&decode)?,
+        scopes: stored_scopes(
+            row.try_get::<_, Option<i16>>(6)
+                .map_err(&decode)?
+                .map(i64::from),
+        ),
         last_used_at: row.try_get(4).map_err(&decode)?,
         revoked_at: row.try_get(5).map_err(&decode)?,
     })
@@ -600,13 +614,14 @@ impl KeyStore for PostgresStore {
         let client = self.admin_client().await?;
         let inserted = client
             .execute(
-                "INSERT INTO api_keys (name, digest, created_at, expires_at)
-                 VALUES ($1, $2, $3, $4)",
+                "INSERT INTO api_keys (name, digest, created_at, expires_at, scopes)
+                 VALUES ($1, $2, $3, $4, $5)",
                 &[
                     &key.name,
                     &&key.digest[..],
                     &key.created_at,
                     &key.expires_at,
+                    &i16::from(key.scopes.bits()),
                 ],
             )
             .await;
@@ -629,7 +644,7 @@ impl KeyStore for PostgresStore {
         let client = self.admin_client().await?;
         let select = client
             .prepare_cached(
-                "SELECT name, digest, created_at, expires_at, last_used_at, revoked_at
+                "SELECT name, digest, created_at, expires_at, last_used_at, revoked_at, scopes
                  FROM api_keys ORDER BY created_at, name",
             )
             .await
@@ -666,6 +681,31 @@ impl KeyStore for PostgresStore {
         };
         tx.commit().await.map_err(&sql)?;
         Ok(revoked)
+    }
+
+    async fn set_key_scopes(&self, name: &str, scopes: Scopes) -> Result<Scopes, KeyError> {
+        let sql = postgres("changing a key's scopes");
+        let mut client = self.admin_client().await?;
+        let tx = client.transaction().await.map_err(&sql)?;
+        let row = tx
+            .query_opt(
+                "SELECT scopes FROM api_keys WHERE name = $1 FOR UPDATE",
+                &[&name],
+            )
+            .await
+            .map_err(&sql)?;
+        let Some(row) = row else {
+            return Err(KeyError::UnknownName(name.to_owned()));
+        };
+        let before: Option<i16> = row.try_get(0).map_err(&sql)?;
+        tx.execute(
+            "UPDATE api_keys SET scopes = $2 WHERE name = $1",
+            &[&name, &i16::from(scopes.bits())],
+        )
+        .await
+        .map_err(&sql)?;
+        tx.commit().await.map_err(&sql)?;
+        Ok(stored_scopes(before.map(i64::from)))
     }
 
     async fn record_key_use(&self, uses: Vec<(String, i64)>) -> Result<(), StoreError> {

@@ -12,8 +12,9 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, pa
 
 use super::lock::DatabaseLock;
 use super::schema::{BUSY_TIMEOUT, MIGRATIONS, configure_and_migrate, schema_version, sqlite};
-use crate::store::keys::{KeyError, KeyStore, Revoked, StoredKey, stored_digest};
+use crate::store::keys::{KeyError, KeyStore, Revoked, StoredKey, stored_digest, stored_scopes};
 use crate::store::{OpenError, StoreError};
+use petstore_api::scopes::Scopes;
 
 /// The SQLite implementation of [`KeyStore`].
 pub struct SqliteKeys {
@@ -101,10 +102,18 @@ impl SqliteKeys {
     }
 }
 
-type KeyRow = (String, Vec<u8>, i64, Option<i64>, Option<i64>, Option<i64>);
+type KeyRow = (
+    String,
+    Vec<u8>,
+    i64,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+);
 
 fn key_from_row(
-    (name, digest, created_at, expires_at, last_used_at, revoked_at): KeyRow,
+    (name, digest, created_at, expires_at, last_used_at, revoked_at, scopes): KeyRow,
 ) -> Result<StoredKey, StoreError> {
     let digest = stored_digest(&name, &digest)?;
     Ok(StoredKey {
@@ -112,6 +121,7 @@ fn key_from_row(
         digest,
         created_at,
         expires_at,
+        scopes: stored_scopes(scopes),
         last_used_at,
         revoked_at,
     })
@@ -122,8 +132,15 @@ impl KeyStore for SqliteKeys {
     async fn create_key(&self, key: StoredKey) -> Result<(), KeyError> {
         self.with(move |conn| {
             let inserted = conn.execute(
-                "INSERT INTO api_keys (name, digest, created_at, expires_at) VALUES (?1, ?2, ?3, ?4)",
-                params![key.name, key.digest.as_slice(), key.created_at, key.expires_at],
+                "INSERT INTO api_keys (name, digest, created_at, expires_at, scopes)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![
+                    key.name,
+                    key.digest.as_slice(),
+                    key.created_at,
+                    key.expires_at,
+                    key.scopes.bits()
+                ],
             );
             match inserted {
                 Ok(_) => Ok(()),
@@ -144,7 +161,7 @@ impl KeyStore for SqliteKeys {
             let sql = sqlite("reading the keys");
             let mut select = conn
                 .prepare_cached(
-                    "SELECT name, digest, created_at, expires_at, last_used_at, revoked_at
+                    "SELECT name, digest, created_at, expires_at, last_used_at, revoked_at, scopes
                      FROM api_keys ORDER BY created_at, name",
                 )
                 .map_err(&sql)?;
@@ -157,6 +174,7 @@ impl KeyStore for SqliteKeys {
                         row.get(3)?,
                         row.get(4)?,
                         row.get(5)?,
+                        row.get(6)?,
                     ))
                 })
                 .map_err(&sql)?;
@@ -194,6 +212,35 @@ impl KeyStore for SqliteKeys {
             };
             tx.commit().map_err(&sql)?;
             Ok(revoked)
+        })
+        .await
+    }
+
+    async fn set_key_scopes(&self, name: &str, scopes: Scopes) -> Result<Scopes, KeyError> {
+        let name = name.to_owned();
+        self.with(move |conn| {
+            let sql = sqlite("changing a key's scopes");
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(&sql)?;
+            let found: Option<Option<i64>> = tx
+                .query_row(
+                    "SELECT scopes FROM api_keys WHERE name = ?1",
+                    [&name],
+                    |row| row.get(0),
+                )
+                .optional()
+                .map_err(&sql)?;
+            let Some(before) = found else {
+                return Err(KeyError::UnknownName(name));
+            };
+            tx.execute(
+                "UPDATE api_keys SET scopes = ?2 WHERE name = ?1",
+                params![name, scopes.bits()],
+            )
+            .map_err(&sql)?;
+            tx.commit().map_err(&sql)?;
+            Ok(stored_scopes(before))
         })
         .await
     }

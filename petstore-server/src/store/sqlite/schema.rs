@@ -64,6 +64,13 @@ pub(super) const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (scope, key)
     );
     CREATE INDEX order_idempotency_keys_by_age ON order_idempotency_keys (created_at);",
+    // Scopes and owners (contract 1.4.0). A key's scopes are the bits of
+    // `petstore_api::scopes::Scopes`; NULL, for the keys made before, is
+    // every scope. An order's owner is the digest of the key that placed it,
+    // and `placed_by` that key's name; both NULL for orders placed before.
+    "ALTER TABLE api_keys ADD COLUMN scopes INTEGER;
+    ALTER TABLE orders ADD COLUMN owner BLOB;
+    ALTER TABLE orders ADD COLUMN placed_by TEXT;",
 ];
 
 /// How long a connection waits on a lock (e.g. another program holding the

@@ -1,0 +1,195 @@
+//! Scopes (since contract 1.4.0): what an API key may do.
+//!
+//! Each operation is admitted by any one of a few scopes (the contract's
+//! `x-petstore-scopes`); [`admitting`] is that table, and the bearer check
+//! refuses a key holding none of them with `403 insufficient_scope`. Which
+//! scopes a key holds is the implementation's business (it hands them over
+//! in [`crate::auth::Caller`]). Ownership of orders (`orders:place` sees
+//! only its own) is decided by the implementation too, from the same set.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// One scope.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Scope {
+    /// `pets:read`: list and read animals.
+    PetsRead,
+    /// `pets:write`: add animals.
+    PetsWrite,
+    /// `orders:place`: place orders, read and cancel one's own (a customer).
+    OrdersPlace,
+    /// `orders:manage`: read, deliver and cancel every order (staff).
+    OrdersManage,
+    /// `inventory:read`: read the inventory.
+    InventoryRead,
+}
+
+impl Scope {
+    /// Every scope, in the contract's order.
+    pub const ALL: [Scope; 5] = [
+        Scope::PetsRead,
+        Scope::PetsWrite,
+        Scope::OrdersPlace,
+        Scope::OrdersManage,
+        Scope::InventoryRead,
+    ];
+
+    /// The scope's name in the contract.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::PetsRead => "pets:read",
+            Scope::PetsWrite => "pets:write",
+            Scope::OrdersPlace => "orders:place",
+            Scope::OrdersManage => "orders:manage",
+            Scope::InventoryRead => "inventory:read",
+        }
+    }
+
+    fn bit(self) -> u8 {
+        1 << self as u8
+    }
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Scope {
+    type Err = UnknownScope;
+
+    fn from_str(name: &str) -> Result<Scope, UnknownScope> {
+        Scope::ALL
+            .into_iter()
+            .find(|scope| scope.as_str() == name)
+            .ok_or_else(|| UnknownScope(name.to_owned()))
+    }
+}
+
+/// A name that is no scope.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{0:?} is not a scope; the scopes are pets:read, pets:write, orders:place, orders:manage, \
+     inventory:read (or all)"
+)]
+pub struct UnknownScope(pub String);
+
+/// A set of scopes.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Scopes(u8);
+
+impl Scopes {
+    /// Every scope: what keys made before 1.4.0 hold.
+    pub const ALL: Scopes = Scopes(0b1_1111);
+
+    /// No scope.
+    pub const NONE: Scopes = Scopes(0);
+
+    /// Whether `scope` is in the set.
+    pub fn contains(self, scope: Scope) -> bool {
+        self.0 & scope.bit() != 0
+    }
+
+    /// The set with `scope` added.
+    #[must_use]
+    pub fn with(self, scope: Scope) -> Scopes {
+        Scopes(self.0 | scope.bit())
+    }
+
+    /// The scopes in the set, in the contract's order.
+    pub fn iter(self) -> impl Iterator<Item = Scope> {
+        Scope::ALL.into_iter().filter(move |s| self.contains(*s))
+    }
+
+    /// The set as stored: its bits (stable: a scope's bit never changes).
+    pub fn bits(self) -> u8 {
+        self.0
+    }
+
+    /// The set stored as `bits`; bits of no scope are dropped.
+    pub fn from_bits(bits: u8) -> Scopes {
+        Scopes(bits & Scopes::ALL.0)
+    }
+}
+
+impl FromIterator<Scope> for Scopes {
+    fn from_iter<I: IntoIterator<Item = Scope>>(scopes: I) -> Scopes {
+        scopes.into_iter().fold(Scopes::NONE, Scopes::with)
+    }
+}
+
+/// Comma-separated names, `all` for every scope.
+impl fmt::Display for Scopes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if *self == Scopes::ALL {
+            return f.write_str("all");
+        }
+        let names: Vec<&str> = self.iter().map(Scope::as_str).collect();
+        f.write_str(&names.join(","))
+    }
+}
+
+/// Comma-separated names (spaces around them allowed), or `all`.
+impl FromStr for Scopes {
+    type Err = UnknownScope;
+
+    fn from_str(list: &str) -> Result<Scopes, UnknownScope> {
+        if list.trim() == "all" {
+            return Ok(Scopes::ALL);
+        }
+        list.split(',').map(|name| name.trim().parse()).collect()
+    }
+}
+
+impl fmt::Debug for Scopes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Scopes({self})")
+    }
+}
+
+/// The scopes any one of which admits the operation `operation_id` (the
+/// contract's `x-petstore-scopes`); empty for an operation this table does
+/// not know, which no key is then admitted to.
+pub fn admitting(operation_id: &str) -> &'static [Scope] {
+    match operation_id {
+        "listPets" | "getPet" => &[Scope::PetsRead],
+        "createPet" => &[Scope::PetsWrite],
+        "placeOrder" => &[Scope::OrdersPlace],
+        "listOrders" | "getOrder" | "updateOrder" => &[Scope::OrdersPlace, Scope::OrdersManage],
+        "getInventory" => &[Scope::InventoryRead],
+        _ => &[],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_sets_round_trip() {
+        for scope in Scope::ALL {
+            assert_eq!(scope.as_str().parse(), Ok(scope));
+        }
+        let customer: Scopes = "pets:read, orders:place".parse().unwrap();
+        assert!(customer.contains(Scope::OrdersPlace) && !customer.contains(Scope::OrdersManage));
+        assert_eq!(customer.to_string(), "pets:read,orders:place");
+        assert_eq!(customer.to_string().parse(), Ok(customer));
+        assert_eq!("all".parse(), Ok(Scopes::ALL));
+        assert_eq!(Scopes::ALL.to_string(), "all");
+        assert_eq!(Scopes::from_bits(customer.bits()), customer);
+        assert_eq!(
+            "pets:read,orders:delete".parse::<Scopes>(),
+            Err(UnknownScope("orders:delete".into()))
+        );
+    }
+
+    #[test]
+    fn every_scope_has_its_own_stable_bit() {
+        // Stored in databases: a scope's bit must never change.
+        let bits: Vec<u8> = Scope::ALL.iter().map(|s| s.bit()).collect();
+        assert_eq!(bits, [1, 2, 4, 8, 16]);
+        assert_eq!(Scope::ALL.into_iter().collect::<Scopes>(), Scopes::ALL);
+    }
+}

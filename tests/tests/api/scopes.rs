@@ -1,0 +1,268 @@
+//! Contract 1.4.0, scoped keys: every operation is admitted by the scopes
+//! its `x-petstore-scopes` names; a key holding none of them gets `403
+//! insufficient_scope`, naming what is missing, and changes nothing; `401`
+//! still comes first and `403` before any body error; a change of a key's
+//! scopes reaches the running server within seconds.
+
+use petstore_api::scopes::{Scope, Scopes, admitting};
+use petstore_server::store;
+use petstore_tests::{TestServer, assert_error, on_every_backend};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+/// A request of one operation, and its answer when the key may send it.
+struct Attempt {
+    operation: &'static str,
+    method: Method,
+    path: String,
+    body: Option<Value>,
+    allowed: StatusCode,
+}
+
+/// One valid request of each operation; `own_order` is an order the key
+/// may touch (placed by it, or by the administrator's key).
+async fn attempts(server: &TestServer, own_order: &Value) -> Vec<Attempt> {
+    let pet = server.create(json!({"name": "Rex", "categoryId": 1})).await;
+    let for_sale = server
+        .create(json!({"name": "Max", "categoryId": 1, "status": "available"}))
+        .await;
+    let attempt = |operation, method, path: String, body, allowed| Attempt {
+        operation,
+        method,
+        path,
+        body,
+        allowed,
+    };
+    vec![
+        attempt(
+            "listPets",
+            Method::GET,
+            "/pets".into(),
+            None,
+            StatusCode::OK,
+        ),
+        attempt(
+            "createPet",
+            Method::POST,
+            "/pets".into(),
+            Some(json!({"name": "Tom", "categoryId": 2})),
+            StatusCode::CREATED,
+        ),
+        attempt(
+            "getPet",
+            Method::GET,
+            format!("/pets/{}", pet["id"]),
+            None,
+            StatusCode::OK,
+        ),
+        attempt(
+            "listOrders",
+            Method::GET,
+            "/store/orders".into(),
+            None,
+            StatusCode::OK,
+        ),
+        attempt(
+            "placeOrder",
+            Method::POST,
+            "/store/orders".into(),
+            Some(json!({"petId": for_sale["id"]})),
+            StatusCode::CREATED,
+        ),
+        attempt(
+            "getOrder",
+            Method::GET,
+            format!("/store/orders/{}", own_order["id"]),
+            None,
+            StatusCode::OK,
+        ),
+        attempt(
+            "updateOrder",
+            Method::PATCH,
+            format!("/store/orders/{}", own_order["id"]),
+            Some(json!({"status": "cancelled"})),
+            StatusCode::OK,
+        ),
+        attempt(
+            "getInventory",
+            Method::GET,
+            "/store/inventory".into(),
+            None,
+            StatusCode::OK,
+        ),
+    ]
+}
+
+/// What the administrator's key sees of everything a request could change.
+async fn everything(server: &TestServer) -> Value {
+    json!({
+        "pets": server.walk("/pets?limit=100", 100).await,
+        "orders": server.walk("/store/orders?limit=100", 100).await,
+        "inventory": server.inventory().await,
+    })
+}
+
+on_every_backend! {
+    async fn each_operation_admits_exactly_the_keys_with_one_of_its_scopes(server) {
+        for scope in Scope::ALL {
+            let scopes = Scopes::NONE.with(scope);
+            let key = server.stored_key(&format!("only-{}", scope.as_str().replace(':', "-")), scopes).await;
+            // An order the key may touch: its own if it can place one.
+            let animal = server
+                .create(json!({"name": "Own", "categoryId": 1, "status": "available"}))
+                .await;
+            let own_order = if scopes.contains(Scope::OrdersPlace) {
+                let response = server
+                    .anonymous(Method::POST, "/store/orders")
+                    .bearer_auth(&key)
+                    .json(&json!({"petId": animal["id"]}))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(response.status(), StatusCode::CREATED);
+                response.json().await.unwrap()
+            } else {
+                server.place_order(&animal["id"]).await
+            };
+            for attempt in attempts(&server, &own_order).await {
+                let needed = admitting(attempt.operation);
+                let allowed = needed.iter().any(|s| scopes.contains(*s));
+                let before = everything(&server).await;
+                let mut request = server.anonymous(attempt.method.clone(), &attempt.path).bearer_auth(&key);
+                if let Some(body) = &attempt.body {
+                    request = request.json(body);
+                }
+                let response = request.send().await.unwrap();
+                let what = format!("{} with {scope}", attempt.operation);
+                if allowed {
+                    assert_eq!(response.status(), attempt.allowed, "{what}");
+                    continue;
+                }
+                let error = assert_error(response, StatusCode::FORBIDDEN, "insufficient_scope").await;
+                let message = error["message"].as_str().unwrap();
+                for scope in needed {
+                    assert!(message.contains(scope.as_str()), "{what}: {message}");
+                }
+                assert!(!message.contains(&key), "{what}: the key is never echoed");
+                assert_eq!(everything(&server).await, before, "{what}: nothing changed");
+            }
+        }
+    }
+
+    async fn a_key_without_orders_manage_may_cancel_but_never_deliver(server) {
+        let customer = server.stored_key("customer", "pets:read,orders:place".parse().unwrap()).await;
+        for to in ["delivered", "cancelled"] {
+            let animal = server
+                .create(json!({"name": "Kit", "categoryId": 1, "status": "available"}))
+                .await;
+            let order: Value = server
+                .anonymous(Method::POST, "/store/orders")
+                .bearer_auth(&customer)
+                .json(&json!({"petId": animal["id"]}))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            let response = server
+                .anonymous(Method::PATCH, &format!("/store/orders/{}", order["id"]))
+                .bearer_auth(&customer)
+                .json(&json!({"status": to}))
+                .send()
+                .await
+                .unwrap();
+            if to == "cancelled" {
+                assert_eq!(response.status(), StatusCode::OK);
+                assert_eq!(server.read(&animal["id"]).await["status"], "available");
+            } else {
+                let error = assert_error(response, StatusCode::FORBIDDEN, "insufficient_scope").await;
+                assert!(error["message"].as_str().unwrap().contains("orders:manage"), "{error}");
+                assert_eq!(server.read(&animal["id"]).await["status"], "pending");
+            }
+        }
+    }
+
+    async fn a_missing_or_wrong_key_is_401_and_a_scope_403_comes_before_any_body_error(server) {
+        let reader = server.stored_key("reader", "pets:read".parse().unwrap()).await;
+        let no_key = server.anonymous(Method::POST, "/pets").body("{not json").send().await.unwrap();
+        assert_error(no_key, StatusCode::UNAUTHORIZED, "unauthorized").await;
+        let wrong = server
+            .anonymous(Method::POST, "/pets")
+            .bearer_auth("wrong-key")
+            .body("{not json")
+            .send()
+            .await
+            .unwrap();
+        assert_error(wrong, StatusCode::UNAUTHORIZED, "unauthorized").await;
+        let refused = server
+            .anonymous(Method::POST, "/pets")
+            .bearer_auth(&reader)
+            .header("content-type", "application/json")
+            .body("{not json")
+            .send()
+            .await
+            .unwrap();
+        assert_error(refused, StatusCode::FORBIDDEN, "insufficient_scope").await;
+        let refused = server
+            .anonymous(Method::GET, "/store/orders?limit=0")
+            .bearer_auth(&reader)
+            .send()
+            .await
+            .unwrap();
+        assert_error(refused, StatusCode::FORBIDDEN, "insufficient_scope").await;
+    }
+
+    async fn a_change_of_scopes_reaches_the_running_server(server) {
+        let key = server.stored_key("shop-front", "pets:read".parse().unwrap()).await;
+        let create = || {
+            server
+                .anonymous(Method::POST, "/pets")
+                .bearer_auth(&key)
+                .json(&json!({"name": "Rex", "categoryId": 1}))
+                .send()
+        };
+        assert_eq!(create().await.unwrap().status(), StatusCode::FORBIDDEN);
+        let keys = store::open_keys(&server.database().url).await.unwrap();
+        let before = keys
+            .set_key_scopes("shop-front", "pets:read,pets:write".parse().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(before, "pets:read".parse().unwrap());
+        server.key_answers(&key, "/store/inventory", |status| status == 403).await;
+        petstore_support::eventually_async("the new scope is in force", || async {
+            create().await.unwrap().status() == StatusCode::CREATED
+        })
+        .await;
+        // And taken away again.
+        keys.set_key_scopes("shop-front", "inventory:read".parse().unwrap()).await.unwrap();
+        server.key_answers(&key, "/store/inventory", |status| status == 200).await;
+        assert_eq!(create().await.unwrap().status(), StatusCode::FORBIDDEN);
+    }
+}
+
+#[tokio::test]
+async fn refusals_are_counted_per_operation() {
+    let server = TestServer::start().await;
+    let reader = server
+        .stored_key("reader", "pets:read".parse().unwrap())
+        .await;
+    for _ in 0..2 {
+        let response = server
+            .anonymous(Method::GET, "/store/inventory")
+            .bearer_auth(&reader)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    }
+    let metric = r#"petstore_http_requests_total{operation="getInventory",status="403"}"#;
+    assert_eq!(server.metric(metric).await, 2.0);
+    // The administrator's key, from PETSTORE_API_KEYS, has every scope.
+    let response = server
+        .request(Method::GET, "/store/inventory")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+}
