@@ -212,6 +212,74 @@ async fn the_access_log_names_the_key_and_the_operation_never_the_key_itself() {
     );
 }
 
+/// `keys create --scopes`, `keys list` and `keys scopes`, as an operator
+/// uses them while a server runs: the server applies each within seconds.
+#[tokio::test]
+async fn scopes_are_chosen_shown_and_changed_through_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = format!("sqlite://{}", dir.path().join("pets.db").display());
+    migrate(dir.path(), &database);
+    let path = dir.path().to_owned();
+    let url = database.clone();
+    let served = blocking(move || start(&path, &url)).await;
+    let (ok, key, stderr) = keys(
+        dir.path(),
+        &database,
+        &["create", "--name", "shop-front", "--scopes", "pets:read"],
+    );
+    assert!(ok && stderr.contains("with scopes pets:read"), "{stderr}");
+    let key = key.trim().to_owned();
+    let (ok, _, stderr) = keys(dir.path(), &database, &["create", "--name", "admin"]);
+    assert!(ok && stderr.contains("with scopes all"), "{stderr}");
+    let address = served.address.clone();
+    eventually("the new key is accepted", || {
+        get(&address, "/v1/pets", Some(&key)).0 == 200
+    })
+    .await;
+    let (status, body) = get(&address, "/v1/store/inventory", Some(&key));
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.contains("insufficient_scope") && body.contains("inventory:read"),
+        "{body}"
+    );
+
+    let (ok, list, _) = keys(dir.path(), &database, &["list"]);
+    assert!(ok);
+    let scopes_of = |name: &str| {
+        let row = list.lines().find(|l| l.starts_with(name)).unwrap();
+        row.split_whitespace().last().unwrap().to_owned()
+    };
+    assert!(list.lines().next().unwrap().ends_with("SCOPES"), "{list}");
+    assert_eq!(scopes_of("shop-front"), "pets:read");
+    assert_eq!(scopes_of("admin"), "all");
+
+    let (ok, _, stderr) = keys(
+        dir.path(),
+        &database,
+        &["scopes", "shop-front", "pets:read,inventory:read"],
+    );
+    assert!(ok && stderr.contains("before: pets:read"), "{stderr}");
+    eventually("the new scopes are in force", || {
+        get(&address, "/v1/store/inventory", Some(&key)).0 == 200
+    })
+    .await;
+    for (args, expected) in [
+        (
+            &["create", "--name", "x", "--scopes", "pets:eat"][..],
+            "\"pets:eat\" is not a scope",
+        ),
+        (&["create", "--name", "x", "--scopes", ""], "is not a scope"),
+        (&["scopes", "nobody", "all"], "no key is named \"nobody\""),
+    ] {
+        let (ok, _, stderr) = keys(dir.path(), &database, args);
+        assert!(!ok, "{args:?} succeeded");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+    let (ok, help, _) = keys(dir.path(), &database, &["create", "--help"]);
+    assert!(ok && help.contains("Default: all"), "{help}");
+    blocking(move || served.terminate()).await;
+}
+
 #[test]
 fn keys_commands_refuse_bad_input_with_a_message_and_a_failure_exit() {
     let dir = tempfile::tempdir().unwrap();
