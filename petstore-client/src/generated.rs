@@ -82,7 +82,7 @@ pub mod types {
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
     pub struct Error {
         /**Machine-readable error code: `bad_request`, `unauthorized`,
-`not_found`, `idempotency_key_in_use`, `pet_not_available`,
+`insufficient_scope`, `not_found`, `idempotency_key_in_use`, `pet_not_available`,
 `invalid_transition`, `payload_too_large`, `idempotency_key_reused`,
 `pet_not_found`, `internal_error` or `service_unavailable`.
 */
@@ -232,6 +232,15 @@ pub mod types {
         ///When the order was placed, in UTC (assigned by the service).
         #[serde(rename = "placedAt")]
         pub placed_at: ::chrono::DateTime<::chrono::offset::Utc>,
+        /**The name of the API key that placed the order (since 1.4.0). Present
+only in answers to a key with the scope `orders:manage`, and only for
+orders placed since 1.4.0.
+*/
+        #[serde(
+            rename = "placedBy",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub placed_by: ::std::option::Option<::std::string::String>,
         pub status: OrderStatus,
     }
 
@@ -897,6 +906,10 @@ again).
                 ::chrono::DateTime<::chrono::offset::Utc>,
                 ::std::string::String,
             >,
+            placed_by: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
             status: ::std::result::Result<super::OrderStatus, ::std::string::String>,
         }
 
@@ -906,6 +919,7 @@ again).
                     id: Err("no value supplied for id".to_string()),
                     pet_id: Err("no value supplied for pet_id".to_string()),
                     placed_at: Err("no value supplied for placed_at".to_string()),
+                    placed_by: Ok(Default::default()),
                     status: Err("no value supplied for status".to_string()),
                 }
             }
@@ -946,6 +960,18 @@ again).
                     });
                 self
             }
+            pub fn placed_by<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.placed_by = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for placed_by: {e}")
+                    });
+                self
+            }
             pub fn status<T>(mut self, value: T) -> Self
             where
                 T: ::std::convert::TryInto<super::OrderStatus>,
@@ -969,6 +995,7 @@ again).
                     id: value.id?,
                     pet_id: value.pet_id?,
                     placed_at: value.placed_at?,
+                    placed_by: value.placed_by?,
                     status: value.status?,
                 })
             }
@@ -980,6 +1007,7 @@ again).
                     id: Ok(value.id),
                     pet_id: Ok(value.pet_id),
                     placed_at: Ok(value.placed_at),
+                    placed_by: Ok(value.placed_by),
                     status: Ok(value.status),
                 }
             }
@@ -1186,11 +1214,11 @@ Decisions where the interface specification is silent:
   checked before anything else about the request, so a request with a missing or
   wrong key gets `401` even when its body or parameters are also invalid. Keys
   are configured by the operator; they cannot be obtained or revoked through the
-  API. Every valid key may call every operation: there are no roles or scopes,
-  and a key sees and may change every order, whichever key placed it.
+  API. What a valid key may do is set by its scopes (since 1.4.0, below).
 - **Error codes.** Every error response of these operations carries the
   `Error` body. Its `code` is one of `bad_request` (400), `unauthorized`
-  (401), `not_found` (404), `idempotency_key_in_use` (409),
+  (401), `insufficient_scope` (403), `not_found` (404),
+  `idempotency_key_in_use` (409),
   `pet_not_available` (409), `invalid_transition` (409),
   `payload_too_large` (413), `idempotency_key_reused` (422),
   `pet_not_found` (422), `internal_error` (500) and
@@ -1264,13 +1292,32 @@ Decisions where the interface specification is silent:
 - **Inventory (since 1.3.0).** `GET /store/inventory` counts the animals of
   each status, exactly, at one moment. Animals created without a status are
   in no count (they cannot be ordered either).
+- **Scopes (since 1.4.0).** Each API key carries a set of scopes, chosen by
+  the operator when the key is made (`petstore-server keys create --scopes`)
+  and changeable later; a change takes effect on every instance within 2
+  seconds. The scopes are `pets:read` (list and read animals), `pets:write`
+  (add animals), `orders:place` (a customer: place orders, list and read the
+  orders placed with the same key, cancel such an order while it is
+  `placed`), `orders:manage` (staff: list and read every order, deliver or
+  cancel any order) and `inventory:read` (read the inventory). Each
+  operation names the scopes that admit it in its description and in its
+  `x-petstore-scopes` extension: any one of them suffices. A request whose
+  key has none of them is `403` with code `insufficient_scope`, whose
+  message names the missing scope, and changes nothing; a missing or
+  invalid key is still `401` first. Keys made before 1.4.0 and keys given
+  in `PETSTORE_API_KEYS` have every scope. An order belongs to the API key
+  that placed it: to a key with `orders:place` but not `orders:manage`,
+  another key's order is `404`, as if it did not exist, and never appears
+  in a list, a page or a `Link`. Revoking a key deletes none of its orders;
+  a key with `orders:manage` sees, in each order's `placedBy`, the name of
+  the key that placed it.
 - **Times.** `placedAt` is assigned by the service when the order is placed,
   in UTC, written as RFC 3339 with six fractional digits and `Z`
   (`2026-11-24T09:30:00.123456Z`).
 - **Rate limits.** None.
 
 
-Version: 1.3.0*/
+Version: 1.4.0*/
 pub struct Client {
     pub(crate) baseurl: String,
     pub(crate) client: reqwest::Client,
@@ -1310,7 +1357,7 @@ impl Client {
 
 impl ClientInfo<()> for Client {
     fn api_version() -> &'static str {
-        "1.3.0"
+        "1.4.0"
     }
 
     fn baseurl(&self) -> &str {
@@ -1336,6 +1383,8 @@ Returns at most `limit` animals (20 when `limit` is omitted) in ascending
 that status are returned. When `after` is given, only animals whose `id` is
 greater than `after` are returned: to read the next page, pass the last `id`
 of this one, or follow the `Link` header's `next` target.
+
+Scope: `pets:read`.
 
 
 Sends a `GET` request to `/pets`
@@ -1369,6 +1418,8 @@ With an `Idempotency-Key` header the create happens at most once per key:
 a retry with the same key and body gets the first `201` again (marked
 `Idempotent-Replayed: true`) instead of creating a second animal.
 
+Scope: `pets:write`.
+
 
 Sends a `POST` request to `/pets`
 
@@ -1399,6 +1450,8 @@ Deprecated: this operation will be removed on 5 December 2030. Use
 and every `200` response announces the deprecation with the `Deprecation`
 (RFC 9745), `Sunset` (RFC 8594) and `Link` headers.
 
+Scope: `pets:read`.
+
 
 Sends a `GET` request to `/pets/{petId}`
 
@@ -1411,7 +1464,7 @@ let response = client.get_pet()
     .await;
 ```*/
     #[deprecated(
-        since = "1.3.0",
+        since = "1.4.0",
         note = "this operation will be removed on 5 December 2030; use list_pets with the status filter instead"
     )]
     #[allow(deprecated)]
@@ -1427,6 +1480,9 @@ that status are returned; when `petId` is given, only orders for that
 animal. When `after` is given, only orders whose `id` is greater than
 `after` are returned: to read the next page, pass the last `id` of this
 one, or follow the `Link` header's `next` target.
+
+Scope: `orders:place`, which lists only the orders placed with the same API
+key, or `orders:manage`, which lists every order.
 
 
 Sends a `GET` request to `/store/orders`
@@ -1466,6 +1522,8 @@ key: a retry with the same key and body gets the first `201` again
 (marked `Idempotent-Replayed: true`, the order as it was placed, even if
 it has changed since) instead of a `409`.
 
+Scope: `orders:place`. The order belongs to the API key that placed it.
+
 
 Sends a `POST` request to `/store/orders`
 
@@ -1491,6 +1549,11 @@ let response = client.place_order()
 
 Returns the order with the given identifier.
 
+Scope: `orders:place`, for an order placed with the same API key (any other
+order is `404`, as if it did not exist), or `orders:manage`, for every
+order.
+
+
 Sends a `GET` request to `/store/orders/{orderId}`
 
 Arguments:
@@ -1514,6 +1577,11 @@ nothing and is answered `200` with the order, so a retry is always safe.
 Any other change (a `delivered` order cancelled, a `cancelled` one
 delivered) is `409` (`invalid_transition`).
 
+Scope: `orders:manage` delivers or cancels any order. `orders:place` alone
+may only cancel an order placed with the same API key: delivering is `403`
+(`insufficient_scope`, naming `orders:manage`), and another key's order is
+`404`.
+
 
 Sends a `PATCH` request to `/store/orders/{orderId}`
 
@@ -1536,6 +1604,8 @@ let response = client.update_order()
 Returns how many animals have each status now: exact counts, taken at
 one moment, reflecting every change acknowledged before the request.
 Animals created without a status are in no count.
+
+Scope: `inventory:read`.
 
 
 Sends a `GET` request to `/store/inventory`
@@ -1670,6 +1740,13 @@ pub mod builder {
                         ),
                     )
                 }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
                 500u16 => {
                     Err(
                         Error::ErrorResponse(
@@ -1797,6 +1874,13 @@ pub mod builder {
                         ),
                     )
                 }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
                 409u16 => {
                     Err(
                         Error::ErrorResponse(
@@ -1842,7 +1926,7 @@ pub mod builder {
 [`Client::get_pet`]: super::Client::get_pet*/
     #[derive(Debug, Clone)]
     #[deprecated(
-        since = "1.3.0",
+        since = "1.4.0",
         note = "this operation will be removed on 5 December 2030; use list_pets with the status filter instead"
     )]
     pub struct GetPet<'a> {
@@ -1913,6 +1997,13 @@ pub mod builder {
                     )
                 }
                 401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
                     Err(
                         Error::ErrorResponse(
                             ResponseValue::from_response(response).await?,
@@ -2072,6 +2163,13 @@ pub mod builder {
                         ),
                     )
                 }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
                 500u16 => {
                     Err(
                         Error::ErrorResponse(
@@ -2199,6 +2297,13 @@ pub mod builder {
                         ),
                     )
                 }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
                 409u16 => {
                     Err(
                         Error::ErrorResponse(
@@ -2311,6 +2416,13 @@ pub mod builder {
                     )
                 }
                 401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
                     Err(
                         Error::ErrorResponse(
                             ResponseValue::from_response(response).await?,
@@ -2451,6 +2563,13 @@ pub mod builder {
                         ),
                     )
                 }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
                 404u16 => {
                     Err(
                         Error::ErrorResponse(
@@ -2538,6 +2657,13 @@ pub mod builder {
             match response.status().as_u16() {
                 200u16 => ResponseValue::from_response(response).await,
                 401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
                     Err(
                         Error::ErrorResponse(
                             ResponseValue::from_response(response).await?,

@@ -97,6 +97,16 @@ pub mod operations {
             )
         }
 
+        pub fn forbidden(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(403u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
         pub fn internal_server_error(self, value: &types::Error) -> Self {
             Self(
                 self
@@ -183,6 +193,16 @@ pub mod operations {
                 self
                     .0
                     .status(401u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn forbidden(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(403u16)
                     .header("content-type", "application/json")
                     .json_body_obj(value),
             )
@@ -295,6 +315,16 @@ pub mod operations {
                 self
                     .0
                     .status(401u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn forbidden(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(403u16)
                     .header("content-type", "application/json")
                     .json_body_obj(value),
             )
@@ -430,6 +460,16 @@ pub mod operations {
             )
         }
 
+        pub fn forbidden(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(403u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
         pub fn internal_server_error(self, value: &types::Error) -> Self {
             Self(
                 self
@@ -516,6 +556,16 @@ pub mod operations {
                 self
                     .0
                     .status(401u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn forbidden(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(403u16)
                     .header("content-type", "application/json")
                     .json_body_obj(value),
             )
@@ -633,6 +683,16 @@ pub mod operations {
             )
         }
 
+        pub fn forbidden(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(403u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
         pub fn not_found(self, value: &types::Error) -> Self {
             Self(
                 self
@@ -729,6 +789,16 @@ pub mod operations {
             )
         }
 
+        pub fn forbidden(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(403u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
         pub fn not_found(self, value: &types::Error) -> Self {
             Self(
                 self
@@ -820,6 +890,16 @@ pub mod operations {
                 self
                     .0
                     .status(401u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn forbidden(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(403u16)
                     .header("content-type", "application/json")
                     .json_body_obj(value),
             )

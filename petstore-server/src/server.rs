@@ -30,7 +30,7 @@ use crate::observe::{ObservingDrain, RequestNotes};
 use crate::store::idempotency::{fingerprint, order_fingerprint};
 use crate::store::{
     self, CreateOutcome, DatabaseUrl, Idempotency, KeyStore, ListQuery, OpenError, OrderQuery,
-    PURGE_BATCH, PetStore, PlaceOutcome, Retention, StoreError, StoreMetrics, UpdateOutcome,
+    Owner, PURGE_BATCH, PetStore, PlaceOutcome, Retention, StoreError, StoreMetrics, UpdateOutcome,
 };
 use petstore_api::model::{
     Inventory, NewOrder, NewPet, Order, OrderStatus, OrderUpdate, OrderUpdateStatus, Pet, PetStatus,
@@ -41,6 +41,25 @@ const _: () = assert!(LIMIT_MAX as u32 <= store::LIST_MAX);
 
 /// The implementation of the API trait; never constructed.
 pub enum PetstoreImpl {}
+
+/// The owner whose orders alone the caller may see: its own key, unless it
+/// may manage every order.
+fn only_own(auth: &Authenticated) -> Option<[u8; 32]> {
+    (!auth.may(Scope::OrdersManage)).then(|| auth.identity())
+}
+
+/// An order as the caller may see it: who placed it only for staff.
+fn as_seen(mut order: Order, auth: &Authenticated) -> Order {
+    if !auth.may(Scope::OrdersManage) {
+        order.placed_by = None;
+    }
+    order
+}
+
+/// The 404 of an order that does not exist, or is another customer's.
+fn no_such_order(id: i64) -> ApiError {
+    ApiError::not_found(format!("no order has id {id}"))
+}
 
 /// The server's state in a request's context. It is always there (the
 /// server makes the context from it); if it were not, that is a bug: 500.
@@ -173,7 +192,7 @@ impl PetstoreApi for PetstoreImpl {
 
     async fn list_orders(
         rqctx: RequestContext<ApiContext>,
-        _auth: Authenticated,
+        auth: Authenticated,
         query: Query<ListOrdersParams>,
     ) -> Result<HttpResponseHeaders<HttpResponseOk<Vec<Order>>, OrdersPageHeaders>, ApiError> {
         let params = query.into_inner();
@@ -186,6 +205,7 @@ impl PetstoreApi for PetstoreImpl {
                 status: params.status,
                 pet_id: params.pet_id,
                 after: params.after,
+                owner: only_own(&auth),
             })
             .await
             .map_err(store_failure(context))?;
@@ -195,10 +215,8 @@ impl PetstoreApi for PetstoreImpl {
             }
             _ => OrdersPageHeaders::default(),
         };
-        Ok(HttpResponseHeaders::new(
-            HttpResponseOk(page.orders),
-            headers,
-        ))
+        let orders = page.orders.into_iter().map(|o| as_seen(o, &auth)).collect();
+        Ok(HttpResponseHeaders::new(HttpResponseOk(orders), headers))
     }
 
     async fn place_order(
@@ -219,11 +237,20 @@ impl PetstoreApi for PetstoreImpl {
             )
         });
         let keyed = once.is_some();
+        let owner = Owner {
+            digest: auth.identity(),
+            name: auth.name().to_string(),
+        };
         let outcome = context
             .store
-            .place_order(pet_id, once)
+            .place_order(pet_id, owner, once)
             .await
             .map_err(store_failure(context))?;
+        // A replay comes from the key that placed the order.
+        let as_placed = |mut order: Order| {
+            order.placed_by = Some(auth.name().to_string());
+            as_seen(order, &auth)
+        };
         // Only what a key decided is counted: a refusal of the animal is not.
         let count = |outcome| {
             if keyed {
@@ -239,11 +266,11 @@ impl PetstoreApi for PetstoreImpl {
         match outcome {
             PlaceOutcome::Placed(order) => {
                 count("placed");
-                placed(order, CreatedHeaders::default())
+                placed(as_placed(order), CreatedHeaders::default())
             }
             PlaceOutcome::Replayed(order) => {
                 count("replayed");
-                placed(order, CreatedHeaders::replayed())
+                placed(as_placed(order), CreatedHeaders::replayed())
             }
             PlaceOutcome::NotAvailable(status) => Err(ApiError::pet_not_available(
                 pet_id,
@@ -263,19 +290,19 @@ impl PetstoreApi for PetstoreImpl {
 
     async fn get_order(
         rqctx: RequestContext<ApiContext>,
-        _auth: Authenticated,
+        auth: Authenticated,
         path: Path<OrderPath>,
     ) -> Result<HttpResponseOk<Order>, ApiError> {
         let id = path.into_inner().order_id;
         let context = service(&rqctx)?;
         match context
             .store
-            .get_order(id)
+            .get_order(id, only_own(&auth))
             .await
             .map_err(store_failure(context))?
         {
-            Some(order) => Ok(HttpResponseOk(order)),
-            None => Err(ApiError::not_found(format!("no order has id {id}"))),
+            Some(order) => Ok(HttpResponseOk(as_seen(order, &auth))),
+            None => Err(no_such_order(id)),
         }
     }
 
@@ -296,14 +323,26 @@ impl PetstoreApi for PetstoreImpl {
             ));
         }
         let context = service(&rqctx)?;
+        // Another key's order is, to a customer, no order at all. Owners
+        // never change, so what this read finds holds for the update.
+        if let Some(owner) = only_own(&auth) {
+            let own = context
+                .store
+                .get_order(id, Some(owner))
+                .await
+                .map_err(store_failure(context))?;
+            if own.is_none() {
+                return Err(no_such_order(id));
+            }
+        }
         match context
             .store
             .update_order(id, to)
             .await
             .map_err(store_failure(context))?
         {
-            UpdateOutcome::Done(order) => Ok(HttpResponseOk(order)),
-            UpdateOutcome::NoSuchOrder => Err(ApiError::not_found(format!("no order has id {id}"))),
+            UpdateOutcome::Done(order) => Ok(HttpResponseOk(as_seen(order, &auth))),
+            UpdateOutcome::NoSuchOrder => Err(no_such_order(id)),
             UpdateOutcome::Invalid(from) => Err(ApiError::invalid_transition(
                 id,
                 from.as_str(),

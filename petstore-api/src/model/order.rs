@@ -78,6 +78,12 @@ pub struct Order {
     /// When the order was placed, in UTC (assigned by the service).
     #[serde(serialize_with = "rfc3339_micros")]
     pub placed_at: DateTime<Utc>,
+    /// The name of the API key that placed the order (since 1.4.0). Present
+    /// only in answers to a key with the scope `orders:manage`, and only for
+    /// orders placed since 1.4.0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
+    pub placed_by: Option<String>,
 }
 
 /// The contract's spelling of a time: RFC 3339 in UTC, always six
@@ -142,6 +148,7 @@ mod tests {
             pet_id: 2,
             status: OrderStatus::Placed,
             placed_at: DateTime::from_timestamp(1_795_305_600, 0).unwrap(),
+            placed_by: None,
         };
         assert_eq!(
             serde_json::to_value(&order).unwrap(),

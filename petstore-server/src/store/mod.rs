@@ -19,7 +19,7 @@ mod url;
 
 pub use idempotency::{CreateOutcome, Idempotency, PURGE_BATCH, Retention};
 pub use keys::{KeyError, KeyStore, Revoked, StoredKey};
-pub use orders::{OrderPage, OrderQuery, PlaceOutcome, UpdateOutcome};
+pub use orders::{OrderPage, OrderQuery, Owner, PlaceOutcome, UpdateOutcome};
 pub use postgres::PostgresStore;
 pub use sqlite::{SqliteKeys, SqliteStore};
 pub use url::{DatabaseUrl, DatabaseUrlError, PostgresUrl};
@@ -306,6 +306,7 @@ pub trait PetStore: Send + Sync + 'static {
     async fn place_order(
         &self,
         pet_id: i64,
+        owner: Owner,
         idempotency: Option<Idempotency>,
     ) -> Result<PlaceOutcome, StoreError>;
 
@@ -317,8 +318,13 @@ pub trait PetStore: Send + Sync + 'static {
         to: OrderUpdateStatus,
     ) -> Result<UpdateOutcome, StoreError>;
 
-    /// The order with identifier `id`, if there is one.
-    async fn get_order(&self, id: i64) -> Result<Option<Order>, StoreError>;
+    /// The order with identifier `id`, if there is one (and, when `owner`
+    /// is given, it belongs to that owner).
+    async fn get_order(
+        &self,
+        id: i64,
+        owner: Option<[u8; 32]>,
+    ) -> Result<Option<Order>, StoreError>;
 
     /// A page of orders in ascending `id` order (see [`OrderQuery`]).
     async fn list_orders(&self, query: OrderQuery) -> Result<OrderPage, StoreError>;

@@ -14,6 +14,19 @@ pub struct OrderQuery {
     pub pet_id: Option<i64>,
     /// Only orders whose id is greater than this, when given.
     pub after: Option<i64>,
+    /// Only the orders of this owner (see [`Owner::digest`]), when given.
+    pub owner: Option<[u8; 32]>,
+}
+
+/// Who places an order (since contract 1.4.0): the API key, by its digest
+/// (what "one's own orders" means) and by its name (what a key with
+/// `orders:manage` reads as `placedBy`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owner {
+    /// The SHA-256 digest of the key.
+    pub digest: [u8; 32],
+    /// The key's name.
+    pub name: String,
 }
 
 /// A page of orders.

@@ -2,12 +2,15 @@
 //! its `x-petstore-scopes` names; a key holding none of them gets `403
 //! insufficient_scope`, naming what is missing, and changes nothing; `401`
 //! still comes first and `403` before any body error; a change of a key's
-//! scopes reaches the running server within seconds.
+//! scopes reaches the running server within seconds. Orders belong to the
+//! key that placed them: a customer's key reaches only its own, by every
+//! route (lists, pages, filters, reads, cancels, replays); staff see all,
+//! and who placed each.
 
 use petstore_api::scopes::{Scope, Scopes, admitting};
 use petstore_server::store;
-use petstore_tests::{TestServer, assert_error, on_every_backend};
-use reqwest::{Method, StatusCode};
+use petstore_tests::{TestServer, assert_error, next_link, on_every_backend};
+use reqwest::{Method, Response, StatusCode};
 use serde_json::{Value, json};
 
 /// A request of one operation, and its answer when the key may send it.
@@ -100,6 +103,56 @@ async fn everything(server: &TestServer) -> Value {
         "orders": server.walk("/store/orders?limit=100", 100).await,
         "inventory": server.inventory().await,
     })
+}
+
+/// `method path` with `key` (and `body` as JSON, if any).
+async fn send(
+    server: &TestServer,
+    key: &str,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> Response {
+    let mut request = server.anonymous(method, path).bearer_auth(key);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    request.send().await.unwrap()
+}
+
+/// Every order `key` reaches from `first` by following `Link` headers.
+async fn walk_as(server: &TestServer, key: &str, first: &str) -> Vec<Value> {
+    let (mut seen, mut path) = (Vec::new(), Some(first.to_owned()));
+    while let Some(next) = path {
+        let response = send(server, key, Method::GET, &next, None).await;
+        assert_eq!(response.status(), StatusCode::OK, "{next}");
+        path = next_link(&response).map(|link| {
+            link.strip_prefix("/v1")
+                .expect("links are absolute paths")
+                .to_owned()
+        });
+        let page: Vec<Value> = response.json().await.unwrap();
+        seen.extend(page);
+    }
+    seen
+}
+
+/// Orders an animal of its own with `key` (with `Idempotency-Key: once`,
+/// if given); returns the order.
+async fn order_as(server: &TestServer, key: &str, once: Option<&str>) -> Value {
+    let animal = server
+        .create(json!({"name": "Bun", "categoryId": 1, "status": "available"}))
+        .await;
+    let mut request = server
+        .anonymous(Method::POST, "/store/orders")
+        .bearer_auth(key)
+        .json(&json!({"petId": animal["id"]}));
+    if let Some(once) = once {
+        request = request.header("idempotency-key", once);
+    }
+    let response = request.send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    response.json().await.unwrap()
 }
 
 on_every_backend! {
@@ -211,6 +264,66 @@ on_every_backend! {
             .await
             .unwrap();
         assert_error(refused, StatusCode::FORBIDDEN, "insufficient_scope").await;
+    }
+
+    async fn customers_reach_only_their_own_orders_by_every_route_and_staff_all(server) {
+        let customer: Scopes = "pets:read,orders:place".parse().unwrap();
+        let alice = server.stored_key("alice", customer).await;
+        let bob = server.stored_key("bob", customer).await;
+        let staff = server.stored_key("staff", "orders:manage".parse().unwrap()).await;
+        let mut mine = Vec::new();
+        let mut theirs = Vec::new();
+        for i in 0..3 {
+            // The same idempotency key for both: each key's own.
+            let once = (i == 0).then_some("same-key");
+            mine.push(order_as(&server, &alice, once).await);
+            theirs.push(order_as(&server, &bob, once).await);
+        }
+        for order in mine.iter().chain(&theirs) {
+            assert!(order.get("placedBy").is_none(), "a customer is not told: {order}");
+        }
+        // Lists, pages (one order a page, through Link), filters.
+        assert_eq!(walk_as(&server, &alice, "/store/orders?limit=1").await, mine);
+        assert_eq!(walk_as(&server, &bob, "/store/orders?limit=1&status=placed").await, theirs);
+        let of_theirs = format!("/store/orders?petId={}", theirs[1]["petId"]);
+        assert_eq!(walk_as(&server, &alice, &of_theirs).await, Vec::<Value>::new());
+        let after = format!("/store/orders?after={}&limit=1", mine[0]["id"]);
+        assert_eq!(walk_as(&server, &alice, &after).await, mine[1..].to_vec());
+        // Reading or cancelling another's order: 404, as for no order.
+        for order in &theirs {
+            let path = format!("/store/orders/{}", order["id"]);
+            let read = send(&server, &alice, Method::GET, &path, None).await;
+            let body = assert_error(read, StatusCode::NOT_FOUND, "not_found").await;
+            assert_eq!(body["message"], format!("no order has id {}", order["id"]));
+            let cancel = send(&server, &alice, Method::PATCH, &path, Some(json!({"status": "cancelled"}))).await;
+            assert_error(cancel, StatusCode::NOT_FOUND, "not_found").await;
+            let own = send(&server, &bob, Method::GET, &path, None).await;
+            assert_eq!(own.json::<Value>().await.unwrap(), *order, "unchanged");
+        }
+        // A replay of the shared idempotency key answers each its own.
+        let again = server
+            .anonymous(Method::POST, "/store/orders")
+            .bearer_auth(&alice)
+            .header("idempotency-key", "same-key")
+            .json(&json!({"petId": mine[0]["petId"]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(again.headers()["idempotent-replayed"], "true");
+        assert_eq!(again.json::<Value>().await.unwrap(), mine[0]);
+        // Owners are stored: a restarted server (which reloads what it
+        // keeps in memory) tells the orders apart as before.
+        server.restart().await;
+        assert_eq!(walk_as(&server, &bob, "/store/orders?limit=2").await, theirs);
+        // Staff see every order and who placed it, even once a key is revoked.
+        let keys = store::open_keys(&server.database().url).await.unwrap();
+        keys.revoke_key("alice", petstore_server::keyring::unix_now()).await.unwrap();
+        server.key_answers(&alice, "/pets?limit=1", |status| status == 401).await;
+        let all = walk_as(&server, &staff, "/store/orders?limit=2").await;
+        let placed_by: Vec<&str> = all.iter().map(|o| o["placedBy"].as_str().unwrap()).collect();
+        assert_eq!(placed_by, ["alice", "bob", "alice", "bob", "alice", "bob"]);
+        let one = send(&server, &staff, Method::GET, &format!("/store/orders/{}", mine[2]["id"]), None).await;
+        assert_eq!(one.json::<Value>().await.unwrap()["placedBy"], "alice");
     }
 
     async fn a_change_of_scopes_reaches_the_running_server(server) {

@@ -160,6 +160,7 @@ fn order(id: i64, pet_id: i64) -> types::Order {
         pet_id,
         status: types::OrderStatus::Placed,
         placed_at: "2026-11-24T10:00:00.123456Z".parse().unwrap(),
+        placed_by: None,
     }
 }
 

@@ -63,7 +63,7 @@ impl<T: CliConfig> Cli<T> {
                     .help("Return only animals with this status."),
             )
             .about(
-                "List animals\n\nReturns at most `limit` animals (20 when `limit` is omitted) in ascending\n`id` order, as a plain JSON array. When `status` is given, only animals with\nthat status are returned. When `after` is given, only animals whose `id` is\ngreater than `after` are returned: to read the next page, pass the last `id`\nof this one, or follow the `Link` header's `next` target.\n",
+                "List animals\n\nReturns at most `limit` animals (20 when `limit` is omitted) in ascending\n`id` order, as a plain JSON array. When `status` is given, only animals with\nthat status are returned. When `after` is given, only animals whose `id` is\ngreater than `after` are returned: to read the next page, pass the last `id`\nof this one, or follow the `Link` header's `next` target.\n\nScope: `pets:read`.\n",
             )
     }
 
@@ -116,7 +116,7 @@ impl<T: CliConfig> Cli<T> {
                     .help("Path to a file that contains the full json body."),
             )
             .about(
-                "Add an animal\n\nAdds an animal to the catalogue. The `201` response carries the stored\nanimal with the `id` the service assigned. The animal is stored durably\nbefore the response is sent.\n\nWith an `Idempotency-Key` header the create happens at most once per key:\na retry with the same key and body gets the first `201` again (marked\n`Idempotent-Replayed: true`) instead of creating a second animal.\n",
+                "Add an animal\n\nAdds an animal to the catalogue. The `201` response carries the stored\nanimal with the `id` the service assigned. The animal is stored durably\nbefore the response is sent.\n\nWith an `Idempotency-Key` header the create happens at most once per key:\na retry with the same key and body gets the first `201` again (marked\n`Idempotent-Replayed: true`) instead of creating a second animal.\n\nScope: `pets:write`.\n",
             )
     }
 
@@ -130,7 +130,7 @@ impl<T: CliConfig> Cli<T> {
                     .help("Identifier of the animal to read."),
             )
             .about(
-                "Get an animal (deprecated)\n\nReturns the animal with the given identifier.\n\nDeprecated: this operation will be removed on 5 December 2030. Use\n`GET /pets` with the `status` filter instead. Until then it keeps working,\nand every `200` response announces the deprecation with the `Deprecation`\n(RFC 9745), `Sunset` (RFC 8594) and `Link` headers.\n",
+                "Get an animal (deprecated)\n\nReturns the animal with the given identifier.\n\nDeprecated: this operation will be removed on 5 December 2030. Use\n`GET /pets` with the `status` filter instead. Until then it keeps working,\nand every `200` response announces the deprecation with the `Deprecation`\n(RFC 9745), `Sunset` (RFC 8594) and `Link` headers.\n\nScope: `pets:read`.\n",
             )
     }
 
@@ -176,7 +176,7 @@ impl<T: CliConfig> Cli<T> {
                     .help("Return only orders with this status."),
             )
             .about(
-                "List orders\n\nReturns at most `limit` orders (20 when `limit` is omitted) in ascending\n`id` order, as a plain JSON array. When `status` is given, only orders with\nthat status are returned; when `petId` is given, only orders for that\nanimal. When `after` is given, only orders whose `id` is greater than\n`after` are returned: to read the next page, pass the last `id` of this\none, or follow the `Link` header's `next` target.\n",
+                "List orders\n\nReturns at most `limit` orders (20 when `limit` is omitted) in ascending\n`id` order, as a plain JSON array. When `status` is given, only orders with\nthat status are returned; when `petId` is given, only orders for that\nanimal. When `after` is given, only orders whose `id` is greater than\n`after` are returned: to read the next page, pass the last `id` of this\none, or follow the `Link` header's `next` target.\n\nScope: `orders:place`, which lists only the orders placed with the same API\nkey, or `orders:manage`, which lists every order.\n",
             )
     }
 
@@ -207,7 +207,7 @@ impl<T: CliConfig> Cli<T> {
                     .help("Path to a file that contains the full json body."),
             )
             .about(
-                "Order an animal\n\nOrders an `available` animal. The order is stored as `placed` and the\nanimal becomes `pending` in the same transaction, durably, before the\n`201` is sent. Among concurrent orders for one animal exactly one\nsucceeds; the others get `409` (`pet_not_available`), as does an order\nfor an animal that is `pending`, `sold` or has no status. An order for\nan `id` with no animal is `422` (`pet_not_found`).\n\nWith an `Idempotency-Key` header the order is placed at most once per\nkey: a retry with the same key and body gets the first `201` again\n(marked `Idempotent-Replayed: true`, the order as it was placed, even if\nit has changed since) instead of a `409`.\n",
+                "Order an animal\n\nOrders an `available` animal. The order is stored as `placed` and the\nanimal becomes `pending` in the same transaction, durably, before the\n`201` is sent. Among concurrent orders for one animal exactly one\nsucceeds; the others get `409` (`pet_not_available`), as does an order\nfor an animal that is `pending`, `sold` or has no status. An order for\nan `id` with no animal is `422` (`pet_not_found`).\n\nWith an `Idempotency-Key` header the order is placed at most once per\nkey: a retry with the same key and body gets the first `201` again\n(marked `Idempotent-Replayed: true`, the order as it was placed, even if\nit has changed since) instead of a `409`.\n\nScope: `orders:place`. The order belongs to the API key that placed it.\n",
             )
     }
 
@@ -220,7 +220,9 @@ impl<T: CliConfig> Cli<T> {
                     .required(true)
                     .help("Identifier of the order."),
             )
-            .about("Get an order\n\nReturns the order with the given identifier.")
+            .about(
+                "Get an order\n\nReturns the order with the given identifier.\n\nScope: `orders:place`, for an order placed with the same API key (any other\norder is `404`, as if it did not exist), or `orders:manage`, for every\norder.\n",
+            )
     }
 
     pub fn cli_update_order() -> ::clap::Command {
@@ -255,14 +257,14 @@ impl<T: CliConfig> Cli<T> {
                     .help("Path to a file that contains the full json body."),
             )
             .about(
-                "Deliver or cancel an order\n\nDelivers a `placed` order (its animal becomes `sold`) or cancels it (its\nanimal becomes `available` again), in one transaction, durably, before\nthe `200` is sent. Asking for the status the order already has changes\nnothing and is answered `200` with the order, so a retry is always safe.\nAny other change (a `delivered` order cancelled, a `cancelled` one\ndelivered) is `409` (`invalid_transition`).\n",
+                "Deliver or cancel an order\n\nDelivers a `placed` order (its animal becomes `sold`) or cancels it (its\nanimal becomes `available` again), in one transaction, durably, before\nthe `200` is sent. Asking for the status the order already has changes\nnothing and is answered `200` with the order, so a retry is always safe.\nAny other change (a `delivered` order cancelled, a `cancelled` one\ndelivered) is `409` (`invalid_transition`).\n\nScope: `orders:manage` delivers or cancels any order. `orders:place` alone\nmay only cancel an order placed with the same API key: delivering is `403`\n(`insufficient_scope`, naming `orders:manage`), and another key's order is\n`404`.\n",
             )
     }
 
     pub fn cli_get_inventory() -> ::clap::Command {
         ::clap::Command::new("")
             .about(
-                "Count animals by status\n\nReturns how many animals have each status now: exact counts, taken at\none moment, reflecting every change acknowledged before the request.\nAnimals created without a status are in no count.\n",
+                "Count animals by status\n\nReturns how many animals have each status now: exact counts, taken at\none moment, reflecting every change acknowledged before the request.\nAnimals created without a status are in no count.\n\nScope: `inventory:read`.\n",
             )
     }
 

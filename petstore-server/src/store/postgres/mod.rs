@@ -34,7 +34,7 @@ use self::orders::{Place, Update};
 use self::reads::{CountPets, GetPet, ListPets};
 use self::shared::{CONNECTION_TIMEOUT, SharedConnections};
 use super::{
-    ListQuery, OpenError, OrderPage, OrderQuery, Page, PetStore, PlaceOutcome, PoolStats,
+    ListQuery, OpenError, OrderPage, OrderQuery, Owner, Page, PetStore, PlaceOutcome, PoolStats,
     PostgresFailure, PostgresUrl, SharedStats, StoreError, StoreStats, UpdateOutcome,
 };
 use petstore_api::model::{Inventory, NewPet, Order, OrderUpdateStatus, Pet, PetStatus};
@@ -426,11 +426,14 @@ impl PetStore for PostgresStore {
     async fn place_order(
         &self,
         pet_id: i64,
+        owner: Owner,
         idempotency: Option<Idempotency>,
     ) -> Result<PlaceOutcome, StoreError> {
         match idempotency {
-            None => self.places.submit(Place(pet_id)).await,
-            Some(once) => orders::place_once(&mut self.client().await?, pet_id, &once).await,
+            None => self.places.submit(Place(pet_id, owner)).await,
+            Some(once) => {
+                orders::place_once(&mut self.client().await?, pet_id, &owner, &once).await
+            }
         }
     }
 
@@ -443,8 +446,12 @@ impl PetStore for PostgresStore {
         self.updates.submit(Update { id, to }).await
     }
 
-    async fn get_order(&self, id: i64) -> Result<Option<Order>, StoreError> {
-        orders::get(&self.readers.get().await?, id).await
+    async fn get_order(
+        &self,
+        id: i64,
+        owner: Option<[u8; 32]>,
+    ) -> Result<Option<Order>, StoreError> {
+        orders::get(&self.readers.get().await?, id, owner).await
     }
 
     async fn list_orders(&self, query: OrderQuery) -> Result<OrderPage, StoreError> {

@@ -3,12 +3,16 @@
 
 use tokio_postgres::{Client, Statement};
 
-const ORDER_COLUMNS: &str = "id, pet_id, status, placed_at";
+/// The columns `orders::order_from_row` reads.
+const ORDER_COLUMNS: &str = "id, pet_id, status, placed_at, placed_by";
 
-/// Reserves the animals of `$1` that are available and places an order for
-/// each.
+/// Reserves the animals of `$1` (distinct) that are available and places
+/// an order for each, owned by the key of digest `$2` and name `$3` at the
+/// same place.
 const PLACE_MANY: &str = "
-    WITH locked AS (
+    WITH wanted AS (
+        SELECT * FROM unnest($1::bigint[], $2::bytea[], $3::text[]) AS w(pet_id, owner, placed_by)
+    ), locked AS (
         SELECT id FROM pets WHERE id = ANY($1) AND status = 'available'
         ORDER BY id FOR UPDATE
     ), reserved AS (
@@ -16,9 +20,10 @@ const PLACE_MANY: &str = "
         WHERE pets.id = locked.id AND pets.status = 'available'
         RETURNING pets.id
     )
-    INSERT INTO orders (pet_id, status, placed_at)
-    SELECT id, 'placed', statement_timestamp() FROM reserved
-    RETURNING id, pet_id, status, placed_at";
+    INSERT INTO orders (pet_id, status, placed_at, owner, placed_by)
+    SELECT reserved.id, 'placed', statement_timestamp(), wanted.owner, wanted.placed_by
+    FROM reserved JOIN wanted ON wanted.pet_id = reserved.id
+    RETURNING id, pet_id, status, placed_at, placed_by";
 
 /// Gives each order of `$1` that is placed the status of `$2` at its
 /// place, and its animal the status of `$3`. The ids are distinct.
@@ -31,13 +36,14 @@ const UPDATE_MANY: &str = "
     ), changed AS (
         UPDATE orders SET status = wanted.status FROM wanted, locked
         WHERE orders.id = wanted.id AND orders.id = locked.id AND orders.status = 'placed'
-        RETURNING orders.id, orders.pet_id, orders.status, orders.placed_at, wanted.pet_status
+        RETURNING orders.id, orders.pet_id, orders.status, orders.placed_at, orders.placed_by,
+            wanted.pet_status
     ), moved AS (
         UPDATE pets SET status = changed.pet_status FROM changed
         WHERE pets.id = changed.pet_id
         RETURNING pets.id
     )
-    SELECT id, pet_id, status, placed_at FROM changed";
+    SELECT id, pet_id, status, placed_at, placed_by FROM changed";
 
 /// The Store's statements, prepared on every shared connection.
 pub(super) struct OrderStatements {
@@ -47,6 +53,8 @@ pub(super) struct OrderStatements {
     pub list_by_status: Statement,
     /// An animal has few orders: its index, then the status filter.
     pub list_by_pet: Statement,
+    /// One owner's orders (a customer's): its index, then the filters.
+    pub list_by_owner: Statement,
     pub inventory: Statement,
     pub place_many: Statement,
     pub update_many: Statement,
@@ -56,7 +64,7 @@ pub(super) struct OrderStatements {
 impl OrderStatements {
     pub async fn prepare(client: &Client) -> Result<OrderStatements, tokio_postgres::Error> {
         let select = format!("SELECT {ORDER_COLUMNS} FROM orders");
-        let by_id = format!("{select} WHERE id = $1");
+        let by_id = format!("SELECT {ORDER_COLUMNS}, owner FROM orders WHERE id = $1");
         let by_ids = format!("{select} WHERE id = ANY($1)");
         let from = format!("{select} WHERE id > $1 ORDER BY id LIMIT $2");
         let by_status = format!("{select} WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3");
@@ -64,12 +72,18 @@ impl OrderStatements {
             "{select} WHERE pet_id = $1 AND id > $2 AND ($3::text IS NULL OR status = $3)
              ORDER BY id LIMIT $4"
         );
-        let (get, get_many, list, list_by_status, list_by_pet) = tokio::try_join!(
+        let by_owner = format!(
+            "{select} WHERE owner = $1 AND id > $2 AND ($3::text IS NULL OR status = $3)
+               AND ($4::bigint IS NULL OR pet_id = $4)
+             ORDER BY id LIMIT $5"
+        );
+        let (get, get_many, list, list_by_status, list_by_pet, list_by_owner) = tokio::try_join!(
             client.prepare(&by_id),
             client.prepare(&by_ids),
             client.prepare(&from),
             client.prepare(&by_status),
             client.prepare(&by_pet),
+            client.prepare(&by_owner),
         )?;
         let (inventory, place_many, update_many, pet_statuses) = tokio::try_join!(
             client.prepare(
@@ -87,6 +101,7 @@ impl OrderStatements {
             list,
             list_by_status,
             list_by_pet,
+            list_by_owner,
             inventory,
             place_many,
             update_many,

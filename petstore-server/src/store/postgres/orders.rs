@@ -32,7 +32,7 @@ use super::shared::{Lease, SharedConnections};
 use super::{KeyState, begin_keyed, postgres, status_from_column};
 use crate::store::idempotency::Idempotency;
 use crate::store::orders::transition;
-use crate::store::{OrderPage, OrderQuery, PlaceOutcome, StoreError, UpdateOutcome};
+use crate::store::{OrderPage, OrderQuery, Owner, PlaceOutcome, StoreError, UpdateOutcome};
 use petstore_api::model::{Inventory, Order, OrderStatus, PetStatus};
 
 /// The schema of the Store: orders, their idempotency records, and the
@@ -136,9 +136,9 @@ const PLACE_ONCE: &str = "
         UPDATE pets SET status = 'pending' WHERE id = $1 AND status = 'available'
         RETURNING id
     ), placed AS (
-        INSERT INTO orders (pet_id, status, placed_at)
-        SELECT id, 'placed', statement_timestamp() FROM reserved
-        RETURNING id, pet_id, status, placed_at
+        INSERT INTO orders (pet_id, status, placed_at, owner, placed_by)
+        SELECT id, 'placed', statement_timestamp(), $6, $7 FROM reserved
+        RETURNING id, pet_id, status, placed_at, placed_by
     ), kept AS (
         INSERT INTO order_idempotency_keys
             (scope, key, fingerprint, created_at, order_id, pet_id, placed_at)
@@ -148,13 +148,13 @@ const PLACE_ONCE: &str = "
             order_id = excluded.order_id, pet_id = excluded.pet_id,
             placed_at = excluded.placed_at
     )
-    SELECT id, pet_id, status, placed_at FROM placed";
+    SELECT id, pet_id, status, placed_at, placed_by FROM placed";
 
 /// How often a decision that a concurrent change overtook is made again
 /// (each attempt sees every change committed before it).
 const ATTEMPTS: usize = 3;
 
-/// Decodes an order's four columns, never panicking.
+/// Decodes an order's columns (`order_statements::ORDER_COLUMNS`), never panicking.
 fn order_from_row(row: &Row) -> Result<Order, StoreError> {
     let decode = postgres("decoding an order");
     let id: i64 = row.try_get(0).map_err(&decode)?;
@@ -169,18 +169,32 @@ fn order_from_row(row: &Row) -> Result<Order, StoreError> {
             expected: "status (placed, delivered, cancelled)",
         })?,
         placed_at: row.try_get(3).map_err(&decode)?,
+        placed_by: row.try_get(4).map_err(&decode)?,
     })
 }
 
-/// The order `id`, read on `shared`.
-pub(super) async fn get(shared: &Lease<'_>, id: i64) -> Result<Option<Order>, StoreError> {
+/// The order `id`, read on `shared`, if it is `owner`'s (when given).
+pub(super) async fn get(
+    shared: &Lease<'_>,
+    id: i64,
+    owner: Option<[u8; 32]>,
+) -> Result<Option<Order>, StoreError> {
     let row = shared
         .run(
             "reading an order",
             shared.client.query_opt(&shared.orders.get, &[&id]),
         )
         .await?;
-    row.as_ref().map(order_from_row).transpose()
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    if let Some(owner) = owner {
+        let stored: Option<&[u8]> = row.try_get(5).map_err(postgres("decoding an order"))?;
+        if stored != Some(&owner[..]) {
+            return Ok(None);
+        }
+    }
+    order_from_row(&row).map(Some)
 }
 
 /// A page of orders, read on `shared`.
@@ -192,20 +206,27 @@ pub(super) async fn list(shared: &Lease<'_>, query: OrderQuery) -> Result<OrderP
     let statements = &shared.orders;
     let client = &shared.client;
     let doing = "listing orders";
-    let rows = match (query.pet_id, status) {
-        (Some(pet_id), status) => {
+    let rows = match (query.owner, query.pet_id, status) {
+        (Some(owner), pet_id, status) => {
+            let owner = &owner[..];
+            let params: [&(dyn ToSql + Sync); 5] = [&owner, &after, &status, &pet_id, &fetch];
+            shared
+                .run(doing, client.query(&statements.list_by_owner, &params))
+                .await?
+        }
+        (None, Some(pet_id), status) => {
             let params: [&(dyn ToSql + Sync); 4] = [&pet_id, &after, &status, &fetch];
             shared
                 .run(doing, client.query(&statements.list_by_pet, &params))
                 .await?
         }
-        (None, Some(status)) => {
+        (None, None, Some(status)) => {
             let params: [&(dyn ToSql + Sync); 3] = [&status, &after, &fetch];
             shared
                 .run(doing, client.query(&statements.list_by_status, &params))
                 .await?
         }
-        (None, None) => {
+        (None, None, None) => {
             let params: [&(dyn ToSql + Sync); 2] = [&after, &fetch];
             shared
                 .run(doing, client.query(&statements.list, &params))
@@ -240,8 +261,8 @@ pub(super) async fn inventory(shared: &Lease<'_>) -> Result<Inventory, StoreErro
     })
 }
 
-/// An order for an animal, placed in the next batch.
-pub(super) struct Place(pub i64);
+/// An order for an animal by an owner, placed in the next batch.
+pub(super) struct Place(pub i64, pub Owner);
 
 /// A status asked for an order, given in the next batch.
 pub(super) struct Update {
@@ -298,10 +319,20 @@ async fn place_round(batch: Vec<Waiting<Place>>, connections: &SharedConnections
         Ok(shared) => shared,
         Err(error) => return Err((batch, error)),
     };
-    let ids: Vec<i64> = batch.iter().map(|w| w.job.0).collect();
+    // Each animal once, for the first request for it (the others lose).
+    let mut seen = std::collections::HashSet::new();
+    let first: Vec<&Place> = batch
+        .iter()
+        .map(|w| &w.job)
+        .filter(|place| seen.insert(place.0))
+        .collect();
+    let ids: Vec<i64> = first.iter().map(|place| place.0).collect();
+    let owners: Vec<&[u8]> = first.iter().map(|place| &place.1.digest[..]).collect();
+    let names: Vec<&str> = first.iter().map(|place| place.1.name.as_str()).collect();
     let statement = &shared.orders.place_many;
+    let params: [&(dyn ToSql + Sync); 3] = [&ids, &owners, &names];
     let mut placed = match shared
-        .query_map("placing orders", statement, &[&ids], order_by_pet)
+        .query_map("placing orders", statement, &params, order_by_pet)
         .await
     {
         Ok(placed) => placed,
@@ -424,6 +455,7 @@ fn status_by_pet(row: &Row) -> Result<(i64, Option<PetStatus>), StoreError> {
 pub(super) async fn place_once(
     client: &mut deadpool_postgres::Client,
     pet_id: i64,
+    owner: &Owner,
     once: &Idempotency,
 ) -> Result<PlaceOutcome, StoreError> {
     let doing = "placing an order with an idempotency key";
@@ -446,6 +478,8 @@ pub(super) async fn place_once(
                     pet_id: record.try_get(3).map_err(&sql)?,
                     status: OrderStatus::Placed,
                     placed_at: record.try_get(4).map_err(&sql)?,
+                    // The key that placed it is the one replaying it.
+                    placed_by: None,
                 }));
             }
         };
@@ -454,7 +488,15 @@ pub(super) async fn place_once(
         let placed = tx
             .query_opt(
                 &place,
-                &[&pet_id, &scope, &once.key, &fingerprint, &once.now],
+                &[
+                    &pet_id,
+                    &scope,
+                    &once.key,
+                    &fingerprint,
+                    &once.now,
+                    &&owner.digest[..],
+                    &owner.name,
+                ],
             )
             .await
             .map_err(&sql)?;

@@ -45,7 +45,7 @@ use self::lock::DatabaseLock;
 use self::orders::OrderBook;
 use self::schema::{BUSY_TIMEOUT, configure_and_migrate, sqlite};
 use super::idempotency::{Claim, Claims, CreateOutcome, Idempotency};
-use super::orders::{OrderPage, OrderQuery, PlaceOutcome, UpdateOutcome, transition};
+use super::orders::{OrderPage, OrderQuery, Owner, PlaceOutcome, UpdateOutcome, transition};
 use super::{
     FatalSender, ListQuery, OpenError, Page, PetStore, StoreError, StoreMetrics, StoreStats,
 };
@@ -81,6 +81,8 @@ enum GroupJob {
     },
     Place {
         pet_id: i64,
+        // Boxed: the common write (a create) stays small.
+        owner: Box<Owner>,
         once: Option<(Idempotency, Claim)>,
         reply: Reply<PlaceOutcome>,
     },
@@ -447,11 +449,16 @@ fn settle(job: GroupJob, applied: Applied, memory: Option<&mut Committed>) -> An
             };
             Answer::Create(reply, outcome)
         }
-        (GroupJob::Place { once, reply, .. }, Applied::Placed(outcome)) => {
+        (
+            GroupJob::Place {
+                once, owner, reply, ..
+            },
+            Applied::Placed(outcome),
+        ) => {
             drop(once);
             if let (PlaceOutcome::Placed(order), Some(memory)) = (&outcome, memory) {
                 memory.pets.set_status(order.pet_id, PetStatus::Pending);
-                memory.orders.push(order);
+                memory.orders.push(order, Some(&owner.digest));
             }
             Answer::Place(reply, outcome)
         }
@@ -489,9 +496,15 @@ fn apply_all(conn: &mut Connection, jobs: &[GroupJob]) -> rusqlite::Result<Vec<A
             GroupJob::Create { pet, once, .. } => {
                 apply_create(&tx, pet, once.as_ref().map(|(once, _)| once))?
             }
-            GroupJob::Place { pet_id, once, .. } => Applied::Placed(apply_place(
+            GroupJob::Place {
+                pet_id,
+                owner,
+                once,
+                ..
+            } => Applied::Placed(apply_place(
                 &tx,
                 *pet_id,
+                owner,
                 once.as_ref().map(|(once, _)| once),
             )?),
             GroupJob::Update { id, to, .. } => {
@@ -550,6 +563,7 @@ fn apply_create(
 fn apply_place(
     tx: &Connection,
     pet_id: i64,
+    owner: &Owner,
     once: Option<&Idempotency>,
 ) -> rusqlite::Result<PlaceOutcome> {
     if let Some(once) = once
@@ -578,9 +592,13 @@ fn apply_place(
     let micros = placed_at.timestamp_micros();
     let id: i64 = tx
         .prepare_cached(
-            "INSERT INTO orders (pet_id, status, placed_at) VALUES (?1, 'placed', ?2) RETURNING id",
+            "INSERT INTO orders (pet_id, status, placed_at, owner, placed_by)
+             VALUES (?1, 'placed', ?2, ?3, ?4) RETURNING id",
         )?
-        .query_row(params![pet_id, micros], |row| row.get(0))?;
+        .query_row(
+            params![pet_id, micros, &owner.digest[..], owner.name],
+            |row| row.get(0),
+        )?;
     if let Some(once) = once {
         tx.prepare_cached(
             "INSERT INTO order_idempotency_keys
@@ -606,6 +624,7 @@ fn apply_place(
         pet_id,
         status: OrderStatus::Placed,
         placed_at: micros_to_time(micros),
+        placed_by: Some(owner.name.clone()),
     }))
 }
 
@@ -617,7 +636,7 @@ fn apply_update(
     to: OrderStatus,
 ) -> rusqlite::Result<(UpdateOutcome, bool)> {
     let found = tx
-        .prepare_cached("SELECT id, pet_id, status, placed_at FROM orders WHERE id = ?1")?
+        .prepare_cached(&format!("SELECT {ORDER_COLUMNS} FROM orders WHERE id = ?1"))?
         .query_row(params![id], order_from_row)
         .optional()?;
     let Some(mut order) = found else {
@@ -708,6 +727,8 @@ fn live_order_record(
                 pet_id: row.get(3)?,
                 status: OrderStatus::Placed,
                 placed_at: micros_to_time(row.get(4)?),
+                // The key that placed it is the one replaying it.
+                placed_by: None,
             })
         },
     )?;
@@ -837,6 +858,7 @@ impl PetStore for SqliteStore {
     async fn place_order(
         &self,
         pet_id: i64,
+        owner: Owner,
         idempotency: Option<Idempotency>,
     ) -> Result<PlaceOutcome, StoreError> {
         let once = match idempotency {
@@ -857,6 +879,7 @@ impl PetStore for SqliteStore {
         };
         self.write(|reply| GroupJob::Place {
             pet_id,
+            owner: Box::new(owner),
             once,
             reply,
         })
@@ -871,7 +894,7 @@ impl PetStore for SqliteStore {
         let to = OrderStatus::from(to);
         // Only a placed order changes, and only the writer changes it; every
         // other answer holds from the committed orders as they are now.
-        let decided = read(&self.memory, |memory| match memory.orders.get(id) {
+        let decided = read(&self.memory, |memory| match memory.orders.get(id, None) {
             None => Some(UpdateOutcome::NoSuchOrder),
             Some(order) => match transition(order.status, to) {
                 Ok(Some(_)) => None,
@@ -885,8 +908,12 @@ impl PetStore for SqliteStore {
         }
     }
 
-    async fn get_order(&self, id: i64) -> Result<Option<Order>, StoreError> {
-        read(&self.memory, |memory| memory.orders.get(id))
+    async fn get_order(
+        &self,
+        id: i64,
+        owner: Option<[u8; 32]>,
+    ) -> Result<Option<Order>, StoreError> {
+        read(&self.memory, |memory| memory.orders.get(id, owner))
     }
 
     async fn list_orders(&self, query: OrderQuery) -> Result<OrderPage, StoreError> {
@@ -975,16 +1002,24 @@ fn load_orders(conn: &Connection) -> Result<OrderBook, StoreError> {
     let sql = sqlite("loading the orders");
     let mut orders = OrderBook::default();
     let mut select = conn
-        .prepare("SELECT id, pet_id, status, placed_at FROM orders ORDER BY id")
+        .prepare(&format!(
+            "SELECT {ORDER_COLUMNS}, owner FROM orders ORDER BY id"
+        ))
         .map_err(&sql)?;
     let mut rows = select.query([]).map_err(&sql)?;
     while let Some(row) = rows.next().map_err(&sql)? {
-        orders.push(&order_from_row(row).map_err(&sql)?);
+        let order = order_from_row(row).map_err(&sql)?;
+        let owner: Option<Vec<u8>> = row.get(5).map_err(&sql)?;
+        let owner = owner.and_then(|bytes| <[u8; 32]>::try_from(bytes).ok());
+        orders.push(&order, owner.as_ref());
     }
     Ok(orders)
 }
 
-/// An order as stored: `id, pet_id, status, placed_at` (microseconds).
+/// The columns [`order_from_row`] reads.
+const ORDER_COLUMNS: &str = "id, pet_id, status, placed_at, placed_by";
+
+/// An order as stored: [`ORDER_COLUMNS`], `placed_at` in microseconds.
 fn order_from_row(row: &rusqlite::Row) -> rusqlite::Result<Order> {
     let id = row.get(0)?;
     let status: String = row.get(2)?;
@@ -1000,6 +1035,7 @@ fn order_from_row(row: &rusqlite::Row) -> rusqlite::Result<Order> {
         pet_id: row.get(1)?,
         status,
         placed_at: micros_to_time(row.get(3)?),
+        placed_by: row.get(4)?,
     })
 }
 

@@ -2,9 +2,11 @@
 //! catalogue is (see `catalogue.rs`): append-only columns in id order, the
 //! status written in place, a bitmap of positions per status, and each
 //! animal's orders (an animal has few: one live at most, and the cancelled
-//! ones before it).
+//! ones before it), and each owner's orders (a customer's key sees only
+//! those).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use roaring::RoaringBitmap;
@@ -25,12 +27,47 @@ pub struct OrderBook {
     by_status: [RoaringBitmap; 3],
     /// The positions of each animal's orders, ascending.
     by_pet: HashMap<i64, Vec<u32>>,
+    /// Each order's owner, as an index into `owners` (`NO_OWNER` for
+    /// orders placed before owners were recorded).
+    owner_of: Vec<u32>,
+    /// The owners: the key's digest and name, and their orders' positions,
+    /// ascending.
+    owners: Vec<OwnerOrders>,
+    owner_index: HashMap<[u8; 32], u32>,
 }
 
+/// An owner's orders.
+struct OwnerOrders {
+    digest: [u8; 32],
+    name: Arc<str>,
+    positions: Vec<u32>,
+}
+
+const NO_OWNER: u32 = u32::MAX;
+
 impl OrderBook {
-    /// Appends a newly committed order; its id is larger than any before.
-    pub fn push(&mut self, order: &Order) {
+    /// Appends a newly committed order, placed by `owner` (`None` for an
+    /// order placed before owners were recorded); its id is larger than any
+    /// before.
+    pub fn push(&mut self, order: &Order, owner: Option<&[u8; 32]>) {
         let position = u32::try_from(self.ids.len()).expect("fewer than 2^32 orders");
+        let owner = match (owner, &order.placed_by) {
+            (Some(digest), Some(name)) => {
+                let next = u32::try_from(self.owners.len()).expect("fewer than 2^32 owners");
+                let index = *self.owner_index.entry(*digest).or_insert(next);
+                if index == next {
+                    self.owners.push(OwnerOrders {
+                        digest: *digest,
+                        name: name.as_str().into(),
+                        positions: Vec::new(),
+                    });
+                }
+                self.owners[index as usize].positions.push(position);
+                index
+            }
+            _ => NO_OWNER,
+        };
+        self.owner_of.push(owner);
         self.ids.push(order.id);
         self.pet_ids.push(order.pet_id);
         self.statuses.push(order.status);
@@ -50,9 +87,15 @@ impl OrderBook {
         self.statuses[at] = status;
     }
 
-    /// The order with identifier `id`.
-    pub fn get(&self, id: i64) -> Option<Order> {
-        self.ids.position(id).map(|at| self.order(at))
+    /// The order with identifier `id`, if it is `owner`'s (when given).
+    pub fn get(&self, id: i64, owner: Option<[u8; 32]>) -> Option<Order> {
+        let at = self.ids.position(id)?;
+        let owned = |digest| {
+            self.owners
+                .get(self.owner_of[at] as usize)
+                .is_some_and(|owner| owner.digest == digest)
+        };
+        owner.is_none_or(owned).then(|| self.order(at))
     }
 
     /// The page `query` asks for, and whether more follow.
@@ -60,22 +103,35 @@ impl OrderBook {
         let start = self.ids.first_after(query.after.unwrap_or(i64::MIN));
         let limit = query.limit as usize;
         let mut orders = Vec::with_capacity(limit);
-        let more = match (query.pet_id, query.status) {
+        let matches = |at: usize| {
+            query.status.is_none_or(|s| self.statuses[at] == s)
+                && query.pet_id.is_none_or(|p| self.pet_ids[at] == p)
+        };
+        // A list of positions (an animal's, an owner's), then the filters.
+        let mut from_list = |positions: &[u32]| {
+            let from = positions.partition_point(|&at| (at as usize) < start);
+            let mut matching = positions[from..]
+                .iter()
+                .map(|&at| at as usize)
+                .filter(|&at| matches(at));
+            orders.extend(matching.by_ref().take(limit).map(|at| self.order(at)));
+            matching.next().is_some()
+        };
+        let more = match (query.owner, query.pet_id, query.status) {
+            (Some(digest), _, _) => match self.owner_index.get(&digest) {
+                Some(&index) => from_list(&self.owners[index as usize].positions),
+                None => false,
+            },
             // An animal has few orders: its list, then the status filter.
-            (Some(pet_id), status) => {
-                let of_pet = self.by_pet.get(&pet_id).map_or(&[][..], Vec::as_slice);
-                let from = of_pet.partition_point(|&at| (at as usize) < start);
-                let mut matching = of_pet[from..]
-                    .iter()
-                    .map(|&at| at as usize)
-                    .filter(|&at| status.is_none_or(|s| self.statuses[at] == s));
-                orders.extend(matching.by_ref().take(limit).map(|at| self.order(at)));
-                matching.next().is_some()
+            (None, Some(pet_id), _) => {
+                from_list(self.by_pet.get(&pet_id).map_or(&[][..], Vec::as_slice))
             }
-            (None, Some(status)) => walk(&self.by_status[status as usize], start, limit, |at| {
-                orders.push(self.order(at))
-            }),
-            (None, None) => {
+            (None, None, Some(status)) => {
+                walk(&self.by_status[status as usize], start, limit, |at| {
+                    orders.push(self.order(at))
+                })
+            }
+            (None, None, None) => {
                 let end = (start + limit).min(self.ids.len());
                 orders.extend((start..end).map(|at| self.order(at)));
                 end < self.ids.len()
@@ -90,6 +146,10 @@ impl OrderBook {
             pet_id: self.pet_ids[at],
             status: self.statuses[at],
             placed_at: self.placed_at[at],
+            placed_by: self
+                .owners
+                .get(self.owner_of[at] as usize)
+                .map(|owner| owner.name.to_string()),
         }
     }
 }
@@ -104,6 +164,7 @@ mod tests {
             pet_id,
             status,
             placed_at: DateTime::from_timestamp(1_800_000_000 + id, 0).unwrap(),
+            placed_by: None,
         }
     }
 
@@ -113,6 +174,7 @@ mod tests {
             status,
             pet_id,
             after,
+            owner: None,
         }
     }
 
@@ -134,7 +196,7 @@ mod tests {
         let mut all = Vec::new();
         for id in 1..=40 {
             let placed = order(id * 2, id % 5, OrderStatus::Placed);
-            book.push(&placed);
+            book.push(&placed, None);
             all.push(placed);
         }
         for changed in all.iter_mut().filter(|o| o.id % 3 == 0) {
@@ -156,9 +218,68 @@ mod tests {
                 );
             }
         }
-        assert_eq!(book.get(6).unwrap().status, OrderStatus::Cancelled);
-        assert_eq!(book.get(7), None);
+        assert_eq!(book.get(6, None).unwrap().status, OrderStatus::Cancelled);
+        assert_eq!(book.get(7, None), None);
         let last = book.page(query(None, None, Some(78)));
         assert_eq!((last.orders.len(), last.more), (1, false));
+    }
+
+    #[test]
+    fn an_owner_pages_through_its_own_orders_only() {
+        let mut book = OrderBook::default();
+        let (alice, bob) = ([1u8; 32], [2u8; 32]);
+        let mut theirs: [Vec<Order>; 2] = Default::default();
+        for id in 1..=30 {
+            let (digest, name, mine) = match id % 3 {
+                0 => (Some(&alice), "alice", Some(0)),
+                1 => (Some(&bob), "bob", Some(1)),
+                _ => (None, "", None),
+            };
+            let mut placed = order(id, id % 4, OrderStatus::Placed);
+            placed.placed_by = digest.map(|_| name.to_owned());
+            book.push(&placed, digest);
+            if let Some(mine) = mine {
+                theirs[mine].push(placed);
+            }
+        }
+        for (digest, expected) in [(alice, &theirs[0]), (bob, &theirs[1])] {
+            let (mut seen, mut after) = (Vec::new(), None);
+            loop {
+                let page = book.page(OrderQuery {
+                    owner: Some(digest),
+                    ..query(None, None, after)
+                });
+                seen.extend(page.orders.iter().cloned());
+                match page.orders.last() {
+                    Some(last) if page.more => after = Some(last.id),
+                    _ => break,
+                }
+            }
+            assert_eq!(&seen, expected);
+            let of_pet = book.page(OrderQuery {
+                owner: Some(digest),
+                limit: 100,
+                ..query(None, Some(1), None)
+            });
+            let expected_of_pet: Vec<Order> =
+                expected.iter().filter(|o| o.pet_id == 1).cloned().collect();
+            assert_eq!(of_pet.orders, expected_of_pet);
+        }
+        assert_eq!(
+            book.get(3, Some(alice)).unwrap().placed_by.as_deref(),
+            Some("alice")
+        );
+        assert_eq!(book.get(3, Some(bob)), None);
+        assert_eq!(
+            book.get(2, Some(alice)),
+            None,
+            "an order without an owner is no one's"
+        );
+        assert!(book.get(2, None).unwrap().placed_by.is_none());
+        let nobody = book.page(OrderQuery {
+            owner: Some([9; 32]),
+            ..query(None, None, None)
+        });
+        assert_eq!((nobody.orders.len(), nobody.more), (0, false));
     }
 }
