@@ -212,6 +212,75 @@ async fn the_access_log_names_the_key_and_the_operation_never_the_key_itself() {
     );
 }
 
+/// A key's scopes changed through the CLI while it sends requests: every
+/// instance applies the change within seconds, each instance once and for
+/// good, and no request gets anything but what the scopes of the moment say.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn scopes_changed_under_traffic_take_effect_on_every_instance() {
+    let mut all = vec![sqlite_instance().await];
+    all.extend(postgres_instances(2).await);
+    for instances in &all {
+        let dir = instances._dir.path();
+        let database = &instances.database;
+        let (ok, key, stderr) = keys(
+            dir,
+            database,
+            &["create", "--name", "till", "--scopes", "pets:read"],
+        );
+        assert!(ok, "{stderr}");
+        let key = key.trim().to_owned();
+        let addresses: Vec<String> = instances.served.iter().map(|s| s.address.clone()).collect();
+        eventually("the key is accepted", || {
+            addresses
+                .iter()
+                .all(|address| get(address, "/v1/pets?limit=1", Some(&key)).0 == 200)
+        })
+        .await;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let traffic = {
+            let (stop, key, addresses) = (stop.clone(), key.clone(), addresses.clone());
+            std::thread::spawn(move || {
+                let mut allowed = vec![false; addresses.len()];
+                // A last whole round once stopped: after the change.
+                loop {
+                    let stopping = stop.load(std::sync::atomic::Ordering::Relaxed);
+                    for (address, allowed) in addresses.iter().zip(&mut allowed) {
+                        let (status, body) = get(address, "/v1/store/inventory", Some(&key));
+                        match status {
+                            200 => *allowed = true,
+                            403 => assert!(!*allowed, "{address}: allowed, then refused again"),
+                            _ => panic!("{address}: {status} {body}"),
+                        }
+                    }
+                    if stopping {
+                        return allowed;
+                    }
+                }
+            })
+        };
+        let (ok, _, stderr) = keys(
+            dir,
+            database,
+            &["scopes", "till", "pets:read,inventory:read"],
+        );
+        assert!(ok, "{stderr}");
+        let started = Instant::now();
+        eventually("every instance allows the inventory", || {
+            addresses
+                .iter()
+                .all(|address| get(address, "/v1/store/inventory", Some(&key)).0 == 200)
+        })
+        .await;
+        eprintln!(
+            "scopes changed everywhere after {:.2} s",
+            started.elapsed().as_secs_f64()
+        );
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let allowed = blocking(move || traffic.join().unwrap()).await;
+        assert!(allowed.iter().all(|allowed| *allowed), "{allowed:?}");
+    }
+}
+
 /// `keys create --scopes`, `keys list` and `keys scopes`, as an operator
 /// uses them while a server runs: the server applies each within seconds.
 #[tokio::test]

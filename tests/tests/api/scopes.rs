@@ -371,6 +371,14 @@ async fn refusals_are_counted_per_operation() {
     }
     let metric = r#"petstore_http_requests_total{operation="getInventory",status="403"}"#;
     assert_eq!(server.metric(metric).await, 2.0);
+    // The access log names the key, never shows it.
+    let log = server.log_eventually_contains(r#""key":"reader""#).await;
+    let line = log
+        .lines()
+        .find(|line| line.contains(r#""key":"reader""#) && line.contains("getInventory"))
+        .expect("an access log line of the refusal");
+    assert!(line.contains("403"), "{line}");
+    assert!(!log.contains(&reader), "the key was logged");
     // The administrator's key, from PETSTORE_API_KEYS, has every scope.
     let response = server
         .request(Method::GET, "/store/inventory")
@@ -378,4 +386,64 @@ async fn refusals_are_counted_per_operation() {
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::OK);
+}
+
+/// A database from before 1.4.0: a stored key without scopes and an order
+/// without an owner (written here as 1.3.0 wrote them). The key keeps every
+/// scope; the order is staff's to see, and no customer's.
+#[tokio::test]
+async fn a_key_and_an_order_from_before_scopes_keep_what_they_had() {
+    let mut server = TestServer::start().await;
+    let customer = server
+        .stored_key("customer", "orders:place".parse().unwrap())
+        .await;
+    let animal = server
+        .create(json!({"name": "Old", "categoryId": 1, "status": "available"}))
+        .await;
+    server.stop().await;
+    let petstore_server::store::DatabaseUrl::Sqlite(path) = &server.database().url else {
+        unreachable!("a SQLite server");
+    };
+    let old_key = "pre-1-4-key";
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.execute(
+        "INSERT INTO api_keys (name, digest, created_at) VALUES ('old', ?1, 0)",
+        [&petstore_server::keys::KeyDigest::of(old_key).0[..]],
+    )
+    .unwrap();
+    conn.execute(
+        "UPDATE pets SET status = 'pending' WHERE id = ?1",
+        [animal["id"].as_i64()],
+    )
+    .unwrap();
+    conn.execute(
+        "INSERT INTO orders (pet_id, status, placed_at) VALUES (?1, 'placed', 0)",
+        [animal["id"].as_i64()],
+    )
+    .unwrap();
+    drop(conn);
+    server.restart().await;
+    server
+        .key_answers(old_key, "/pets?limit=1", |status| status == 200)
+        .await;
+
+    let orders = send(&server, old_key, Method::GET, "/store/orders", None).await;
+    let orders: Vec<Value> = orders.json().await.unwrap();
+    assert_eq!(orders.len(), 1);
+    assert!(orders[0].get("placedBy").is_none(), "{orders:?}");
+    let path = format!("/store/orders/{}", orders[0]["id"]);
+    let theirs = send(&server, &customer, Method::GET, &path, None).await;
+    assert_error(theirs, StatusCode::NOT_FOUND, "not_found").await;
+    // Every operation, as before.
+    for attempt in attempts(&server, &orders[0]).await {
+        let response = send(
+            &server,
+            old_key,
+            attempt.method,
+            &attempt.path,
+            attempt.body,
+        )
+        .await;
+        assert_eq!(response.status(), attempt.allowed, "{}", attempt.operation);
+    }
 }
