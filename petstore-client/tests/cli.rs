@@ -532,3 +532,57 @@ async fn orders_are_placed_delivered_cancelled_and_counted() {
         .await
         .fails(1, &["not_found"]);
 }
+
+/// A customer's key (scopes `pets:read,orders:place`): its own orders work,
+/// what it may not do is exit status 6 with the service's message and a
+/// hint, and another key's orders are out of its sight.
+#[tokio::test]
+async fn a_scoped_key_does_what_it_may_and_is_told_plainly_what_it_may_not() {
+    let server = TestServer::start().await;
+    let customer = server
+        .stored_key("customer", "pets:read,orders:place")
+        .await;
+    let url = server.url("");
+    let animal = json!({"name": "Rex", "categoryId": 1, "status": "available"});
+    let rex = server.create(animal.clone()).await["id"].to_string();
+    let theirs = server.place_order(&server.create(animal).await["id"]).await;
+
+    let as_customer = |args: &'static [&'static str]| petstore_at(&url, Some(&customer), args);
+    let own = petstore_at(
+        &url,
+        Some(&customer),
+        &["orders", "place", "--pet-id", &rex],
+    )
+    .await
+    .json();
+    let listed = as_customer(&["orders", "list", "--all"]).await.json();
+    assert_eq!(listed, json!([own]), "only its own order");
+    let deliver = petstore_at(
+        &url,
+        Some(&customer),
+        &["orders", "deliver", &own["id"].to_string()],
+    )
+    .await;
+    deliver.fails(
+        6,
+        &[
+            "insufficient_scope (HTTP 403)",
+            "orders:manage",
+            "hint:",
+            "keys scopes",
+        ],
+    );
+    as_customer(&["inventory"])
+        .await
+        .fails(6, &["insufficient_scope", "inventory:read"]);
+    petstore_at(
+        &url,
+        Some(&customer),
+        &["orders", "get", &theirs["id"].to_string()],
+    )
+    .await
+    .fails(1, &["not_found (HTTP 404)"]);
+    let run = as_customer(&["pets", "create", "--name", "Tom", "--category-id", "1"]).await;
+    run.fails(6, &["pets:write"]);
+    assert!(!run.stderr.contains(&customer), "the key is never echoed");
+}

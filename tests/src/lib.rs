@@ -195,10 +195,12 @@ impl TestServer {
         }
     }
 
-    /// Stores a new key named `name` with `scopes` in the server's database
+    /// Stores a new key named `name` with `scopes` (comma-separated, or
+    /// `all`) in the server's database
     /// (as `petstore-server keys create` does) and waits until the server
     /// accepts it; returns the key.
-    pub async fn stored_key(&self, name: &str, scopes: Scopes) -> String {
+    pub async fn stored_key(&self, name: &str, scopes: &str) -> String {
+        let scopes: Scopes = scopes.parse().expect("scopes as `keys create` takes them");
         let key = petstore_server::keys::generate().expect("random bytes");
         let keys = store::open_keys(&self.database.url)
             .await

@@ -164,7 +164,8 @@ fn command() -> Command {
              Exit status: 0 success; 1 the service answered with an error (its code and \
              message are printed); 2 the command line is wrong; 3 no answer from the service, \
              or one the contract does not describe; 4 the service did not accept the key (401); \
-             5 the answer could not be written out."
+             5 the answer could not be written out; 6 the key may not do this (403, a scope it \
+             lacks)."
         ))
 }
 

@@ -167,6 +167,8 @@ impl Outcome {
     const UNAUTHORIZED: u8 = 4;
     /// Exit status when the answer cannot be written out.
     const IO_FAILURE: u8 = 5;
+    /// Exit status of a 403: the key lacks a scope the operation needs.
+    const FORBIDDEN: u8 = 6;
 
     /// The outcome of a failed request to the service at `base_url`.
     pub fn from_error(error: anyhow::Error, base_url: &str, key_sent: bool) -> Outcome {
@@ -216,8 +218,16 @@ impl Outcome {
                     "error: {} (HTTP {}): {}",
                     error.code, error.status, error.message
                 );
-                if error.status != 401 {
-                    return ExitCode::from(Outcome::REFUSED);
+                match error.status {
+                    401 => {}
+                    403 => {
+                        eprintln!(
+                            "hint: the key in {API_KEY_VARIABLE} may not do this; an operator \
+                             can give it the scope (petstore-server keys scopes)"
+                        );
+                        return ExitCode::from(Outcome::FORBIDDEN);
+                    }
+                    _ => return ExitCode::from(Outcome::REFUSED),
                 }
                 match key_sent {
                     true => {
