@@ -443,3 +443,32 @@ async fn a_key_and_an_order_from_before_scopes_keep_what_they_had() {
         assert_eq!(response.status(), attempt.allowed, "{}", attempt.operation);
     }
 }
+
+/// The scopes the contract names for each operation (`x-petstore-scopes`)
+/// are the ones the server checks, and every operation names some.
+#[test]
+fn the_contract_names_the_scopes_the_server_checks() {
+    let contract: serde_yaml::Value =
+        serde_yaml::from_str(include_str!("../../../openapi/petstore.yaml")).unwrap();
+    let mut operations = 0;
+    for (_, path) in contract["paths"].as_mapping().unwrap() {
+        for (_, operation) in path.as_mapping().unwrap() {
+            let id = operation["operationId"].as_str().unwrap();
+            let named: Vec<&str> = operation["x-petstore-scopes"]
+                .as_sequence()
+                .unwrap_or_else(|| panic!("{id} names no scopes"))
+                .iter()
+                .map(|scope| scope.as_str().unwrap())
+                .collect();
+            let checked: Vec<&str> = admitting(id).iter().map(|s| s.as_str()).collect();
+            assert_eq!(named, checked, "{id}");
+            assert!(!checked.is_empty(), "{id}");
+            let description = operation["description"].as_str().unwrap();
+            for scope in checked {
+                assert!(description.contains(&format!("`{scope}`")), "{id}: {scope}");
+            }
+            operations += 1;
+        }
+    }
+    assert_eq!(operations, 8);
+}
