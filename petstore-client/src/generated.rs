@@ -1202,7 +1202,8 @@ status filter and keyset pagination), add an animal (exactly once, with an
 idempotency key), and read one animal by identifier. The store sells them
 (since 1.3.0): place an order for an available animal (exactly once, with
 an idempotency key), list and read orders, deliver or cancel an order, and
-read the inventory of animals by status.
+read the inventory of animals by status. Each API key may do what its
+scopes allow (since 1.4.0), and a customer's key sees only its own orders.
 
 This document is hand-written and is the source of truth for the service. The
 server re-emits its own document from code and CI compares the two.
