@@ -35,7 +35,7 @@ use crate::body::StrictJson;
 use crate::error::ApiError;
 use crate::idempotency::{CreatedHeaders, IdempotencyKey};
 use crate::model::{Inventory, NewOrder, NewPet, Order, OrderUpdate, Pet};
-use crate::params::{ListOrdersParams, ListPetsParams, OrderPath, PetPath};
+use crate::params::{GetOrderParams, ListOrdersParams, ListPetsParams, OrderPath, PetPath};
 use crate::responses::{DeprecationHeaders, OrdersPageHeaders, PetsPage};
 
 pub use petstore_api_mod::{api_description, stub_api_description};
@@ -180,6 +180,7 @@ pub trait PetstoreApi {
         rqctx: RequestContext<Self::Context>,
         auth: Authenticated,
         path: Path<OrderPath>,
+        query: Query<GetOrderParams>,
     ) -> Result<HttpResponseOk<Order>, ApiError>;
 
     /// Deliver or cancel an order

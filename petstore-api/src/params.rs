@@ -5,7 +5,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer};
 
 use crate::error::ApiError;
-use crate::model::{OrderStatus, PetStatus};
+use crate::model::{OrderInclude, OrderStatus, PetStatus};
 use crate::{LIMIT_DEFAULT, LIMIT_MAX};
 
 /// Query parameters of `GET /pets`.
@@ -86,6 +86,21 @@ pub struct ListOrdersParams {
     #[serde(default, deserialize_with = "after_param")]
     #[schemars(with = "i64")]
     pub after: Option<i64>,
+    /// `placedBy`: include who placed each order (a key with `orders:manage`
+    /// only).
+    #[serde(default)]
+    #[schemars(with = "OrderInclude")]
+    pub include: Option<OrderInclude>,
+}
+
+/// Query parameters of `GET /store/orders/{orderId}`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct GetOrderParams {
+    /// `placedBy`: include who placed the order (a key with
+    /// `orders:manage` only).
+    #[serde(default)]
+    #[schemars(with = "OrderInclude")]
+    pub include: Option<OrderInclude>,
 }
 
 impl ListOrdersParams {

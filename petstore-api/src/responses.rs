@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use std::fmt::{Display, Write};
 
-use crate::model::{EncodedPets, OrderStatus, Pet, PetStatus};
+use crate::model::{EncodedPets, OrderInclude, OrderStatus, Pet, PetStatus};
 
 /// The headers of a page of `GET /pets`.
 #[derive(Debug, Default, Serialize, JsonSchema)]
@@ -48,17 +48,20 @@ pub struct OrdersPageHeaders {
 
 impl OrdersPageHeaders {
     /// The `next` link after a page that ended at `last_id`, keeping the
-    /// request's `limit`, `status` and `petId`.
+    /// request's `limit`, `status`, `petId` and `include`.
     pub fn next(
         limit: u32,
         status: Option<OrderStatus>,
         pet_id: Option<i64>,
+        include: Option<OrderInclude>,
         last_id: i64,
     ) -> OrdersPageHeaders {
         let status = status.map(OrderStatus::as_str);
-        let filters: [(&str, Option<&dyn Display>); 2] = [
+        let include = include.map(OrderInclude::as_str);
+        let filters: [(&str, Option<&dyn Display>); 3] = [
             ("status", status.as_ref().map(|s| s as &dyn Display)),
             ("petId", pet_id.as_ref().map(|id| id as &dyn Display)),
+            ("include", include.as_ref().map(|s| s as &dyn Display)),
         ];
         OrdersPageHeaders {
             link: Some(next_link("/v1/store/orders", limit, &filters, last_id)),
@@ -211,16 +214,24 @@ mod tests {
     }
 
     #[test]
-    fn next_order_links_keep_limit_status_and_pet() {
+    fn next_order_links_keep_limit_status_pet_and_include() {
         assert_eq!(
-            OrdersPageHeaders::next(20, None, None, 40).link.unwrap(),
+            OrdersPageHeaders::next(20, None, None, None, 40)
+                .link
+                .unwrap(),
             "</v1/store/orders?limit=20&after=40>; rel=\"next\""
         );
         assert_eq!(
-            OrdersPageHeaders::next(5, Some(OrderStatus::Cancelled), Some(-3), 7)
+            OrdersPageHeaders::next(5, Some(OrderStatus::Cancelled), Some(-3), None, 7)
                 .link
                 .unwrap(),
             "</v1/store/orders?limit=5&status=cancelled&petId=-3&after=7>; rel=\"next\""
+        );
+        assert_eq!(
+            OrdersPageHeaders::next(2, None, None, Some(OrderInclude::PlacedBy), 4)
+                .link
+                .unwrap(),
+            "</v1/store/orders?limit=2&include=placedBy&after=4>; rel=\"next\""
         );
     }
 }

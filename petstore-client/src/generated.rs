@@ -233,8 +233,8 @@ pub mod types {
         #[serde(rename = "placedAt")]
         pub placed_at: ::chrono::DateTime<::chrono::offset::Utc>,
         /**The name of the API key that placed the order (since 1.4.0). Present
-only in answers to a key with the scope `orders:manage`, and only for
-orders placed since 1.4.0.
+only when asked for with `include=placedBy` (a key with the scope
+`orders:manage`), and only for orders placed since 1.4.0.
 */
         #[serde(
             rename = "placedBy",
@@ -247,6 +247,64 @@ orders placed since 1.4.0.
     impl Order {
         pub fn builder() -> builder::Order {
             Default::default()
+        }
+    }
+
+    /**What an order's answer may include beyond its own fields (since 1.4.0):
+`placedBy`, the name of the API key that placed it.
+*/
+    #[derive(
+        ::serde::Deserialize,
+        ::serde::Serialize,
+        Clone,
+        Copy,
+        Debug,
+        Eq,
+        Hash,
+        Ord,
+        PartialEq,
+        PartialOrd
+    )]
+    pub enum OrderInclude {
+        #[serde(rename = "placedBy")]
+        PlacedBy,
+    }
+
+    impl ::std::fmt::Display for OrderInclude {
+        fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+            match *self {
+                Self::PlacedBy => f.write_str("placedBy"),
+            }
+        }
+    }
+
+    impl ::std::str::FromStr for OrderInclude {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            match value {
+                "placedBy" => Ok(Self::PlacedBy),
+                _ => Err("invalid value".into()),
+            }
+        }
+    }
+
+    impl ::std::convert::TryFrom<&str> for OrderInclude {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+
+    impl ::std::convert::TryFrom<::std::string::String> for OrderInclude {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
         }
     }
 
@@ -1309,9 +1367,12 @@ Decisions where the interface specification is silent:
   in `PETSTORE_API_KEYS` have every scope. An order belongs to the API key
   that placed it: to a key with `orders:place` but not `orders:manage`,
   another key's order is `404`, as if it did not exist, and never appears
-  in a list, a page or a `Link`. Revoking a key deletes none of its orders;
-  a key with `orders:manage` sees, in each order's `placedBy`, the name of
-  the key that placed it.
+  in a list, a page or a `Link`. Revoking a key deletes none of its orders.
+  A key with `orders:manage` may ask `listOrders` and `getOrder` for
+  `include=placedBy`: each order then carries `placedBy`, the name of the
+  key that placed it (for orders placed since 1.4.0); without the
+  parameter, an order has exactly the fields it had in 1.3.0. Asking for
+  it without `orders:manage` is `403`.
 - **Times.** `placedAt` is assigned by the service when the order is placed,
   in UTC, written as RFC 3339 with six fractional digits and `Z`
   (`2026-11-24T09:30:00.123456Z`).
@@ -1493,12 +1554,16 @@ Arguments:
 the previous page). Any int64: a value before the first `id` gives the
 first page, one past the last an empty array.
 
+- `include`: `placedBy`: each order carries the name of the key that placed it
+(since 1.4.0; a key with `orders:manage` only, else `403`).
+
 - `limit`: Maximum number of orders returned (1 to 100, default 20).
 - `pet_id`: Return only orders for this animal.
 - `status`: Return only orders with this status.
 ```ignore
 let response = client.list_orders()
     .after(after)
+    .include(include)
     .limit(limit)
     .pet_id(pet_id)
     .status(status)
@@ -1559,9 +1624,13 @@ Sends a `GET` request to `/store/orders/{orderId}`
 
 Arguments:
 - `order_id`: Identifier of the order.
+- `include`: `placedBy`: the order carries the name of the key that placed it
+(since 1.4.0; a key with `orders:manage` only, else `403`).
+
 ```ignore
 let response = client.get_order()
     .order_id(order_id)
+    .include(include)
     .send()
     .await;
 ```*/
@@ -2044,6 +2113,7 @@ pub mod builder {
     pub struct ListOrders<'a> {
         client: &'a super::Client,
         after: Result<Option<i64>, String>,
+        include: Result<Option<types::OrderInclude>, String>,
         limit: Result<Option<::std::num::NonZeroU32>, String>,
         pet_id: Result<Option<i64>, String>,
         status: Result<Option<types::OrderStatus>, String>,
@@ -2054,6 +2124,7 @@ pub mod builder {
             Self {
                 client: client,
                 after: Ok(None),
+                include: Ok(None),
                 limit: Ok(None),
                 pet_id: Ok(None),
                 status: Ok(None),
@@ -2068,6 +2139,19 @@ pub mod builder {
                 .try_into()
                 .map(Some)
                 .map_err(|_| "conversion to `i64` for after failed".to_string());
+            self
+        }
+
+        pub fn include<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::OrderInclude>,
+        {
+            self.include = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `OrderInclude` for include failed".to_string()
+                });
             self
         }
 
@@ -2113,8 +2197,9 @@ pub mod builder {
         pub async fn send(
             self,
         ) -> Result<ResponseValue<::std::vec::Vec<types::Order>>, Error<types::Error>> {
-            let Self { client, after, limit, pet_id, status } = self;
+            let Self { client, after, include, limit, pet_id, status } = self;
             let after = after.map_err(Error::InvalidRequest)?;
+            let include = include.map_err(Error::InvalidRequest)?;
             let limit = limit.map_err(Error::InvalidRequest)?;
             let pet_id = pet_id.map_err(Error::InvalidRequest)?;
             let status = status.map_err(Error::InvalidRequest)?;
@@ -2136,6 +2221,7 @@ pub mod builder {
                     ::reqwest::header::HeaderValue::from_static("application/json"),
                 )
                 .query(&progenitor_client::QueryParam::new("after", &after))
+                .query(&progenitor_client::QueryParam::new("include", &include))
                 .query(&progenitor_client::QueryParam::new("limit", &limit))
                 .query(&progenitor_client::QueryParam::new("petId", &pet_id))
                 .query(&progenitor_client::QueryParam::new("status", &status))
@@ -2352,6 +2438,7 @@ pub mod builder {
     pub struct GetOrder<'a> {
         client: &'a super::Client,
         order_id: Result<i64, String>,
+        include: Result<Option<types::OrderInclude>, String>,
     }
 
     impl<'a> GetOrder<'a> {
@@ -2359,6 +2446,7 @@ pub mod builder {
             Self {
                 client: client,
                 order_id: Err("order_id was not initialized".to_string()),
+                include: Ok(None),
             }
         }
 
@@ -2372,12 +2460,26 @@ pub mod builder {
             self
         }
 
+        pub fn include<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::OrderInclude>,
+        {
+            self.include = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `OrderInclude` for include failed".to_string()
+                });
+            self
+        }
+
         ///Sends a `GET` request to `/store/orders/{orderId}`
         pub async fn send(
             self,
         ) -> Result<ResponseValue<types::Order>, Error<types::Error>> {
-            let Self { client, order_id } = self;
+            let Self { client, order_id, include } = self;
             let order_id = order_id.map_err(Error::InvalidRequest)?;
+            let include = include.map_err(Error::InvalidRequest)?;
             let url = format!(
                 "{}/store/orders/{}", client.baseurl, encode_path(& order_id
                 .to_string()),
@@ -2398,6 +2500,7 @@ pub mod builder {
                     ::reqwest::header::ACCEPT,
                     ::reqwest::header::HeaderValue::from_static("application/json"),
                 )
+                .query(&progenitor_client::QueryParam::new("include", &include))
                 .headers(header_map)
                 .build()?;
             let info = OperationInfo {

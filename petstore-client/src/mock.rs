@@ -386,6 +386,17 @@ pub mod operations {
             }
         }
 
+        pub fn include<T>(self, value: T) -> Self
+        where
+            T: Into<Option<types::OrderInclude>>,
+        {
+            if let Some(value) = value.into() {
+                Self(self.0.query_param("include", value.to_string()))
+            } else {
+                Self(self.0.query_param_missing("include"))
+            }
+        }
+
         pub fn limit<T>(self, value: T) -> Self
         where
             T: Into<Option<::std::num::NonZeroU32>>,
@@ -640,6 +651,17 @@ pub mod operations {
             let re = regex::Regex::new(&format!("^/store/orders/{}$", value.to_string()))
                 .unwrap();
             Self(self.0.path_matches(re))
+        }
+
+        pub fn include<T>(self, value: T) -> Self
+        where
+            T: Into<Option<types::OrderInclude>>,
+        {
+            if let Some(value) = value.into() {
+                Self(self.0.query_param("include", value.to_string()))
+            } else {
+                Self(self.0.query_param_missing("include"))
+            }
         }
     }
 

@@ -17,7 +17,7 @@ use petstore_api::auth::{ApiContext, Authenticated};
 use petstore_api::body::StrictJson;
 use petstore_api::error::{ApiError, Keyed};
 use petstore_api::idempotency::{CreatedHeaders, IdempotencyKey};
-use petstore_api::params::{ListOrdersParams, ListPetsParams, OrderPath, PetPath};
+use petstore_api::params::{GetOrderParams, ListOrdersParams, ListPetsParams, OrderPath, PetPath};
 use petstore_api::responses::{DeprecationHeaders, OrdersPageHeaders, PageHeaders, PetsPage};
 use petstore_api::scopes::Scope;
 use petstore_api::{LIMIT_MAX, PetstoreApi, REQUEST_BODY_MAX_BYTES};
@@ -33,7 +33,8 @@ use crate::store::{
     Owner, PURGE_BATCH, PetStore, PlaceOutcome, Retention, StoreError, StoreMetrics, UpdateOutcome,
 };
 use petstore_api::model::{
-    Inventory, NewOrder, NewPet, Order, OrderStatus, OrderUpdate, OrderUpdateStatus, Pet, PetStatus,
+    Inventory, NewOrder, NewPet, Order, OrderInclude, OrderStatus, OrderUpdate, OrderUpdateStatus,
+    Pet, PetStatus,
 };
 
 // Every page the contract allows, the store can serve.
@@ -48,9 +49,22 @@ fn only_own(auth: &Authenticated) -> Option<[u8; 32]> {
     (!auth.may(Scope::OrdersManage)).then(|| auth.identity())
 }
 
-/// An order as the caller may see it: who placed it only for staff.
-fn as_seen(mut order: Order, auth: &Authenticated) -> Order {
-    if !auth.may(Scope::OrdersManage) {
+/// Whether the answer includes who placed each order: when asked for
+/// (`include=placedBy`), which only a key with `orders:manage` may do.
+fn shows_placed_by(auth: &Authenticated, include: Option<OrderInclude>) -> Result<bool, ApiError> {
+    match include {
+        None => Ok(false),
+        Some(_) if auth.may(Scope::OrdersManage) => Ok(true),
+        Some(_) => Err(ApiError::insufficient_scope(
+            "include=placedBy",
+            &[Scope::OrdersManage],
+        )),
+    }
+}
+
+/// An order as answered: who placed it only when asked for (and allowed).
+fn as_seen(mut order: Order, show_placed_by: bool) -> Order {
+    if !show_placed_by {
         order.placed_by = None;
     }
     order
@@ -197,6 +211,7 @@ impl PetstoreApi for PetstoreImpl {
     ) -> Result<HttpResponseHeaders<HttpResponseOk<Vec<Order>>, OrdersPageHeaders>, ApiError> {
         let params = query.into_inner();
         let limit = params.checked_limit()?;
+        let show_placed_by = shows_placed_by(&auth, params.include)?;
         let context = service(&rqctx)?;
         let page = context
             .store
@@ -210,12 +225,20 @@ impl PetstoreApi for PetstoreImpl {
             .await
             .map_err(store_failure(context))?;
         let headers = match page.orders.last() {
-            Some(last) if page.more => {
-                OrdersPageHeaders::next(limit, params.status, params.pet_id, last.id)
-            }
+            Some(last) if page.more => OrdersPageHeaders::next(
+                limit,
+                params.status,
+                params.pet_id,
+                params.include,
+                last.id,
+            ),
             _ => OrdersPageHeaders::default(),
         };
-        let orders = page.orders.into_iter().map(|o| as_seen(o, &auth)).collect();
+        let orders = page
+            .orders
+            .into_iter()
+            .map(|order| as_seen(order, show_placed_by))
+            .collect();
         Ok(HttpResponseHeaders::new(HttpResponseOk(orders), headers))
     }
 
@@ -246,11 +269,7 @@ impl PetstoreApi for PetstoreImpl {
             .place_order(pet_id, owner, once)
             .await
             .map_err(store_failure(context))?;
-        // A replay comes from the key that placed the order.
-        let as_placed = |mut order: Order| {
-            order.placed_by = Some(auth.name().to_string());
-            as_seen(order, &auth)
-        };
+        let as_placed = |order| as_seen(order, false);
         // Only what a key decided is counted: a refusal of the animal is not.
         let count = |outcome| {
             if keyed {
@@ -292,8 +311,10 @@ impl PetstoreApi for PetstoreImpl {
         rqctx: RequestContext<ApiContext>,
         auth: Authenticated,
         path: Path<OrderPath>,
+        query: Query<GetOrderParams>,
     ) -> Result<HttpResponseOk<Order>, ApiError> {
         let id = path.into_inner().order_id;
+        let show_placed_by = shows_placed_by(&auth, query.into_inner().include)?;
         let context = service(&rqctx)?;
         match context
             .store
@@ -301,7 +322,7 @@ impl PetstoreApi for PetstoreImpl {
             .await
             .map_err(store_failure(context))?
         {
-            Some(order) => Ok(HttpResponseOk(as_seen(order, &auth))),
+            Some(order) => Ok(HttpResponseOk(as_seen(order, show_placed_by))),
             None => Err(no_such_order(id)),
         }
     }
@@ -341,7 +362,7 @@ impl PetstoreApi for PetstoreImpl {
             .await
             .map_err(store_failure(context))?
         {
-            UpdateOutcome::Done(order) => Ok(HttpResponseOk(as_seen(order, &auth))),
+            UpdateOutcome::Done(order) => Ok(HttpResponseOk(as_seen(order, false))),
             UpdateOutcome::NoSuchOrder => Err(no_such_order(id)),
             UpdateOutcome::Invalid(from) => Err(ApiError::invalid_transition(
                 id,

@@ -38,7 +38,8 @@ fn version_is_the_interface_version() {
     let dir = tempfile::tempdir().unwrap();
     let (output, stdout, _) = run(petstore(dir.path()).arg("--version"));
     assert!(output.status.success());
-    assert_eq!(stdout.trim(), "petstore-server 1.3.0");
+    let expected = format!("petstore-server {}", petstore_api::CONTRACT_VERSION);
+    assert_eq!(stdout.trim(), expected);
 }
 
 #[test]

@@ -9,7 +9,9 @@ mod encoded;
 mod order;
 
 pub use encoded::{EncodedPets, PetArrayWriter};
-pub use order::{Inventory, NewOrder, Order, OrderStatus, OrderUpdate, OrderUpdateStatus};
+pub use order::{
+    Inventory, NewOrder, Order, OrderInclude, OrderStatus, OrderUpdate, OrderUpdateStatus,
+};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};

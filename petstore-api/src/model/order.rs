@@ -79,8 +79,8 @@ pub struct Order {
     #[serde(serialize_with = "rfc3339_micros")]
     pub placed_at: DateTime<Utc>,
     /// The name of the API key that placed the order (since 1.4.0). Present
-    /// only in answers to a key with the scope `orders:manage`, and only for
-    /// orders placed since 1.4.0.
+    /// only when asked for with `include=placedBy`, by a key with the scope
+    /// `orders:manage`, and only for orders placed since 1.4.0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "String")]
     pub placed_by: Option<String>,
@@ -91,6 +91,27 @@ pub struct Order {
 /// zeros, so a time's width would vary).
 fn rfc3339_micros<S: Serializer>(time: &DateTime<Utc>, serializer: S) -> Result<S::Ok, S::Error> {
     serializer.collect_str(&time.to_rfc3339_opts(SecondsFormat::Micros, true))
+}
+
+/// What an order's answer may include beyond its own fields (since 1.4.0):
+/// `placedBy`, the name of the API key that placed it, for a key with the
+/// scope `orders:manage`.
+// Plain comments on the variants: see `PetStatus`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[allow(missing_docs)]
+pub enum OrderInclude {
+    // Who placed the order.
+    #[serde(rename = "placedBy")]
+    PlacedBy,
+}
+
+impl OrderInclude {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OrderInclude::PlacedBy => "placedBy",
+        }
+    }
 }
 
 /// The status an order is to have.

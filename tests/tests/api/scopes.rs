@@ -5,7 +5,7 @@
 //! scopes reaches the running server within seconds. Orders belong to the
 //! key that placed them: a customer's key reaches only its own, by every
 //! route (lists, pages, filters, reads, cancels, replays); staff see all,
-//! and who placed each.
+//! and who placed each when they ask (`include=placedBy`).
 
 use petstore_api::scopes::{Scope, Scopes, admitting};
 use petstore_server::store;
@@ -205,33 +205,17 @@ on_every_backend! {
     async fn a_key_without_orders_manage_may_cancel_but_never_deliver(server) {
         let customer = server.stored_key("customer", "pets:read,orders:place").await;
         for to in ["delivered", "cancelled"] {
-            let animal = server
-                .create(json!({"name": "Kit", "categoryId": 1, "status": "available"}))
-                .await;
-            let order: Value = server
-                .anonymous(Method::POST, "/store/orders")
-                .bearer_auth(&customer)
-                .json(&json!({"petId": animal["id"]}))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            let response = server
-                .anonymous(Method::PATCH, &format!("/store/orders/{}", order["id"]))
-                .bearer_auth(&customer)
-                .json(&json!({"status": to}))
-                .send()
-                .await
-                .unwrap();
+            let order = order_as(&server, &customer, None).await;
+            let path = format!("/store/orders/{}", order["id"]);
+            let response = send(&server, &customer, Method::PATCH, &path, Some(json!({"status": to}))).await;
+            let animal = server.read(&order["petId"]).await;
             if to == "cancelled" {
                 assert_eq!(response.status(), StatusCode::OK);
-                assert_eq!(server.read(&animal["id"]).await["status"], "available");
+                assert_eq!(animal["status"], "available");
             } else {
                 let error = assert_error(response, StatusCode::FORBIDDEN, "insufficient_scope").await;
                 assert!(error["message"].as_str().unwrap().contains("orders:manage"), "{error}");
-                assert_eq!(server.read(&animal["id"]).await["status"], "pending");
+                assert_eq!(animal["status"], "pending");
             }
         }
     }
@@ -319,11 +303,19 @@ on_every_backend! {
         let keys = store::open_keys(&server.database().url).await.unwrap();
         keys.revoke_key("alice", petstore_server::keyring::unix_now()).await.unwrap();
         server.key_answers(&alice, "/pets?limit=1", |status| status == 401).await;
-        let all = walk_as(&server, &staff, "/store/orders?limit=2").await;
+        let all = walk_as(&server, &staff, "/store/orders?limit=2&include=placedBy").await;
         let placed_by: Vec<&str> = all.iter().map(|o| o["placedBy"].as_str().unwrap()).collect();
         assert_eq!(placed_by, ["alice", "bob", "alice", "bob", "alice", "bob"]);
-        let one = send(&server, &staff, Method::GET, &format!("/store/orders/{}", mine[2]["id"]), None).await;
+        let path = format!("/store/orders/{}", mine[2]["id"]);
+        let one = send(&server, &staff, Method::GET, &format!("{path}?include=placedBy"), None).await;
         assert_eq!(one.json::<Value>().await.unwrap()["placedBy"], "alice");
+        // Without asking, an order has exactly its 1.3.0 fields.
+        let plain = send(&server, &staff, Method::GET, &path, None).await;
+        assert_eq!(plain.json::<Value>().await.unwrap(), mine[2]);
+        // Only staff may ask.
+        let asked = send(&server, &bob, Method::GET, "/store/orders?include=placedBy", None).await;
+        let error = assert_error(asked, StatusCode::FORBIDDEN, "insufficient_scope").await;
+        assert!(error["message"].as_str().unwrap().contains("orders:manage"), "{error}");
     }
 
     async fn a_change_of_scopes_reaches_the_running_server(server) {

@@ -146,6 +146,22 @@ impl<T: CliConfig> Cli<T> {
                     ),
             )
             .arg(
+                ::clap::Arg::new("include")
+                    .long("include")
+                    .value_parser(
+                        ::clap::builder::TypedValueParser::map(
+                            ::clap::builder::PossibleValuesParser::new([
+                                types::OrderInclude::PlacedBy.to_string(),
+                            ]),
+                            |s| types::OrderInclude::try_from(s).unwrap(),
+                        ),
+                    )
+                    .required(false)
+                    .help(
+                        "`placedBy`: each order carries the name of the key that placed it\n(since 1.4.0; a key with `orders:manage` only, else `403`).\n",
+                    ),
+            )
+            .arg(
                 ::clap::Arg::new("limit")
                     .long("limit")
                     .value_parser(::clap::value_parser!(::std::num::NonZeroU32))
@@ -213,6 +229,22 @@ impl<T: CliConfig> Cli<T> {
 
     pub fn cli_get_order() -> ::clap::Command {
         ::clap::Command::new("")
+            .arg(
+                ::clap::Arg::new("include")
+                    .long("include")
+                    .value_parser(
+                        ::clap::builder::TypedValueParser::map(
+                            ::clap::builder::PossibleValuesParser::new([
+                                types::OrderInclude::PlacedBy.to_string(),
+                            ]),
+                            |s| types::OrderInclude::try_from(s).unwrap(),
+                        ),
+                    )
+                    .required(false)
+                    .help(
+                        "`placedBy`: the order carries the name of the key that placed it\n(since 1.4.0; a key with `orders:manage` only, else `403`).\n",
+                    ),
+            )
             .arg(
                 ::clap::Arg::new("order-id")
                     .long("order-id")
@@ -393,6 +425,10 @@ impl<T: CliConfig> Cli<T> {
             request = request.after(value.clone());
         }
 
+        if let Some(value) = matches.get_one::<types::OrderInclude>("include") {
+            request = request.include(value.clone());
+        }
+
         if let Some(value) = matches.get_one::<::std::num::NonZeroU32>("limit") {
             request = request.limit(value.clone());
         }
@@ -461,6 +497,10 @@ impl<T: CliConfig> Cli<T> {
         matches: &::clap::ArgMatches,
     ) -> anyhow::Result<()> {
         let mut request = self.client.get_order();
+        if let Some(value) = matches.get_one::<types::OrderInclude>("include") {
+            request = request.include(value.clone());
+        }
+
         if let Some(value) = matches.get_one::<i64>("order-id") {
             request = request.order_id(value.clone());
         }
