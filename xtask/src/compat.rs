@@ -373,6 +373,10 @@ mod tests {
             "petstore-1.3.0.yaml",
             "17e8175f77d6ebd92f1521ed896398e69158c0f40a55800a7fd048c2b535e38a",
         ),
+        (
+            "petstore-1.4.0.yaml",
+            "49a3b1db00c895a9744c3588af4ea64042bec1ce0aba44b2876454b6c78684cc",
+        ),
     ];
 
     fn sha256(path: &Path) -> String {
