@@ -3,9 +3,10 @@
 //! Each operation is admitted by any one of a few scopes (the contract's
 //! `x-petstore-scopes`); [`admitting`] is that table, and the bearer check
 //! refuses a key holding none of them with `403 insufficient_scope`. Which
-//! scopes a key holds is the implementation's business (it hands them over
-//! in [`crate::auth::Caller`]). Ownership of orders (`orders:place` sees
-//! only its own) is decided by the implementation too, from the same set.
+//! scopes a key holds is the implementation's business (its gatekeeper
+//! hands them over with the caller). Ownership of orders (`orders:place`
+//! sees only its own) is decided by the implementation too, from the same
+//! set.
 
 use std::fmt;
 use std::str::FromStr;
