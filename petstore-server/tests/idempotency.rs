@@ -16,7 +16,7 @@ use common::{
     serve, stop, stored_pets,
 };
 use petstore_client::{Client, types};
-use petstore_support::{FaultProxy, blocking, eventually, eventually_async};
+use petstore_support::{FaultProxy, blocking, eventually};
 use serde_json::{Value, json};
 use sha2::Digest;
 use tokio::io::AsyncWriteExt;
@@ -340,20 +340,7 @@ async fn postgres_answers_409_while_the_key_is_in_use_on_any_instance() {
         let base_url = served.base_url();
         async move { post_once(&base_url, "in-use-key", &in_use_body()).await }
     });
-    // Waits until a session waits for this one's transaction (other tests
-    // share the cluster, so any other waiting lock says nothing).
-    eventually_async("the first create waits for the test's record", || async {
-        let row = pg
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity
-                 WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))",
-                &[],
-            )
-            .await
-            .unwrap();
-        row.get::<_, i64>(0) >= 1
-    })
-    .await;
+    common::until_a_session_waits_on(&pg, "the first create waits for the test's record").await;
     // Through the other instance too.
     let refused = post_once(&other.base_url(), "in-use-key", &in_use_body()).await;
     let told = assert_in_use_then_replayed(&served, first, refused, async || {

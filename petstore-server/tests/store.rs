@@ -19,7 +19,7 @@ use common::{
     restart_postgres_under, serve, stop,
 };
 use petstore_client::{Client, Error, types};
-use petstore_support::{FaultProxy, blocking, eventually, eventually_async};
+use petstore_support::{FaultProxy, blocking, eventually};
 use serde_json::{Value, json};
 use sha2::Digest;
 
@@ -540,20 +540,7 @@ async fn postgres_answers_409_while_an_order_key_is_in_use_on_any_instance_and_c
     .unwrap();
     let base_url = served.base_url();
     let first = tokio::spawn(async move { order_once(&base_url, "in-use-key", pet_id).await });
-    // Waits until a session waits for this one's transaction (other tests
-    // share the cluster, so any other waiting lock says nothing).
-    eventually_async("the first order waits for the test's record", || async {
-        let row = pg
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity
-                 WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))",
-                &[],
-            )
-            .await
-            .unwrap();
-        row.get::<_, i64>(0) >= 1
-    })
-    .await;
+    common::until_a_session_waits_on(&pg, "the first order waits for the test's record").await;
     // The same key, meanwhile: an order through the other instance is 409;
     // a create is another operation, whose keys are apart, and goes through.
     let refused = order_once(&other.base_url(), "in-use-key", pet_id).await;

@@ -371,11 +371,17 @@ impl TestServer {
     /// path under `/v1`, with its query); checks that each page holds at
     /// most `limit` items and that each link follows its page's last `id`.
     pub async fn walk(&self, first: &str, limit: usize) -> Vec<Value> {
+        self.walk_as(KEY, first, limit).await
+    }
+
+    /// [`TestServer::walk`], with the API key `key`.
+    pub async fn walk_as(&self, key: &str, first: &str, limit: usize) -> Vec<Value> {
         let mut seen = Vec::new();
         let mut next = Some(format!("/v1{first}"));
         while let Some(target) = next {
             let path = target.strip_prefix("/v1").expect("a link under /v1");
-            let response = self.get(path).send().await.expect("request sent");
+            let request = self.anonymous(Method::GET, path).bearer_auth(key);
+            let response = request.send().await.expect("request sent");
             assert_eq!(response.status(), StatusCode::OK, "{target}");
             next = next_link(&response);
             let items: Vec<Value> = response.json().await.expect("a JSON array");

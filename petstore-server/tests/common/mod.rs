@@ -375,3 +375,20 @@ pub async fn restart_postgres_under(
     let restarting = std::sync::Arc::clone(cluster);
     petstore_support::blocking(move || restarting.restart()).await;
 }
+
+/// Waits until another session waits for a lock `pg`'s session holds
+/// (other tests share the cluster, so any other waiting lock says nothing).
+pub async fn until_a_session_waits_on(pg: &tokio_postgres::Client, what: &str) {
+    petstore_support::eventually_async(what, || async {
+        let row = pg
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))",
+                &[],
+            )
+            .await
+            .unwrap();
+        row.get::<_, i64>(0) >= 1
+    })
+    .await;
+}

@@ -9,7 +9,7 @@
 
 use petstore_api::scopes::{Scope, Scopes, admitting};
 use petstore_server::store;
-use petstore_tests::{TestServer, assert_error, next_link, on_every_backend};
+use petstore_tests::{TestServer, assert_error, on_every_backend};
 use reqwest::{Method, Response, StatusCode};
 use serde_json::{Value, json};
 
@@ -118,23 +118,6 @@ async fn send(
         request = request.json(&body);
     }
     request.send().await.unwrap()
-}
-
-/// Every order `key` reaches from `first` by following `Link` headers.
-async fn walk_as(server: &TestServer, key: &str, first: &str) -> Vec<Value> {
-    let (mut seen, mut path) = (Vec::new(), Some(first.to_owned()));
-    while let Some(next) = path {
-        let response = send(server, key, Method::GET, &next, None).await;
-        assert_eq!(response.status(), StatusCode::OK, "{next}");
-        path = next_link(&response).map(|link| {
-            link.strip_prefix("/v1")
-                .expect("links are absolute paths")
-                .to_owned()
-        });
-        let page: Vec<Value> = response.json().await.unwrap();
-        seen.extend(page);
-    }
-    seen
 }
 
 /// Orders an animal of its own with `key` (with `Idempotency-Key: once`,
@@ -267,12 +250,12 @@ on_every_backend! {
             assert!(order.get("placedBy").is_none(), "a customer is not told: {order}");
         }
         // Lists, pages (one order a page, through Link), filters.
-        assert_eq!(walk_as(&server, &alice, "/store/orders?limit=1").await, mine);
-        assert_eq!(walk_as(&server, &bob, "/store/orders?limit=1&status=placed").await, theirs);
+        assert_eq!(server.walk_as(&alice, "/store/orders?limit=1", 1).await, mine);
+        assert_eq!(server.walk_as(&bob, "/store/orders?limit=1&status=placed", 1).await, theirs);
         let of_theirs = format!("/store/orders?petId={}", theirs[1]["petId"]);
-        assert_eq!(walk_as(&server, &alice, &of_theirs).await, Vec::<Value>::new());
+        assert_eq!(server.walk_as(&alice, &of_theirs, 20).await, Vec::<Value>::new());
         let after = format!("/store/orders?after={}&limit=1", mine[0]["id"]);
-        assert_eq!(walk_as(&server, &alice, &after).await, mine[1..].to_vec());
+        assert_eq!(server.walk_as(&alice, &after, 20).await, mine[1..].to_vec());
         // Reading or cancelling another's order: 404, as for no order.
         for order in &theirs {
             let path = format!("/store/orders/{}", order["id"]);
@@ -298,12 +281,12 @@ on_every_backend! {
         // Owners are stored: a restarted server (which reloads what it
         // keeps in memory) tells the orders apart as before.
         server.restart().await;
-        assert_eq!(walk_as(&server, &bob, "/store/orders?limit=2").await, theirs);
+        assert_eq!(server.walk_as(&bob, "/store/orders?limit=2", 2).await, theirs);
         // Staff see every order and who placed it, even once a key is revoked.
         let keys = store::open_keys(&server.database().url).await.unwrap();
         keys.revoke_key("alice", petstore_server::keyring::unix_now()).await.unwrap();
         server.key_answers(&alice, "/pets?limit=1", |status| status == 401).await;
-        let all = walk_as(&server, &staff, "/store/orders?limit=2&include=placedBy").await;
+        let all = server.walk_as(&staff, "/store/orders?limit=2&include=placedBy", 2).await;
         let placed_by: Vec<&str> = all.iter().map(|o| o["placedBy"].as_str().unwrap()).collect();
         assert_eq!(placed_by, ["alice", "bob", "alice", "bob", "alice", "bob"]);
         let path = format!("/store/orders/{}", mine[2]["id"]);
@@ -316,6 +299,9 @@ on_every_backend! {
         let asked = send(&server, &bob, Method::GET, "/store/orders?include=placedBy", None).await;
         let error = assert_error(asked, StatusCode::FORBIDDEN, "insufficient_scope").await;
         assert!(error["message"].as_str().unwrap().contains("orders:manage"), "{error}");
+        let own = format!("/store/orders/{}?include=placedBy", theirs[0]["id"]);
+        let asked = send(&server, &bob, Method::GET, &own, None).await;
+        assert_error(asked, StatusCode::FORBIDDEN, "insufficient_scope").await;
     }
 
     async fn a_change_of_scopes_reaches_the_running_server(server) {
