@@ -7,7 +7,7 @@
 //! drift check, so the doc comments here are written as the contract's text.
 //!
 //! - [`model`]: the contract's resources (`Pet`, `NewPet`, `PetStatus`, and
-//!   the Store's `Order`, `NewOrder`, `OrderUpdate`, `Inventory`).
+//!   the Store's `Order`, `NewOrder`, `OrderUpdate`, `OrderInclude`, `Inventory`).
 //! - [`params`], [`responses`]: the operations' parameters and response
 //!   shapes beyond the model.
 //! - [`error`]: `ApiError`, the one error body.
