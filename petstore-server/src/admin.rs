@@ -16,7 +16,7 @@ use http::{Response, StatusCode, header};
 
 use crate::keyring::Keyring;
 use crate::metrics::{self, Metrics};
-use crate::store::PetStore;
+use crate::storage::Storage;
 
 /// How long `/readyz` waits for the database before it says 503.
 const READY_TIMEOUT: Duration = Duration::from_secs(2);
@@ -24,7 +24,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(2);
 /// What the management endpoints reach.
 pub struct AdminContext {
     /// The catalogue (for readiness and figures).
-    pub store: Arc<dyn PetStore>,
+    pub storage: Arc<dyn Storage>,
     /// The keys.
     pub keys: Arc<Keyring>,
     /// The metrics.
@@ -59,7 +59,7 @@ async fn healthz(_rqctx: RequestContext<AdminContext>) -> Result<Response<Body>,
 #[endpoint { method = GET, path = "/readyz", unpublished = true }]
 async fn readyz(rqctx: RequestContext<AdminContext>) -> Result<Response<Body>, HttpError> {
     let context = rqctx.context();
-    let problem = match tokio::time::timeout(READY_TIMEOUT, context.store.check_ready()).await {
+    let problem = match tokio::time::timeout(READY_TIMEOUT, context.storage.check_ready()).await {
         Err(_) => Some(format!(
             "the database did not answer within {} s",
             READY_TIMEOUT.as_secs()
@@ -90,7 +90,7 @@ async fn metrics_text(rqctx: RequestContext<AdminContext>) -> Result<Response<Bo
     let context = rqctx.context();
     let body = context
         .metrics
-        .render(&context.store, context.keys.counts())
+        .render(&context.storage, context.keys.counts())
         .await;
     text(StatusCode::OK, metrics::CONTENT_TYPE, body)
 }

@@ -1,4 +1,4 @@
-//! What every request handler can reach: the keys, the store, the count of
+//! What every request handler can reach: the keys, the storage, the count of
 //! requests in flight, and where what happened is noted and counted; and
 //! the interface's bearer check, answered from the keys.
 
@@ -11,7 +11,7 @@ use petstore_api::error::Keyed;
 use crate::keyring::Keyring;
 use crate::metrics::Metrics;
 use crate::observe::RequestNotes;
-use crate::store::{PetStore, Retention};
+use crate::storage::{Retention, Storage};
 
 /// The server's state, handed to every endpoint inside the API's context
 /// (`petstore_api::auth::ApiContext`).
@@ -23,7 +23,7 @@ pub struct Service {
     /// The metrics, unless the management listener is off.
     pub metrics: Option<Arc<Metrics>>,
     /// The catalogue.
-    pub store: Arc<dyn PetStore>,
+    pub storage: Arc<dyn Storage>,
     /// Requests past authentication whose handler has not finished.
     pub requests: Requests,
     /// How long the first `201` of an idempotency key is kept.

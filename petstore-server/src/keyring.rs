@@ -19,7 +19,7 @@ use petstore_api::scopes::Scopes;
 
 use crate::keys::{AcceptedKey, ApiKeys, AuthFailure, KeyCounts, KeyDigest, KeySet};
 use crate::metrics::Metrics;
-use crate::store::{KeyStore, StoreError, StoredKey};
+use crate::storage::{KeyStorage, StorageError, StoredKey};
 
 /// How often each instance re-reads the stored keys. A change takes effect
 /// everywhere within this plus the time of one read (documented: 2 s).
@@ -143,7 +143,7 @@ impl Keyring {
     /// the set in force and is logged (once per outage) and counted.
     pub async fn refresh(
         self: Arc<Self>,
-        store: Arc<dyn KeyStore>,
+        storage: Arc<dyn KeyStorage>,
         log: slog::Logger,
         metrics: Option<Arc<Metrics>>,
     ) {
@@ -153,7 +153,7 @@ impl Keyring {
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
-            match self.refresh_once(&*store, &mut flushed).await {
+            match self.refresh_once(&*storage, &mut flushed).await {
                 Ok(()) if failing => {
                     failing = false;
                     slog::info!(log, "API keys reloaded again");
@@ -179,15 +179,18 @@ impl Keyring {
     /// failing is reported, and neither stops the other.
     async fn refresh_once(
         &self,
-        store: &dyn KeyStore,
+        storage: &dyn KeyStorage,
         flushed: &mut HashMap<Arc<str>, i64>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), StorageError> {
         let uses = self.uses_since(flushed);
-        let reloaded = store.list_keys().await.map(|stored| self.replace(&stored));
+        let reloaded = storage
+            .list_keys()
+            .await
+            .map(|stored| self.replace(&stored));
         let recorded = if uses.is_empty() {
             Ok(())
         } else {
-            store.record_key_use(uses).await.inspect_err(|_| {
+            storage.record_key_use(uses).await.inspect_err(|_| {
                 // Recorded again at the next successful flush.
                 flushed.clear();
             })
@@ -197,12 +200,12 @@ impl Keyring {
 
     /// Records the last use of every stored key that has one (at shutdown,
     /// so that the last second of use is not lost).
-    pub async fn record_all_uses(&self, store: &dyn KeyStore) -> Result<(), StoreError> {
+    pub async fn record_all_uses(&self, storage: &dyn KeyStorage) -> Result<(), StorageError> {
         let uses = self.uses_since(&mut HashMap::new());
         if uses.is_empty() {
             return Ok(());
         }
-        store.record_key_use(uses).await
+        storage.record_key_use(uses).await
     }
 }
 

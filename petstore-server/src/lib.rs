@@ -25,7 +25,7 @@ pub mod logging;
 pub mod metrics;
 pub mod observe;
 pub mod server;
-pub mod store;
+pub mod storage;
 
 pub use server::{
     IDEMPOTENCY_RETENTION_MIN, RunningServer, ServerConfig, ShutdownError, ShutdownReport,

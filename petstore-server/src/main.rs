@@ -6,8 +6,8 @@ use std::time::Duration;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use petstore_server::keys::ApiKeys;
 use petstore_server::logging;
-use petstore_server::store::{DatabaseUrl, FatalSender, StoreMetrics};
-use petstore_server::{ServerConfig, store};
+use petstore_server::storage::{DatabaseUrl, FatalSender, StorageMetrics};
+use petstore_server::{ServerConfig, storage};
 
 mod cli;
 
@@ -177,11 +177,11 @@ async fn shutdown_signal() -> anyhow::Result<&'static str> {
 async fn migrate(settings: DatabaseSettings) -> anyhow::Result<()> {
     let log = slog::Logger::root(slog::Discard, slog::o!());
     let database: DatabaseUrl = settings.url();
-    let opened = store::open(
+    let opened = storage::open(
         &database,
         &log,
         FatalSender::new(None),
-        StoreMetrics::default(),
+        StorageMetrics::default(),
     )
     .await?;
     opened.pets.close().await;

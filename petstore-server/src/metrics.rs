@@ -15,7 +15,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::keys::KeyCounts;
-use crate::store::{PetStore, StoreMetrics};
+use crate::storage::{Storage, StorageMetrics};
 use petstore_api::error::Keyed;
 
 /// The content type of [`Metrics::render`]'s output.
@@ -93,7 +93,7 @@ pub struct Metrics {
     open_fds: Gauge,
     max_fds: Gauge,
     open_sockets: Gauge,
-    store: StoreMetrics,
+    storage: StorageMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -110,8 +110,8 @@ fn latency_histogram() -> Histogram {
 }
 
 impl Metrics {
-    /// A fresh set of metrics; `store` is what the store records into.
-    pub fn new(store: StoreMetrics) -> Metrics {
+    /// A fresh set of metrics; `store` is what the storage records into.
+    pub fn new(storage: StorageMetrics) -> Metrics {
         let mut registry = Registry::with_prefix("petstore");
         let metrics = Metrics {
             requests: Family::default(),
@@ -132,7 +132,7 @@ impl Metrics {
             open_fds: Gauge::default(),
             max_fds: Gauge::default(),
             open_sockets: Gauge::default(),
-            store,
+            storage,
             none: Arc::from("none"),
             registry: Registry::default(),
         };
@@ -205,7 +205,7 @@ impl Metrics {
         r.register(
             "sqlite_commit_group_size",
             "Creates committed per SQLite transaction (group commit)",
-            metrics.store.commit_group_size.clone(),
+            metrics.storage.commit_group_size.clone(),
         );
         r.register(
             "postgres_shared_max_connections",
@@ -315,10 +315,10 @@ impl Metrics {
     }
 
     /// The metrics as text, after reading the figures read at scrape time.
-    /// A store that cannot answer within a second leaves its figures as
+    /// A backend that cannot answer within a second leaves its figures as
     /// they were: a scrape never waits for a database outage.
-    pub async fn render(&self, store: &Arc<dyn PetStore>, keys: KeyCounts) -> String {
-        let stats = tokio::time::timeout(std::time::Duration::from_secs(1), store.stats()).await;
+    pub async fn render(&self, storage: &Arc<dyn Storage>, keys: KeyCounts) -> String {
+        let stats = tokio::time::timeout(std::time::Duration::from_secs(1), storage.stats()).await;
         if let Ok(Ok(stats)) = stats {
             self.pets.set(i64::try_from(stats.pets).unwrap_or(i64::MAX));
             if let Some(pool) = stats.pool {

@@ -27,18 +27,19 @@ use crate::keyring::{Keyring, unix_now};
 use crate::keys::ApiKeys;
 use crate::metrics::Metrics;
 use crate::observe::{ObservingDrain, RequestNotes};
-use crate::store::idempotency::{fingerprint, order_fingerprint};
-use crate::store::{
-    self, CreateOutcome, DatabaseUrl, Idempotency, KeyStore, ListQuery, OpenError, OrderQuery,
-    Owner, PURGE_BATCH, PetStore, PlaceOutcome, Retention, StoreError, StoreMetrics, UpdateOutcome,
+use crate::storage::idempotency::{fingerprint, order_fingerprint};
+use crate::storage::{
+    self, CreateOutcome, DatabaseUrl, Idempotency, KeyStorage, ListQuery, OpenError, OrderQuery,
+    Owner, PURGE_BATCH, PlaceOutcome, Retention, Storage, StorageError, StorageMetrics,
+    UpdateOutcome,
 };
 use petstore_api::model::{
     Inventory, NewOrder, NewPet, Order, OrderInclude, OrderStatus, OrderUpdate, OrderUpdateStatus,
     Pet, PetStatus,
 };
 
-// Every page the contract allows, the store can serve.
-const _: () = assert!(LIMIT_MAX as u32 <= store::LIST_MAX);
+// Every page the contract allows, the storage can serve.
+const _: () = assert!(LIMIT_MAX as u32 <= storage::LIST_MAX);
 
 /// The implementation of the API trait; never constructed.
 pub enum PetstoreImpl {}
@@ -88,7 +89,7 @@ fn service(rqctx: &RequestContext<ApiContext>) -> Result<&Service, ApiError> {
 /// A storage failure as the client sees it: 503 when retrying later is
 /// right, 500 when it is a bug or corrupt data (the cause is logged either
 /// way, in the access log's `error_message_internal`, and counted).
-fn store_failure(context: &Service) -> impl Fn(StoreError) -> ApiError + '_ {
+fn store_failure(context: &Service) -> impl Fn(StorageError) -> ApiError + '_ {
     move |error| {
         let unavailable = error.is_unavailable();
         if let Some(metrics) = &context.metrics {
@@ -114,7 +115,7 @@ impl PetstoreApi for PetstoreImpl {
         let limit = params.checked_limit()?;
         let context = service(&rqctx)?;
         let page = context
-            .store
+            .storage
             .list(ListQuery {
                 limit,
                 status: params.status,
@@ -144,7 +145,7 @@ impl PetstoreApi for PetstoreImpl {
             |pet, headers| Ok(HttpResponseHeaders::new(HttpResponseCreated(pet), headers));
         let Some(key) = idempotency_key.into_inner() else {
             let pet = context
-                .store
+                .storage
                 .create(pet)
                 .await
                 .map_err(store_failure(context))?;
@@ -158,7 +159,7 @@ impl PetstoreApi for PetstoreImpl {
             context.idempotency_retention,
         );
         let outcome = context
-            .store
+            .storage
             .create_idempotent(pet, once)
             .await
             .map_err(store_failure(context))?;
@@ -191,7 +192,7 @@ impl PetstoreApi for PetstoreImpl {
         let id = path.into_inner().pet_id;
         let context = service(&rqctx)?;
         match context
-            .store
+            .storage
             .get(id)
             .await
             .map_err(store_failure(context))?
@@ -214,7 +215,7 @@ impl PetstoreApi for PetstoreImpl {
         let show_placed_by = shows_placed_by(&auth, params.include)?;
         let context = service(&rqctx)?;
         let page = context
-            .store
+            .storage
             .list_orders(OrderQuery {
                 limit,
                 status: params.status,
@@ -265,7 +266,7 @@ impl PetstoreApi for PetstoreImpl {
             name: auth.name().to_string(),
         };
         let outcome = context
-            .store
+            .storage
             .place_order(pet_id, owner, once)
             .await
             .map_err(store_failure(context))?;
@@ -317,7 +318,7 @@ impl PetstoreApi for PetstoreImpl {
         let show_placed_by = shows_placed_by(&auth, query.into_inner().include)?;
         let context = service(&rqctx)?;
         match context
-            .store
+            .storage
             .get_order(id, only_own(&auth))
             .await
             .map_err(store_failure(context))?
@@ -348,7 +349,7 @@ impl PetstoreApi for PetstoreImpl {
         // never change, so what this read finds holds for the update.
         if let Some(owner) = only_own(&auth) {
             let own = context
-                .store
+                .storage
                 .get_order(id, Some(owner))
                 .await
                 .map_err(store_failure(context))?;
@@ -357,7 +358,7 @@ impl PetstoreApi for PetstoreImpl {
             }
         }
         match context
-            .store
+            .storage
             .update_order(id, to)
             .await
             .map_err(store_failure(context))?
@@ -378,7 +379,7 @@ impl PetstoreApi for PetstoreImpl {
     ) -> Result<HttpResponseOk<Inventory>, ApiError> {
         let context = service(&rqctx)?;
         let inventory = context
-            .store
+            .storage
             .inventory()
             .await
             .map_err(store_failure(context))?;
@@ -536,11 +537,11 @@ pub struct ShutdownReport {
 pub struct RunningServer {
     http: HttpServer<ApiContext>,
     admin: Option<HttpServer<AdminContext>>,
-    store: Arc<dyn PetStore>,
+    storage: Arc<dyn Storage>,
     requests: Requests,
     fatal: watch::Receiver<Option<String>>,
     keys: Arc<Keyring>,
-    key_store: Arc<dyn KeyStore>,
+    key_store: Arc<dyn KeyStorage>,
     key_refresh: JoinHandle<()>,
     purge: JoinHandle<()>,
     tls: Option<TlsFiles>,
@@ -616,7 +617,7 @@ impl RunningServer {
             self.keys.record_all_uses(&*self.key_store),
         );
         let _ = recorded.await;
-        self.store.close().await;
+        self.storage.close().await;
         match closed {
             Ok(Err(e)) => Err(ShutdownError::Http(e)),
             _ => Ok(report),
@@ -653,11 +654,17 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
         return Err(StartError::NoKeys);
     }
     let (fatal_sender, fatal) = watch::channel(None);
-    let store_metrics = StoreMetrics::default();
-    let database = store::open(&config.database, &log, fatal_sender, store_metrics.clone()).await?;
-    let store = Arc::clone(&database.pets);
+    let storage_metrics = StorageMetrics::default();
+    let database = storage::open(
+        &config.database,
+        &log,
+        fatal_sender,
+        storage_metrics.clone(),
+    )
+    .await?;
+    let storage = Arc::clone(&database.pets);
     let fail = async |error: StartError| {
-        store.close().await;
+        storage.close().await;
         Err(error)
     };
     let stored = match database.keys.list_keys().await {
@@ -679,7 +686,7 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
     }
     let metrics = config
         .admin_bind
-        .map(|_| Arc::new(Metrics::new(store_metrics)));
+        .map(|_| Arc::new(Metrics::new(storage_metrics)));
     let notes = Arc::new(RequestNotes::default());
     let api_log = slog::Logger::root(
         ObservingDrain::new(log.clone(), Arc::clone(&notes), metrics.clone()),
@@ -691,7 +698,7 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
         // Handlers run on the connection's task instead of a task of their
         // own (a spawn per request costs about 10 % of throughput). If a
         // client hangs up, its handler is dropped: a create already handed
-        // to the store is still committed, just never acknowledged, which is
+        // to the storage is still committed, just never acknowledged, which is
         // what that client saw anyway. Graceful shutdown still waits for
         // every request in flight.
         default_handler_task_mode: HandlerTaskMode::CancelOnDisconnect,
@@ -702,7 +709,7 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
         keys: Arc::clone(&keys),
         notes,
         metrics: metrics.clone(),
-        store: Arc::clone(&store),
+        storage: Arc::clone(&storage),
         requests: requests.clone(),
         idempotency_retention: Retention::new(config.idempotency_retention),
     };
@@ -724,7 +731,7 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
     };
     let admin = match (config.admin_bind, &metrics) {
         (Some(address), Some(metrics)) => {
-            match start_admin(address, &store, &keys, metrics, &log) {
+            match start_admin(address, &storage, &keys, metrics, &log) {
                 Ok(admin) => Some(admin),
                 Err(e) => {
                     let _ = http.close().await;
@@ -735,7 +742,7 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
         _ => None,
     };
     let purge = tokio::spawn(purge_expired_idempotency(
-        Arc::clone(&store),
+        Arc::clone(&storage),
         Retention::new(config.idempotency_retention),
         log.clone(),
         metrics.clone(),
@@ -751,7 +758,7 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
     Ok(RunningServer {
         http,
         admin,
-        store,
+        storage,
         requests,
         fatal,
         keys,
@@ -766,7 +773,7 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
 /// transaction of its own) so that creates are never held up for long;
 /// runs until aborted. A failure is logged and tried again next round.
 async fn purge_expired_idempotency(
-    store: Arc<dyn PetStore>,
+    storage: Arc<dyn Storage>,
     retention: Retention,
     log: slog::Logger,
     metrics: Option<Arc<Metrics>>,
@@ -776,7 +783,7 @@ async fn purge_expired_idempotency(
         let before = retention.purge_before(unix_now());
         let mut purged = 0;
         loop {
-            match store.purge_idempotency(before, PURGE_BATCH).await {
+            match storage.purge_idempotency(before, PURGE_BATCH).await {
                 Ok(deleted) => {
                     purged += deleted;
                     if let Some(metrics) = &metrics {
@@ -801,13 +808,13 @@ async fn purge_expired_idempotency(
 
 fn start_admin(
     address: SocketAddr,
-    store: &Arc<dyn PetStore>,
+    storage: &Arc<dyn Storage>,
     keys: &Arc<Keyring>,
     metrics: &Arc<Metrics>,
     log: &slog::Logger,
 ) -> Result<HttpServer<AdminContext>, StartError> {
     let context = AdminContext {
-        store: Arc::clone(store),
+        storage: Arc::clone(storage),
         keys: Arc::clone(keys),
         metrics: Arc::clone(metrics),
     };

@@ -12,7 +12,7 @@ use std::time::Duration;
 use petstore_api::scopes::Scopes;
 use petstore_server::keys::ApiKeys;
 use petstore_server::logging::{self, LogFormat, LogSettings};
-use petstore_server::store::{self, DatabaseUrl, StoredKey};
+use petstore_server::storage::{self, DatabaseUrl, StoredKey};
 use petstore_server::{IDEMPOTENCY_RETENTION_MIN, RunningServer, ServerConfig};
 pub use petstore_support::{blocking, eventually, eventually_async, postgres};
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
@@ -202,7 +202,7 @@ impl TestServer {
     pub async fn stored_key(&self, name: &str, scopes: &str) -> String {
         let scopes: Scopes = scopes.parse().expect("scopes as `keys create` takes them");
         let key = petstore_server::keys::generate().expect("random bytes");
-        let keys = store::open_keys(&self.database.url)
+        let keys = storage::open_keys(&self.database.url)
             .await
             .expect("the key store opens");
         keys.create_key(StoredKey {

@@ -1,6 +1,6 @@
 //! Properties of the embedded SQLite default that the API suite cannot see.
 
-use petstore_server::store::DatabaseUrl;
+use petstore_server::storage::DatabaseUrl;
 use petstore_tests::{Backend, TestServer, assert_error, fresh_database};
 use reqwest::StatusCode;
 use serde_json::json;

@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use petstore_api::scopes::Scopes;
 use petstore_server::keyring::{REFRESH_INTERVAL, unix_now};
 use petstore_server::keys::{KeyDigest, generate};
-use petstore_server::store::{self, Revoked, StoredKey};
+use petstore_server::storage::{self, Revoked, StoredKey};
 
 use super::settings::DatabaseArgs;
 
@@ -101,9 +101,9 @@ pub async fn run(command: KeysCommand, matches: &clap::ArgMatches) -> anyhow::Re
 async fn open(
     database: DatabaseArgs,
     matches: &clap::ArgMatches,
-) -> anyhow::Result<std::sync::Arc<dyn store::KeyStore>> {
+) -> anyhow::Result<std::sync::Arc<dyn storage::KeyStorage>> {
     let url = database.resolve(matches)?.url();
-    let keys = store::open_keys(&url).await?;
+    let keys = storage::open_keys(&url).await?;
     eprintln!("database: {url}");
     Ok(keys)
 }

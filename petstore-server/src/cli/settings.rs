@@ -39,7 +39,7 @@ use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::parser::{ArgMatches, ValueSource};
 use clap::{Args, FromArgMatches, ValueEnum};
 use petstore_server::logging::{LogFormat, LogSettings};
-use petstore_server::store::{DatabaseUrl, PostgresUrl};
+use petstore_server::storage::{DatabaseUrl, PostgresUrl};
 use petstore_server::{IDEMPOTENCY_RETENTION_MIN, TlsFiles};
 use serde::{Deserialize, Serialize, Serializer};
 

@@ -8,7 +8,7 @@
 //! and who placed each when they ask (`include=placedBy`).
 
 use petstore_api::scopes::{Scope, Scopes, admitting};
-use petstore_server::store;
+use petstore_server::storage;
 use petstore_tests::{TestServer, assert_error, on_every_backend};
 use reqwest::{Method, Response, StatusCode};
 use serde_json::{Value, json};
@@ -283,7 +283,7 @@ on_every_backend! {
         server.restart().await;
         assert_eq!(server.walk_as(&bob, "/store/orders?limit=2", 2).await, theirs);
         // Staff see every order and who placed it, even once a key is revoked.
-        let keys = store::open_keys(&server.database().url).await.unwrap();
+        let keys = storage::open_keys(&server.database().url).await.unwrap();
         keys.revoke_key("alice", petstore_server::keyring::unix_now()).await.unwrap();
         server.key_answers(&alice, "/pets?limit=1", |status| status == 401).await;
         let all = server.walk_as(&staff, "/store/orders?limit=2&include=placedBy", 2).await;
@@ -314,7 +314,7 @@ on_every_backend! {
                 .send()
         };
         assert_eq!(create().await.unwrap().status(), StatusCode::FORBIDDEN);
-        let keys = store::open_keys(&server.database().url).await.unwrap();
+        let keys = storage::open_keys(&server.database().url).await.unwrap();
         let before = keys
             .set_key_scopes("shop-front", "pets:read,pets:write".parse().unwrap())
             .await
@@ -375,7 +375,7 @@ async fn a_key_and_an_order_from_before_scopes_keep_what_they_had() {
         .create(json!({"name": "Old", "categoryId": 1, "status": "available"}))
         .await;
     server.stop().await;
-    let petstore_server::store::DatabaseUrl::Sqlite(path) = &server.database().url else {
+    let petstore_server::storage::DatabaseUrl::Sqlite(path) = &server.database().url else {
         unreachable!("a SQLite server");
     };
     let old_key = "pre-1-4-key";

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::ValueEnum;
-use petstore_server::store::DatabaseUrl;
+use petstore_server::storage::DatabaseUrl;
 use petstore_support::postgres::Cluster;
 use petstore_support::{free_loopback_addr, generate_key};
 

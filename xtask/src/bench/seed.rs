@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use futures::{StreamExt, TryStreamExt};
 use petstore_api::model::{NewPet, PetStatus};
-use petstore_server::store::{self, DatabaseUrl};
+use petstore_server::storage::{self, DatabaseUrl};
 
 /// Creates kept in flight at once. The SQLite store commits every create
 /// waiting for its writer in one transaction (one fsync), so many in flight
@@ -39,13 +39,18 @@ pub fn new_pet(i: u64) -> NewPet {
 /// and returns how long it took. Progress is printed for big datasets.
 pub async fn seed(url: &DatabaseUrl, count: u64) -> anyhow::Result<Duration> {
     let log = slog::Logger::root(slog::Discard, slog::o!());
-    let store = store::open(url, &log, store::FatalSender::new(None), Default::default())
-        .await
-        .with_context(|| format!("opening {url} to seed it"))?;
+    let storage = storage::open(
+        url,
+        &log,
+        storage::FatalSender::new(None),
+        Default::default(),
+    )
+    .await
+    .with_context(|| format!("opening {url} to seed it"))?;
     let started = Instant::now();
     let step = (count / 10).max(100_000);
     let created = futures::stream::iter(0..count)
-        .map(|i| store.pets.create(new_pet(i)))
+        .map(|i| storage.pets.create(new_pet(i)))
         .buffer_unordered(IN_FLIGHT)
         .map_err(|e| anyhow::anyhow!("seeding: {e}"))
         .try_fold(0u64, |done, _| async move {
@@ -60,7 +65,7 @@ pub async fn seed(url: &DatabaseUrl, count: u64) -> anyhow::Result<Duration> {
         })
         .await;
     let elapsed = started.elapsed();
-    store.pets.close().await;
+    storage.pets.close().await;
     created?;
     Ok(elapsed)
 }

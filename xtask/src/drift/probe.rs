@@ -42,7 +42,7 @@ use std::time::Duration;
 use anyhow::Context;
 use futures::StreamExt;
 use openapiv3::{APIKeyLocation, Parameter, ReferenceOr, Response, SecurityScheme};
-use petstore_server::{RunningServer, ServerConfig, keys::ApiKeys, store::DatabaseUrl};
+use petstore_server::{RunningServer, ServerConfig, keys::ApiKeys, storage::DatabaseUrl};
 use reqwest::Method;
 use serde_json::{Value, json};
 

@@ -1,4 +1,4 @@
-//! Creates a client can retry safely: what the stores need to know of an
+//! Creates a client can retry safely: what the backends need to know of an
 //! idempotency key, and what a create with one can come to.
 //!
 //! A record of the first `201` for a key is committed in the same
@@ -162,7 +162,7 @@ pub enum CreateOutcome {
     KeyInUse,
 }
 
-/// The keys whose requests a store is processing now, for a store that is
+/// The keys whose requests a backend is processing now, for a backend that is
 /// the only writer of its database (SQLite): the second request with a key
 /// in flight is told so (409) instead of waiting.
 #[derive(Default)]

@@ -6,7 +6,7 @@
 
 use petstore_api::scopes::Scopes;
 
-use super::StoreError;
+use super::StorageError;
 
 /// A key as stored: everything but the key itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,8 +30,8 @@ pub struct StoredKey {
 
 /// A stored digest as the 32 bytes it must be; a row holding anything
 /// else is reported with the key's name.
-pub(super) fn stored_digest(name: &str, bytes: &[u8]) -> Result<[u8; 32], StoreError> {
-    <[u8; 32]>::try_from(bytes).map_err(|_| StoreError::BadKey {
+pub(super) fn stored_digest(name: &str, bytes: &[u8]) -> Result<[u8; 32], StorageError> {
+    <[u8; 32]>::try_from(bytes).map_err(|_| StorageError::BadKey {
         name: name.to_owned(),
         reason: format!("its digest has {} bytes instead of 32", bytes.len()),
     })
@@ -57,7 +57,7 @@ pub enum KeyError {
     UnknownName(String),
     /// The database failed.
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(#[from] StorageError),
 }
 
 /// How a revocation went.
@@ -71,12 +71,12 @@ pub enum Revoked {
 
 /// Where API keys are stored.
 #[async_trait::async_trait]
-pub trait KeyStore: Send + Sync + 'static {
+pub trait KeyStorage: Send + Sync + 'static {
     /// Stores a new key.
     async fn create_key(&self, key: StoredKey) -> Result<(), KeyError>;
 
     /// Every stored key, revoked ones included, by creation time.
-    async fn list_keys(&self) -> Result<Vec<StoredKey>, StoreError>;
+    async fn list_keys(&self) -> Result<Vec<StoredKey>, StorageError>;
 
     /// Revokes the key named `name` at `at` (Unix seconds).
     async fn revoke_key(&self, name: &str, at: i64) -> Result<Revoked, KeyError>;
@@ -86,5 +86,5 @@ pub trait KeyStore: Send + Sync + 'static {
 
     /// Records that each named key was used at the time given (Unix
     /// seconds); a time earlier than the one stored is ignored.
-    async fn record_key_use(&self, uses: Vec<(String, i64)>) -> Result<(), StoreError>;
+    async fn record_key_use(&self, uses: Vec<(String, i64)>) -> Result<(), StorageError>;
 }

@@ -21,7 +21,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::{NoTls, Row};
 
 use super::idempotency::{CreateOutcome, Idempotency};
-use super::keys::{KeyError, KeyStore, Revoked, StoredKey, stored_digest, stored_scopes};
+use super::keys::{KeyError, KeyStorage, Revoked, StoredKey, stored_digest, stored_scopes};
 use petstore_api::scopes::Scopes;
 mod batch;
 mod order_statements;
@@ -34,8 +34,8 @@ use self::orders::{Place, Update};
 use self::reads::{CountPets, GetPet, ListPets};
 use self::shared::{CONNECTION_TIMEOUT, SharedConnections};
 use super::{
-    ListQuery, OpenError, OrderPage, OrderQuery, Owner, Page, PetStore, PlaceOutcome, PoolStats,
-    PostgresFailure, PostgresUrl, SharedStats, StoreError, StoreStats, UpdateOutcome,
+    ListQuery, OpenError, OrderPage, OrderQuery, Owner, Page, PlaceOutcome, PoolStats,
+    PostgresFailure, PostgresUrl, SharedStats, Storage, StorageError, StorageStats, UpdateOutcome,
 };
 use petstore_api::model::{Inventory, NewPet, Order, OrderUpdateStatus, Pet, PetStatus};
 
@@ -97,8 +97,8 @@ const MIGRATION_LOCK: i64 = 0x7065_7473_746f_7265; // "petstore"
 /// depth of 4 gave both.
 const READERS_MAX: usize = 4;
 
-/// The PostgreSQL implementation of [`PetStore`] and [`KeyStore`].
-pub struct PostgresStore {
+/// The PostgreSQL implementation of [`Storage`] and [`KeyStorage`].
+pub struct PostgresStorage {
     /// Shared connections for reads, each request on the one with the
     /// fewest in flight.
     readers: Arc<SharedConnections>,
@@ -151,18 +151,18 @@ pub(super) fn is_unavailable(failure: &PostgresFailure) -> bool {
         || code == "55P03"
 }
 
-fn postgres<E: Into<PostgresFailure>>(doing: &'static str) -> impl Fn(E) -> StoreError {
-    move |e| StoreError::Postgres {
+fn postgres<E: Into<PostgresFailure>>(doing: &'static str) -> impl Fn(E) -> StorageError {
+    move |e| StorageError::Postgres {
         doing,
         source: e.into(),
     }
 }
 
-impl PostgresStore {
+impl PostgresStorage {
     /// Connects (failing fast when the database is unreachable) and brings
     /// the schema up to date.
-    pub async fn open(url: &PostgresUrl) -> Result<PostgresStore, OpenError> {
-        let in_database = |source: StoreError| OpenError::Store {
+    pub async fn open(url: &PostgresUrl) -> Result<PostgresStorage, OpenError> {
+        let in_database = |source: StorageError| OpenError::Storage {
             database: url.to_string(),
             source,
         };
@@ -199,7 +199,7 @@ impl PostgresStore {
             Migration::Store(e) => in_database(e),
             Migration::Refused(e) => e,
         })?;
-        Ok(PostgresStore {
+        Ok(PostgresStorage {
             gets: Batcher::start(Arc::clone(&readers), readers.max()),
             lists: Batcher::start(Arc::clone(&readers), readers.max()),
             counts: Batcher::start(Arc::clone(&readers), readers.max()),
@@ -213,14 +213,14 @@ impl PostgresStore {
         })
     }
 
-    async fn client(&self) -> Result<deadpool_postgres::Client, StoreError> {
+    async fn client(&self) -> Result<deadpool_postgres::Client, StorageError> {
         self.pool
             .get()
             .await
             .map_err(postgres("getting a connection"))
     }
 
-    async fn admin_client(&self) -> Result<deadpool_postgres::Client, StoreError> {
+    async fn admin_client(&self) -> Result<deadpool_postgres::Client, StorageError> {
         self.admin
             .get()
             .await
@@ -256,7 +256,7 @@ fn build_pool(
 
 /// Why migrating failed: the database, or a refusal.
 enum Migration {
-    Store(StoreError),
+    Store(StorageError),
     Refused(OpenError),
 }
 
@@ -301,12 +301,12 @@ async fn migrate(client: &mut deadpool_postgres::Client) -> Result<(), Migration
 
 /// Decodes a row into a pet, never panicking: a column of an unexpected
 /// type or value is reported with the row's id and the column's name.
-fn pet_from_row(row: &Row) -> Result<Pet, StoreError> {
+fn pet_from_row(row: &Row) -> Result<Pet, StorageError> {
     pet_from_columns(row, 0)
 }
 
 /// [`pet_from_row`] for a pet whose four columns start at `first`.
-fn pet_from_columns(row: &Row, first: usize) -> Result<Pet, StoreError> {
+fn pet_from_columns(row: &Row, first: usize) -> Result<Pet, StorageError> {
     let decode = postgres("decoding a row");
     let id: i64 = row.try_get(first).map_err(&decode)?;
     Ok(Pet {
@@ -318,7 +318,11 @@ fn pet_from_columns(row: &Row, first: usize) -> Result<Pet, StoreError> {
 }
 
 /// The status in column `column` of the row of pet `id`.
-fn status_from_column(row: &Row, column: usize, id: i64) -> Result<Option<PetStatus>, StoreError> {
+fn status_from_column(
+    row: &Row,
+    column: usize,
+    id: i64,
+) -> Result<Option<PetStatus>, StorageError> {
     match row
         .try_get::<_, Option<&str>>(column)
         .map_err(postgres("decoding a row"))?
@@ -326,7 +330,7 @@ fn status_from_column(row: &Row, column: usize, id: i64) -> Result<Option<PetSta
         None => Ok(None),
         Some(text) => PetStatus::parse(text)
             .map(Some)
-            .ok_or_else(|| StoreError::Undecodable {
+            .ok_or_else(|| StorageError::Undecodable {
                 id,
                 column: "status",
                 value: format!("the text {text:?}"),
@@ -336,8 +340,8 @@ fn status_from_column(row: &Row, column: usize, id: i64) -> Result<Option<PetSta
 }
 
 #[async_trait::async_trait]
-impl PetStore for PostgresStore {
-    async fn create(&self, pet: NewPet) -> Result<Pet, StoreError> {
+impl Storage for PostgresStorage {
+    async fn create(&self, pet: NewPet) -> Result<Pet, StorageError> {
         self.creates.submit(pet).await
     }
 
@@ -350,7 +354,7 @@ impl PetStore for PostgresStore {
         &self,
         pet: NewPet,
         once: Idempotency,
-    ) -> Result<CreateOutcome, StoreError> {
+    ) -> Result<CreateOutcome, StorageError> {
         let doing = "creating a pet with an idempotency key";
         let sql = postgres(doing);
         let mut client = self.client().await?;
@@ -403,7 +407,11 @@ impl PetStore for PostgresStore {
         Ok(CreateOutcome::Created(Pet::from_new(id, pet)))
     }
 
-    async fn purge_idempotency(&self, made_before: i64, limit: usize) -> Result<usize, StoreError> {
+    async fn purge_idempotency(
+        &self,
+        made_before: i64,
+        limit: usize,
+    ) -> Result<usize, StorageError> {
         let client = self.admin_client().await?;
         let mut left = i64::try_from(limit).unwrap_or(i64::MAX);
         let mut deleted = 0;
@@ -415,11 +423,11 @@ impl PetStore for PostgresStore {
         Ok(usize::try_from(deleted).unwrap_or(usize::MAX))
     }
 
-    async fn list(&self, query: ListQuery) -> Result<Page, StoreError> {
+    async fn list(&self, query: ListQuery) -> Result<Page, StorageError> {
         self.lists.submit(ListPets(query)).await
     }
 
-    async fn get(&self, id: i64) -> Result<Option<Pet>, StoreError> {
+    async fn get(&self, id: i64) -> Result<Option<Pet>, StorageError> {
         self.gets.submit(GetPet(id)).await
     }
 
@@ -428,7 +436,7 @@ impl PetStore for PostgresStore {
         pet_id: i64,
         owner: Owner,
         idempotency: Option<Idempotency>,
-    ) -> Result<PlaceOutcome, StoreError> {
+    ) -> Result<PlaceOutcome, StorageError> {
         match idempotency {
             None => self.places.submit(Place(pet_id, owner)).await,
             Some(once) => {
@@ -441,7 +449,7 @@ impl PetStore for PostgresStore {
         &self,
         id: i64,
         to: OrderUpdateStatus,
-    ) -> Result<UpdateOutcome, StoreError> {
+    ) -> Result<UpdateOutcome, StorageError> {
         let to = to.into();
         self.updates.submit(Update { id, to }).await
     }
@@ -450,19 +458,19 @@ impl PetStore for PostgresStore {
         &self,
         id: i64,
         owner: Option<[u8; 32]>,
-    ) -> Result<Option<Order>, StoreError> {
+    ) -> Result<Option<Order>, StorageError> {
         orders::get(&self.readers.get().await?, id, owner).await
     }
 
-    async fn list_orders(&self, query: OrderQuery) -> Result<OrderPage, StoreError> {
+    async fn list_orders(&self, query: OrderQuery) -> Result<OrderPage, StorageError> {
         orders::list(&self.readers.get().await?, query).await
     }
 
-    async fn inventory(&self) -> Result<Inventory, StoreError> {
+    async fn inventory(&self) -> Result<Inventory, StorageError> {
         self.counts.submit(CountPets).await
     }
 
-    async fn check_ready(&self) -> Result<(), StoreError> {
+    async fn check_ready(&self) -> Result<(), StorageError> {
         let client = self.admin_client().await?;
         client
             .simple_query("SELECT 1")
@@ -471,7 +479,7 @@ impl PetStore for PostgresStore {
         Ok(())
     }
 
-    async fn stats(&self) -> Result<StoreStats, StoreError> {
+    async fn stats(&self) -> Result<StorageStats, StorageError> {
         let client = self.admin_client().await?;
         // Exact while small; above that the planner's estimate, since an
         // exact count would scan the whole table on every scrape.
@@ -487,7 +495,7 @@ impl PetStore for PostgresStore {
             .map_err(postgres("counting pets"))?;
         let pets: i64 = row.try_get(0).map_err(postgres("counting pets"))?;
         let status = self.pool.status();
-        Ok(StoreStats {
+        Ok(StorageStats {
             pets: u64::try_from(pets).unwrap_or(0),
             pool: Some(PoolStats {
                 max: status.max_size,
@@ -530,7 +538,7 @@ async fn purge_keys(
     table: &'static str,
     before: i64,
     limit: i64,
-) -> Result<u64, StoreError> {
+) -> Result<u64, StorageError> {
     let statement = format!(
         "DELETE FROM {table}
          WHERE ctid = ANY(ARRAY(SELECT ctid FROM {table} WHERE created_at < $1 LIMIT $2))
@@ -556,7 +564,7 @@ async fn begin_keyed<'c>(
     lock_id: i64,
     once: &Idempotency,
     doing: &'static str,
-) -> Result<KeyState<'c>, StoreError> {
+) -> Result<KeyState<'c>, StorageError> {
     let sql = postgres(doing);
     let try_lock = client
         .prepare_cached("SELECT pg_try_advisory_xact_lock($1)")
@@ -595,7 +603,7 @@ async fn begin_keyed<'c>(
     Ok(state)
 }
 
-fn key_from_row(row: &Row) -> Result<StoredKey, StoreError> {
+fn key_from_row(row: &Row) -> Result<StoredKey, StorageError> {
     let decode = postgres("decoding a key");
     let name: String = row.try_get(0).map_err(&decode)?;
     let digest = stored_digest(&name, row.try_get(1).map_err(&decode)?)?;
@@ -615,7 +623,7 @@ fn key_from_row(row: &Row) -> Result<StoredKey, StoreError> {
 }
 
 #[async_trait::async_trait]
-impl KeyStore for PostgresStore {
+impl KeyStorage for PostgresStorage {
     async fn create_key(&self, key: StoredKey) -> Result<(), KeyError> {
         let sql = postgres("storing a key");
         let client = self.admin_client().await?;
@@ -646,7 +654,7 @@ impl KeyStore for PostgresStore {
         }
     }
 
-    async fn list_keys(&self) -> Result<Vec<StoredKey>, StoreError> {
+    async fn list_keys(&self) -> Result<Vec<StoredKey>, StorageError> {
         let sql = postgres("reading the keys");
         let client = self.admin_client().await?;
         let select = client
@@ -715,7 +723,7 @@ impl KeyStore for PostgresStore {
         Ok(stored_scopes(before.map(i64::from)))
     }
 
-    async fn record_key_use(&self, uses: Vec<(String, i64)>) -> Result<(), StoreError> {
+    async fn record_key_use(&self, uses: Vec<(String, i64)>) -> Result<(), StorageError> {
         let sql = postgres("recording key use");
         let client = self.admin_client().await?;
         let (names, times): (Vec<String>, Vec<i64>) = uses.into_iter().unzip();

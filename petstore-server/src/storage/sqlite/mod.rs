@@ -47,7 +47,7 @@ use self::schema::{BUSY_TIMEOUT, configure_and_migrate, sqlite};
 use super::idempotency::{Claim, Claims, CreateOutcome, Idempotency};
 use super::orders::{OrderPage, OrderQuery, Owner, PlaceOutcome, UpdateOutcome, transition};
 use super::{
-    FatalSender, ListQuery, OpenError, Page, PetStore, StoreError, StoreMetrics, StoreStats,
+    FatalSender, ListQuery, OpenError, Page, Storage, StorageError, StorageMetrics, StorageStats,
 };
 use chrono::{DateTime, Utc};
 use petstore_api::model::{
@@ -62,13 +62,13 @@ const FILE_CHECK_INTERVAL: Duration = Duration::from_secs(2);
 
 const SELECT_PET: &str = "SELECT id, name, category_id, status FROM pets";
 
-type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
+type Reply<T> = oneshot::Sender<Result<T, StorageError>>;
 
 enum WriteJob {
     /// A write committed with others in a group.
     Group(GroupJob),
     /// Delete at most this many idempotency records made before this time.
-    Purge(i64, usize, oneshot::Sender<Result<usize, StoreError>>),
+    Purge(i64, usize, oneshot::Sender<Result<usize, StorageError>>),
     Close(oneshot::Sender<()>),
 }
 
@@ -94,7 +94,7 @@ enum GroupJob {
 }
 
 impl GroupJob {
-    fn fail(self, error: StoreError) {
+    fn fail(self, error: StorageError) {
         // A request whose client hung up has no one to tell.
         match self {
             GroupJob::Create { reply, .. } => drop(reply.send(Err(error))),
@@ -109,15 +109,15 @@ enum Applied {
     Created(i64),
     /// The key's live record, for the same pet (or a record that does not
     /// decode).
-    Replayed(Result<Pet, StoreError>),
+    Replayed(Result<Pet, StorageError>),
     KeyReused,
     Placed(PlaceOutcome),
     /// The order's outcome, and whether its status changed.
     Updated(UpdateOutcome, bool),
 }
 
-/// The SQLite implementation of [`PetStore`].
-pub struct SqliteStore {
+/// The SQLite implementation of [`Storage`].
+pub struct SqliteStorage {
     writer: mpsc::Sender<WriteJob>,
     writer_thread: Mutex<Option<JoinHandle<()>>>,
     /// What the database holds (see the module's documentation).
@@ -127,7 +127,7 @@ pub struct SqliteStore {
     /// The idempotency keys whose orders are with the writer (apart from
     /// the creates': the two operations' keys are apart).
     order_claims: Arc<Claims>,
-    /// Set when the store is being closed. A writer that is gone without
+    /// Set when the storage is being closed. A writer that is gone without
     /// that has died: creates then fail as internal errors, not as 503s.
     closing: AtomicBool,
     /// The database file, and which file it was at start-up.
@@ -137,7 +137,7 @@ pub struct SqliteStore {
     replaced: Arc<AtomicBool>,
 }
 
-impl SqliteStore {
+impl SqliteStorage {
     /// Opens (creating if needed) the database file at `path` and brings its
     /// schema up to date. Refuses when another process holds the file (see
     /// `lock.rs`) or when the file cannot be written. Errors are logged to
@@ -146,9 +146,9 @@ impl SqliteStore {
         path: PathBuf,
         log: slog::Logger,
         fatal: FatalSender,
-        metrics: StoreMetrics,
-    ) -> Result<(SqliteStore, SqliteKeys), OpenError> {
-        tokio::task::spawn_blocking(move || SqliteStore::open_blocking(path, log, fatal, metrics))
+        metrics: StorageMetrics,
+    ) -> Result<(SqliteStorage, SqliteKeys), OpenError> {
+        tokio::task::spawn_blocking(move || SqliteStorage::open_blocking(path, log, fatal, metrics))
             .await
             .map_err(|e| OpenError::Io {
                 doing: "opening the database".into(),
@@ -160,10 +160,10 @@ impl SqliteStore {
         path: PathBuf,
         log: slog::Logger,
         fatal: FatalSender,
-        metrics: StoreMetrics,
-    ) -> Result<(SqliteStore, SqliteKeys), OpenError> {
+        metrics: StorageMetrics,
+    ) -> Result<(SqliteStorage, SqliteKeys), OpenError> {
         let lock = DatabaseLock::acquire(&path)?;
-        let in_file = |source: StoreError| OpenError::Store {
+        let in_file = |source: StorageError| OpenError::Storage {
             database: path.display().to_string(),
             source,
         };
@@ -214,7 +214,7 @@ impl SqliteStore {
                 doing: "starting the writer thread".into(),
                 source,
             })?;
-        let store = SqliteStore {
+        let storage = SqliteStorage {
             writer,
             writer_thread: Mutex::new(Some(writer_thread)),
             memory,
@@ -225,11 +225,11 @@ impl SqliteStore {
             identity,
             replaced,
         };
-        Ok((store, SqliteKeys::on(keys_conn)))
+        Ok((storage, SqliteKeys::on(keys_conn)))
     }
 
     /// Hands a write to the writer and waits for its commit.
-    async fn write<T>(&self, job: impl FnOnce(Reply<T>) -> GroupJob) -> Result<T, StoreError> {
+    async fn write<T>(&self, job: impl FnOnce(Reply<T>) -> GroupJob) -> Result<T, StorageError> {
         let (reply, answer) = oneshot::channel();
         self.writer
             .send(WriteJob::Group(job(reply)))
@@ -237,12 +237,12 @@ impl SqliteStore {
         answer.await.map_err(|_| self.writer_gone())?
     }
 
-    /// Why a create could not reach the writer: it died, or the store closed.
-    fn writer_gone(&self) -> StoreError {
+    /// Why a create could not reach the writer: it died, or the storage closed.
+    fn writer_gone(&self) -> StorageError {
         if self.closing.load(Ordering::SeqCst) {
-            StoreError::Closed
+            StorageError::Closed
         } else {
-            StoreError::WriterStopped("it panicked; the process is shutting down".into())
+            StorageError::WriterStopped("it panicked; the process is shutting down".into())
         }
     }
 }
@@ -284,7 +284,7 @@ struct Writer {
     /// Set once the path no longer names that file; creates are refused.
     replaced: Arc<AtomicBool>,
     log: slog::Logger,
-    metrics: StoreMetrics,
+    metrics: StorageMetrics,
     /// Held for as long as the writer owns the database.
     _lock: DatabaseLock,
 }
@@ -357,8 +357,8 @@ impl Writer {
         false
     }
 
-    fn file_replaced(&self) -> StoreError {
-        StoreError::FileReplaced {
+    fn file_replaced(&self) -> StorageError {
+        StorageError::FileReplaced {
             path: self.path.clone(),
         }
     }
@@ -381,7 +381,7 @@ impl Writer {
             Ok(applied) => applied,
             Err(e) => {
                 let source = Arc::new(e);
-                return fail_all(group, || StoreError::Sqlite {
+                return fail_all(group, || StorageError::Sqlite {
                     doing: "committing a group of writes",
                     source: Arc::clone(&source),
                 });
@@ -410,7 +410,7 @@ impl Writer {
 
 /// A committed write's answer, sent once memory shows the whole group.
 enum Answer {
-    Create(Reply<CreateOutcome>, Result<CreateOutcome, StoreError>),
+    Create(Reply<CreateOutcome>, Result<CreateOutcome, StorageError>),
     Place(Reply<PlaceOutcome>, PlaceOutcome),
     Update(Reply<UpdateOutcome>, UpdateOutcome),
     /// Already answered (with an error).
@@ -429,7 +429,7 @@ impl Answer {
     }
 }
 
-/// Applies one committed write to memory (when the store is still open)
+/// Applies one committed write to memory (when the storage is still open)
 /// and returns its answer.
 fn settle(job: GroupJob, applied: Applied, memory: Option<&mut Committed>) -> Answer {
     match (job, applied) {
@@ -445,7 +445,7 @@ fn settle(job: GroupJob, applied: Applied, memory: Option<&mut Committed>) -> An
                 }
                 Applied::Replayed(pet) => pet.map(CreateOutcome::Replayed),
                 Applied::KeyReused => Ok(CreateOutcome::KeyReused),
-                _ => Err(StoreError::Invariant("a create applied as another write")),
+                _ => Err(StorageError::Invariant("a create applied as another write")),
             };
             Answer::Create(reply, outcome)
         }
@@ -472,14 +472,14 @@ fn settle(job: GroupJob, applied: Applied, memory: Option<&mut Committed>) -> An
             Answer::Update(reply, outcome)
         }
         (job, _) => {
-            job.fail(StoreError::Invariant("a write applied as another"));
+            job.fail(StorageError::Invariant("a write applied as another"));
             Answer::Sent
         }
     }
 }
 
 /// Answers every write of the group with the error `error` makes.
-fn fail_all(group: Vec<GroupJob>, error: impl Fn() -> StoreError) {
+fn fail_all(group: Vec<GroupJob>, error: impl Fn() -> StorageError) {
     for job in group {
         job.fail(error());
     }
@@ -764,9 +764,9 @@ type RawRow = (
 /// Decodes a stored row into a pet, naming the id and the column of any
 /// value that is not what the schema promises (another program may have
 /// written it).
-fn pet_from_row((id, name, category_id, status): RawRow) -> Result<Pet, StoreError> {
+fn pet_from_row((id, name, category_id, status): RawRow) -> Result<Pet, StorageError> {
     use rusqlite::types::Value;
-    let wrong = |column, value: &Value, expected| StoreError::Undecodable {
+    let wrong = |column, value: &Value, expected| StorageError::Undecodable {
         id,
         column,
         value: describe(value),
@@ -808,8 +808,8 @@ fn describe(value: &rusqlite::types::Value) -> String {
 }
 
 #[async_trait::async_trait]
-impl PetStore for SqliteStore {
-    async fn create(&self, pet: NewPet) -> Result<Pet, StoreError> {
+impl Storage for SqliteStorage {
+    async fn create(&self, pet: NewPet) -> Result<Pet, StorageError> {
         let created = self.write(|reply| GroupJob::Create {
             pet,
             once: None,
@@ -817,7 +817,7 @@ impl PetStore for SqliteStore {
         });
         match created.await? {
             CreateOutcome::Created(pet) => Ok(pet),
-            _ => Err(StoreError::Invariant(
+            _ => Err(StorageError::Invariant(
                 "a create without an idempotency key came to something else than a create",
             )),
         }
@@ -827,7 +827,7 @@ impl PetStore for SqliteStore {
         &self,
         pet: NewPet,
         idempotency: Idempotency,
-    ) -> Result<CreateOutcome, StoreError> {
+    ) -> Result<CreateOutcome, StorageError> {
         let Some(claim) = self.claims.claim(&idempotency) else {
             return Ok(CreateOutcome::KeyInUse);
         };
@@ -839,7 +839,11 @@ impl PetStore for SqliteStore {
         .await
     }
 
-    async fn purge_idempotency(&self, made_before: i64, limit: usize) -> Result<usize, StoreError> {
+    async fn purge_idempotency(
+        &self,
+        made_before: i64,
+        limit: usize,
+    ) -> Result<usize, StorageError> {
         let (reply, answer) = oneshot::channel();
         self.writer
             .send(WriteJob::Purge(made_before, limit, reply))
@@ -847,11 +851,11 @@ impl PetStore for SqliteStore {
         answer.await.map_err(|_| self.writer_gone())?
     }
 
-    async fn list(&self, query: ListQuery) -> Result<Page, StoreError> {
+    async fn list(&self, query: ListQuery) -> Result<Page, StorageError> {
         read(&self.memory, |memory| memory.pets.page(query))
     }
 
-    async fn get(&self, id: i64) -> Result<Option<Pet>, StoreError> {
+    async fn get(&self, id: i64) -> Result<Option<Pet>, StorageError> {
         read(&self.memory, |memory| memory.pets.get(id))
     }
 
@@ -860,7 +864,7 @@ impl PetStore for SqliteStore {
         pet_id: i64,
         owner: Owner,
         idempotency: Option<Idempotency>,
-    ) -> Result<PlaceOutcome, StoreError> {
+    ) -> Result<PlaceOutcome, StorageError> {
         let once = match idempotency {
             Some(idempotency) => match self.order_claims.claim(&idempotency) {
                 Some(claim) => Some((idempotency, claim)),
@@ -890,7 +894,7 @@ impl PetStore for SqliteStore {
         &self,
         id: i64,
         to: OrderUpdateStatus,
-    ) -> Result<UpdateOutcome, StoreError> {
+    ) -> Result<UpdateOutcome, StorageError> {
         let to = OrderStatus::from(to);
         // Only a placed order changes, and only the writer changes it; every
         // other answer holds from the committed orders as they are now.
@@ -912,21 +916,21 @@ impl PetStore for SqliteStore {
         &self,
         id: i64,
         owner: Option<[u8; 32]>,
-    ) -> Result<Option<Order>, StoreError> {
+    ) -> Result<Option<Order>, StorageError> {
         read(&self.memory, |memory| memory.orders.get(id, owner))
     }
 
-    async fn list_orders(&self, query: OrderQuery) -> Result<OrderPage, StoreError> {
+    async fn list_orders(&self, query: OrderQuery) -> Result<OrderPage, StorageError> {
         read(&self.memory, |memory| memory.orders.page(query))
     }
 
-    async fn inventory(&self) -> Result<Inventory, StoreError> {
+    async fn inventory(&self) -> Result<Inventory, StorageError> {
         read(&self.memory, |memory| memory.pets.inventory())
     }
 
-    async fn check_ready(&self) -> Result<(), StoreError> {
+    async fn check_ready(&self) -> Result<(), StorageError> {
         if self.closing.load(Ordering::SeqCst) {
-            return Err(StoreError::Closed);
+            return Err(StorageError::Closed);
         }
         let finished = self
             .writer_thread
@@ -939,16 +943,16 @@ impl PetStore for SqliteStore {
         }
         let same_file = FileIdentity::of(&self.path).is_ok_and(|now| now == self.identity);
         if self.replaced.load(Ordering::SeqCst) || !same_file {
-            return Err(StoreError::FileReplaced {
+            return Err(StorageError::FileReplaced {
                 path: self.path.clone(),
             });
         }
         Ok(())
     }
 
-    async fn stats(&self) -> Result<StoreStats, StoreError> {
+    async fn stats(&self) -> Result<StorageStats, StorageError> {
         let pets = read(&self.memory, |memory| memory.pets.len())?;
-        Ok(StoreStats {
+        Ok(StorageStats {
             pets: pets as u64,
             pool: None,
             shared: None,
@@ -974,14 +978,14 @@ impl PetStore for SqliteStore {
 }
 
 /// Everything the database holds, read once at start-up.
-fn load(conn: &Connection) -> Result<Committed, StoreError> {
+fn load(conn: &Connection) -> Result<Committed, StorageError> {
     Ok(Committed {
         pets: load_pets(conn)?,
         orders: load_orders(conn)?,
     })
 }
 
-fn load_pets(conn: &Connection) -> Result<Catalogue, StoreError> {
+fn load_pets(conn: &Connection) -> Result<Catalogue, StorageError> {
     let sql = sqlite("loading the catalogue");
     let mut catalogue = Catalogue::default();
     let mut select = conn
@@ -998,7 +1002,7 @@ fn load_pets(conn: &Connection) -> Result<Catalogue, StoreError> {
     Ok(catalogue)
 }
 
-fn load_orders(conn: &Connection) -> Result<OrderBook, StoreError> {
+fn load_orders(conn: &Connection) -> Result<OrderBook, StorageError> {
     let sql = sqlite("loading the orders");
     let mut orders = OrderBook::default();
     let mut select = conn
@@ -1046,15 +1050,15 @@ struct Committed {
     orders: OrderBook,
 }
 
-/// The committed state in memory; `None` once the store is closed.
+/// The committed state in memory; `None` once the storage is closed.
 type SharedMemory = RwLock<Option<Committed>>;
 
-/// Reads the committed state with `f`, or fails once the store is closed.
-fn read<T>(memory: &SharedMemory, f: impl FnOnce(&Committed) -> T) -> Result<T, StoreError> {
+/// Reads the committed state with `f`, or fails once the storage is closed.
+fn read<T>(memory: &SharedMemory, f: impl FnOnce(&Committed) -> T) -> Result<T, StorageError> {
     // A poisoned lock means a panic elsewhere while holding it; `push`
     // checks before it changes anything, so memory is still whole.
     let guard = memory.read().unwrap_or_else(|e| e.into_inner());
-    guard.as_ref().map(f).ok_or(StoreError::Closed)
+    guard.as_ref().map(f).ok_or(StorageError::Closed)
 }
 
 fn write(memory: &SharedMemory) -> RwLockWriteGuard<'_, Option<Committed>> {
@@ -1085,40 +1089,40 @@ mod tests {
         }
     }
 
-    async fn list(store: &SqliteStore, status: Option<PetStatus>) -> Vec<Pet> {
-        let page = store.list(query(status)).await.unwrap();
+    async fn list(storage: &SqliteStorage, status: Option<PetStatus>) -> Vec<Pet> {
+        let page = storage.list(query(status)).await.unwrap();
         serde_json::from_slice(&page.pets.into_bytes()).expect("a JSON array of pets")
     }
 
-    async fn open(path: &Path) -> Result<SqliteStore, OpenError> {
-        SqliteStore::open(
+    async fn open(path: &Path) -> Result<SqliteStorage, OpenError> {
+        SqliteStorage::open(
             path.to_owned(),
             discard(),
             FatalSender::new(None),
-            StoreMetrics::default(),
+            StorageMetrics::default(),
         )
         .await
-        .map(|(store, _keys)| store)
+        .map(|(storage, _keys)| storage)
     }
 
     #[tokio::test]
     async fn created_pets_survive_reopening() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("pets.db");
-        let store = open(&path).await.unwrap();
-        let rex = store
+        let storage = open(&path).await.unwrap();
+        let rex = storage
             .create(new_pet("Rex", Some(PetStatus::Sold)))
             .await
             .unwrap();
-        let tom = store.create(new_pet("Tom", None)).await.unwrap();
+        let tom = storage.create(new_pet("Tom", None)).await.unwrap();
         assert!(tom.id > rex.id);
-        store.close().await;
+        storage.close().await;
 
-        let store = open(&path).await.unwrap();
-        assert_eq!(store.get(rex.id).await.unwrap(), Some(rex.clone()));
-        assert_eq!(list(&store, None).await, vec![rex.clone(), tom]);
-        assert_eq!(list(&store, Some(PetStatus::Sold)).await, vec![rex]);
-        store.close().await;
+        let storage = open(&path).await.unwrap();
+        assert_eq!(storage.get(rex.id).await.unwrap(), Some(rex.clone()));
+        assert_eq!(list(&storage, None).await, vec![rex.clone(), tom]);
+        assert_eq!(list(&storage, Some(PetStatus::Sold)).await, vec![rex]);
+        storage.close().await;
     }
 
     #[tokio::test]
@@ -1157,9 +1161,9 @@ mod tests {
     async fn a_row_that_does_not_decode_is_named_by_id_and_column() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("pets.db");
-        let store = open(&path).await.unwrap();
-        let rex = store.create(new_pet("Rex", None)).await.unwrap();
-        store.close().await;
+        let storage = open(&path).await.unwrap();
+        let rex = storage.create(new_pet("Rex", None)).await.unwrap();
+        storage.close().await;
         let conn = Connection::open(&path).unwrap();
         conn.execute_batch("PRAGMA ignore_check_constraints = ON")
             .unwrap();
@@ -1179,27 +1183,27 @@ mod tests {
     #[tokio::test]
     async fn writes_after_close_fail_as_unavailable() {
         let dir = tempfile::tempdir().unwrap();
-        let store = open(&dir.path().join("c.db")).await.unwrap();
-        store.close().await;
-        let error = store.create(new_pet("Late", None)).await.unwrap_err();
+        let storage = open(&dir.path().join("c.db")).await.unwrap();
+        storage.close().await;
+        let error = storage.create(new_pet("Late", None)).await.unwrap_err();
         assert!(error.is_unavailable(), "{error}");
-        assert!(store.list(query(None)).await.is_err());
+        assert!(storage.list(query(None)).await.is_err());
     }
 
     #[tokio::test]
     async fn a_deleted_database_file_refuses_creates() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("gone.db");
-        let store = open(&path).await.unwrap();
-        let rex = store.create(new_pet("Rex", None)).await.unwrap();
+        let storage = open(&path).await.unwrap();
+        let rex = storage.create(new_pet("Rex", None)).await.unwrap();
         std::fs::remove_file(&path).unwrap();
-        let error = store.create(new_pet("Lost", None)).await.unwrap_err();
+        let error = storage.create(new_pet("Lost", None)).await.unwrap_err();
         assert!(
-            matches!(error, StoreError::FileReplaced { .. }) && error.is_unavailable(),
+            matches!(error, StorageError::FileReplaced { .. }) && error.is_unavailable(),
             "{error}"
         );
-        assert_eq!(list(&store, None).await, vec![rex]);
-        store.close().await;
+        assert_eq!(list(&storage, None).await, vec![rex]);
+        storage.close().await;
     }
 
     #[tokio::test]
@@ -1207,18 +1211,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("pets.db");
         let (fatal, mut failure) = tokio::sync::watch::channel(None);
-        let (store, _keys) =
-            SqliteStore::open(path.clone(), discard(), fatal, StoreMetrics::default())
+        let (storage, _keys) =
+            SqliteStorage::open(path.clone(), discard(), fatal, StorageMetrics::default())
                 .await
                 .unwrap();
-        store.create(new_pet("Rex", None)).await.unwrap();
+        storage.create(new_pet("Rex", None)).await.unwrap();
         // Another program rewinds the id sequence behind the server's back:
         // the next id is not above the last one the catalogue holds, which
         // breaks its invariant.
         let conn = Connection::open(&path).unwrap();
         conn.execute_batch("DELETE FROM pets; UPDATE sqlite_sequence SET seq = 0;")
             .unwrap();
-        let error = store.create(new_pet("Tom", None)).await.unwrap_err();
+        let error = storage.create(new_pet("Tom", None)).await.unwrap_err();
         assert!(!error.is_unavailable(), "{error}");
         let message = failure
             .wait_for(Option::is_some)
@@ -1227,7 +1231,7 @@ mod tests {
             .clone()
             .unwrap();
         assert!(message.contains("ids must ascend"), "{message}");
-        let again = store.create(new_pet("Max", None)).await.unwrap_err();
-        assert!(matches!(again, StoreError::WriterStopped(_)), "{again}");
+        let again = storage.create(new_pet("Max", None)).await.unwrap_err();
+        assert!(matches!(again, StorageError::WriterStopped(_)), "{again}");
     }
 }

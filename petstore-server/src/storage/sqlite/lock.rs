@@ -2,7 +2,7 @@
 //!
 //! The in-memory catalogue is right only while this process is the file's
 //! only writer, so `serve` and `migrate` take an exclusive `flock(2)` on
-//! `FILE.lock` before they open the database, and hold it until the store
+//! `FILE.lock` before they open the database, and hold it until the storage
 //! is closed. A second process finds the lock taken and refuses to start,
 //! naming the holder, without having opened — let alone changed — the
 //! database.
@@ -22,7 +22,7 @@ use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
-use crate::store::OpenError;
+use crate::storage::OpenError;
 
 /// The held lock; released when dropped (or when the process exits).
 #[derive(Debug)]

@@ -18,7 +18,7 @@
 //! it. Each connection prepares its statements once, when it is made.
 //!
 //! A broken connection is replaced by the first request that finds it
-//! broken, so the store recovers by itself when the database is back. A
+//! broken, so the storage recovers by itself when the database is back. A
 //! connection that does not answer within [`STATEMENT_TIMEOUT`] (the
 //! database hung, a network partition) counts as broken: the requests
 //! waiting on it fail as unavailable (503) and the next one makes a new
@@ -35,7 +35,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls, Statement};
 
 use super::order_statements::OrderStatements;
-use crate::store::{PostgresFailure, StoreError};
+use crate::storage::{PostgresFailure, StorageError};
 
 /// How long a request waits for a connection, or for one to be made, before
 /// it fails with 503 (a statement on a shared connection then has
@@ -169,11 +169,11 @@ impl SharedConnections {
     /// until it catches up), (re)connected if it has none or its connection
     /// broke. Fails (unavailable) when no connection can be made within
     /// [`CONNECTION_TIMEOUT`].
-    pub async fn get(&self) -> Result<Lease<'_>, StoreError> {
+    pub async fn get(&self) -> Result<Lease<'_>, StorageError> {
         let room = tokio::time::timeout(CONNECTION_TIMEOUT, Arc::clone(&self.room).acquire_owned())
             .await
             .map_err(|_| unavailable("waiting for a connection", PostgresFailure::ConnectTimeout))?
-            .map_err(|_| StoreError::Closed)?;
+            .map_err(|_| StorageError::Closed)?;
         let slot = self.least_busy();
         // Counted in flight from now on, even while it connects: others go
         // elsewhere meanwhile.
@@ -211,13 +211,13 @@ impl SharedConnections {
     }
 
     /// Makes the slot's connection, unless another request did meanwhile.
-    async fn connect(&self, slot: &Slot) -> Result<Arc<Shared>, StoreError> {
+    async fn connect(&self, slot: &Slot) -> Result<Arc<Shared>, StorageError> {
         let _reconnecting = slot.reconnecting.lock().await;
         if let Some(shared) = live(&slot.current) {
             return Ok(shared);
         }
         if self.closed.load(Ordering::Relaxed) {
-            return Err(StoreError::Closed);
+            return Err(StorageError::Closed);
         }
         let shared = Arc::new(
             Shared::open(&self.config)
@@ -226,7 +226,7 @@ impl SharedConnections {
         );
         // `close` may have come while connecting: the connection is not kept.
         if self.closed.load(Ordering::Relaxed) {
-            return Err(StoreError::Closed);
+            return Err(StorageError::Closed);
         }
         slot.current.store(Some(Arc::clone(&shared)));
         Ok(shared)
@@ -280,7 +280,7 @@ impl Lease<'_> {
         &self,
         doing: &'static str,
         statement: impl Future<Output = Result<T, tokio_postgres::Error>>,
-    ) -> Result<T, StoreError> {
+    ) -> Result<T, StorageError> {
         match tokio::time::timeout(STATEMENT_TIMEOUT, statement).await {
             Ok(result) => result.map_err(|e| unavailable_or_not(doing, e)),
             Err(_) => {
@@ -306,8 +306,8 @@ impl Lease<'_> {
         doing: &'static str,
         statement: &Statement,
         params: &[&(dyn ToSql + Sync)],
-        entry: impl Fn(&tokio_postgres::Row) -> Result<(K, V), StoreError>,
-    ) -> Result<std::collections::HashMap<K, V>, StoreError> {
+        entry: impl Fn(&tokio_postgres::Row) -> Result<(K, V), StorageError>,
+    ) -> Result<std::collections::HashMap<K, V>, StorageError> {
         let rows = self
             .run(doing, self.client.query(statement, params))
             .await?;
@@ -331,13 +331,13 @@ impl Drop for Counted<'_> {
     }
 }
 
-fn unavailable(doing: &'static str, source: PostgresFailure) -> StoreError {
-    StoreError::Postgres { doing, source }
+fn unavailable(doing: &'static str, source: PostgresFailure) -> StorageError {
+    StorageError::Postgres { doing, source }
 }
 
-/// The driver's error, which [`StoreError::is_unavailable`] sorts out.
-fn unavailable_or_not(doing: &'static str, error: tokio_postgres::Error) -> StoreError {
-    StoreError::Postgres {
+/// The driver's error, which [`StorageError::is_unavailable`] sorts out.
+fn unavailable_or_not(doing: &'static str, error: tokio_postgres::Error) -> StorageError {
+    StorageError::Postgres {
         doing,
         source: error.into(),
     }

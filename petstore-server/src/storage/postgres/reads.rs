@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use super::batch::{Job, Waiting, fail_all};
 use super::shared::{Lease, SharedConnections};
 use super::{orders, pet_from_row, postgres, status_from_column};
-use crate::store::{ListQuery, Page, StoreError};
+use crate::storage::{ListQuery, Page, StorageError};
 use petstore_api::model::{Inventory, Pet, PetArrayWriter};
 use tokio_postgres::types::ToSql;
 
@@ -97,7 +97,7 @@ where
 async fn get_many(
     connections: &SharedConnections,
     ids: &[i64],
-) -> Result<HashMap<i64, Pet>, StoreError> {
+) -> Result<HashMap<i64, Pet>, StorageError> {
     let shared = connections.get().await?;
     let by_id = |row: &tokio_postgres::Row| pet_from_row(row).map(|pet| (pet.id, pet));
     shared
@@ -107,7 +107,7 @@ async fn get_many(
 
 /// A page of pets, its JSON written straight from the rows: no `Pet`, no
 /// `String` per name.
-async fn list(shared: &Lease<'_>, query: ListQuery) -> Result<Page, StoreError> {
+async fn list(shared: &Lease<'_>, query: ListQuery) -> Result<Page, StorageError> {
     let limit = query.limit as usize;
     let fetch = i64::from(query.limit) + 1;
     // Ids are positive (an identity from 1): no cursor means from the start.

@@ -1,4 +1,4 @@
-//! The SQLite store's in-memory copy of the committed orders, kept as the
+//! The SQLite storage's in-memory copy of the committed orders, kept as the
 //! catalogue is (see `catalogue.rs`): append-only columns in id order, the
 //! status written in place, a bitmap of positions per status, and each
 //! animal's orders (an animal has few: one live at most, and the cancelled
@@ -13,7 +13,7 @@ use roaring::RoaringBitmap;
 
 use super::catalogue::walk;
 use super::ids::Ids;
-use crate::store::{OrderPage, OrderQuery};
+use crate::storage::{OrderPage, OrderQuery};
 use petstore_api::model::{Order, OrderStatus};
 
 /// The committed orders, in id order.

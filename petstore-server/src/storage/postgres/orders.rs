@@ -30,9 +30,9 @@ use tokio_postgres::types::ToSql;
 use super::batch::{Job, Waiting, fail_all};
 use super::shared::{Lease, SharedConnections};
 use super::{KeyState, begin_keyed, postgres, status_from_column};
-use crate::store::idempotency::Idempotency;
-use crate::store::orders::transition;
-use crate::store::{OrderPage, OrderQuery, Owner, PlaceOutcome, StoreError, UpdateOutcome};
+use crate::storage::idempotency::Idempotency;
+use crate::storage::orders::transition;
+use crate::storage::{OrderPage, OrderQuery, Owner, PlaceOutcome, StorageError, UpdateOutcome};
 use petstore_api::model::{Inventory, Order, OrderStatus, PetStatus};
 
 /// The schema of the Store: orders, their idempotency records, and the
@@ -155,14 +155,14 @@ const PLACE_ONCE: &str = "
 const ATTEMPTS: usize = 3;
 
 /// Decodes an order's columns (`order_statements::ORDER_COLUMNS`), never panicking.
-fn order_from_row(row: &Row) -> Result<Order, StoreError> {
+fn order_from_row(row: &Row) -> Result<Order, StorageError> {
     let decode = postgres("decoding an order");
     let id: i64 = row.try_get(0).map_err(&decode)?;
     let status: &str = row.try_get(2).map_err(&decode)?;
     Ok(Order {
         id,
         pet_id: row.try_get(1).map_err(&decode)?,
-        status: OrderStatus::parse(status).ok_or_else(|| StoreError::Undecodable {
+        status: OrderStatus::parse(status).ok_or_else(|| StorageError::Undecodable {
             id,
             column: "orders.status",
             value: format!("the text {status:?}"),
@@ -178,7 +178,7 @@ pub(super) async fn get(
     shared: &Lease<'_>,
     id: i64,
     owner: Option<[u8; 32]>,
-) -> Result<Option<Order>, StoreError> {
+) -> Result<Option<Order>, StorageError> {
     let row = shared
         .run(
             "reading an order",
@@ -198,7 +198,7 @@ pub(super) async fn get(
 }
 
 /// A page of orders, read on `shared`.
-pub(super) async fn list(shared: &Lease<'_>, query: OrderQuery) -> Result<OrderPage, StoreError> {
+pub(super) async fn list(shared: &Lease<'_>, query: OrderQuery) -> Result<OrderPage, StorageError> {
     let limit = query.limit as usize;
     let fetch = i64::from(query.limit) + 1;
     let after = query.after.unwrap_or(i64::MIN);
@@ -244,7 +244,7 @@ pub(super) async fn list(shared: &Lease<'_>, query: OrderQuery) -> Result<OrderP
 }
 
 /// The counts of animals per status, read on `shared`.
-pub(super) async fn inventory(shared: &Lease<'_>) -> Result<Inventory, StoreError> {
+pub(super) async fn inventory(shared: &Lease<'_>) -> Result<Inventory, StorageError> {
     let doing = "reading the inventory";
     let row = shared
         .run(
@@ -253,7 +253,7 @@ pub(super) async fn inventory(shared: &Lease<'_>) -> Result<Inventory, StoreErro
         )
         .await?;
     let count =
-        |column| -> Result<i64, StoreError> { row.try_get(column).map_err(postgres(doing)) };
+        |column| -> Result<i64, StorageError> { row.try_get(column).map_err(postgres(doing)) };
     Ok(Inventory {
         available: count(0)?,
         pending: count(1)?,
@@ -304,12 +304,12 @@ async fn in_rounds<J: Job>(
     }
     for waiting in batch {
         let overtaken = "a change was overtaken by others, again and again";
-        let _ = waiting.answer.send(Err(StoreError::Invariant(overtaken)));
+        let _ = waiting.answer.send(Err(StorageError::Invariant(overtaken)));
     }
 }
 
 /// What a round leaves undecided, or the writes it failed and why.
-type Round<J> = Result<Vec<Waiting<J>>, (Vec<Waiting<J>>, StoreError)>;
+type Round<J> = Result<Vec<Waiting<J>>, (Vec<Waiting<J>>, StorageError)>;
 
 /// Places the batch's orders in one statement; reads why the others were
 /// not placed. An animal that is available again is left for the next
@@ -435,16 +435,16 @@ async fn update_round(
     Ok(later)
 }
 
-fn order_by_id(row: &Row) -> Result<(i64, Order), StoreError> {
+fn order_by_id(row: &Row) -> Result<(i64, Order), StorageError> {
     order_from_row(row).map(|order| (order.id, order))
 }
 
-fn order_by_pet(row: &Row) -> Result<(i64, Order), StoreError> {
+fn order_by_pet(row: &Row) -> Result<(i64, Order), StorageError> {
     order_from_row(row).map(|order| (order.pet_id, order))
 }
 
 /// `id, status` of a pet.
-fn status_by_pet(row: &Row) -> Result<(i64, Option<PetStatus>), StoreError> {
+fn status_by_pet(row: &Row) -> Result<(i64, Option<PetStatus>), StorageError> {
     let id: i64 = row.try_get(0).map_err(postgres("decoding a row"))?;
     Ok((id, status_from_column(row, 1, id)?))
 }
@@ -457,7 +457,7 @@ pub(super) async fn place_once(
     pet_id: i64,
     owner: &Owner,
     once: &Idempotency,
-) -> Result<PlaceOutcome, StoreError> {
+) -> Result<PlaceOutcome, StorageError> {
     let doing = "placing an order with an idempotency key";
     let sql = postgres(doing);
     let place = client.prepare_cached(PLACE_ONCE).await.map_err(&sql)?;
@@ -515,7 +515,7 @@ pub(super) async fn place_once(
             status => return Ok(PlaceOutcome::NotAvailable(status)),
         }
     }
-    Err(StoreError::Invariant(
+    Err(StorageError::Invariant(
         "an available animal could not be ordered, again and again",
     ))
 }

@@ -27,7 +27,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_postgres::types::ToSql;
 
 use super::shared::SharedConnections;
-use crate::store::{PostgresFailure, StoreError};
+use crate::storage::{PostgresFailure, StorageError};
 use petstore_api::model::{NewPet, Pet, PetStatus};
 
 /// The most creates stored by one statement.
@@ -55,7 +55,7 @@ pub(super) trait Job: Send + Sized + 'static {
 /// A write waiting for its batch.
 pub(super) struct Waiting<J: Job> {
     pub job: J,
-    pub answer: oneshot::Sender<Result<J::Output, StoreError>>,
+    pub answer: oneshot::Sender<Result<J::Output, StorageError>>,
 }
 
 /// The queue of one kind of write and the task that stores them.
@@ -85,19 +85,19 @@ impl<J: Job> Batcher<J> {
 
     /// Stores `job` (in the next batch) and returns what it came to once
     /// the batch is committed; refuses at once when the queue is full.
-    pub async fn submit(&self, job: J) -> Result<J::Output, StoreError> {
+    pub async fn submit(&self, job: J) -> Result<J::Output, StorageError> {
         let (answer, stored) = oneshot::channel();
         self.queue
             .try_send(Waiting { job, answer })
             .map_err(|error| match error {
                 mpsc::error::TrySendError::Full(_) => {
-                    StoreError::Overloaded(self.queue.max_capacity())
+                    StorageError::Overloaded(self.queue.max_capacity())
                 }
-                mpsc::error::TrySendError::Closed(_) => StoreError::Closed,
+                mpsc::error::TrySendError::Closed(_) => StorageError::Closed,
             })?;
         // The writer answers every write it takes, unless the runtime is
         // shutting down under it.
-        stored.await.unwrap_or(Err(StoreError::Closed))
+        stored.await.unwrap_or(Err(StorageError::Closed))
     }
 }
 
@@ -150,10 +150,10 @@ async fn write_batches<J: Job>(
 enum Failure {
     /// The database refused the statement (a row it does not accept):
     /// nothing of the batch was stored.
-    Refused(StoreError),
+    Refused(StorageError),
     /// Anything else: the database unavailable, or an answer that does not
     /// fit. The batch may have been stored.
-    Other(StoreError),
+    Other(StorageError),
 }
 
 /// Stores `batch` and answers each of its creates. When the database
@@ -178,12 +178,12 @@ async fn store_and_answer(mut batch: Vec<Waiting<NewPet>>, connections: &SharedC
 
 /// Fails every write of `batch` with `error` (which may or may not have
 /// stored them).
-pub(super) fn fail_all<J: Job>(batch: Vec<Waiting<J>>, error: StoreError) {
+pub(super) fn fail_all<J: Job>(batch: Vec<Waiting<J>>, error: StorageError) {
     let shared = Arc::new(error);
     for waiting in batch {
         let _ = waiting
             .answer
-            .send(Err(StoreError::Batch(Arc::clone(&shared))));
+            .send(Err(StorageError::Batch(Arc::clone(&shared))));
     }
 }
 
@@ -206,7 +206,7 @@ async fn insert(
         .run("creating pets", inserted)
         .await
         .map_err(|e| match &e {
-            StoreError::Postgres {
+            StorageError::Postgres {
                 source: PostgresFailure::Driver(driver),
                 ..
             } if driver.as_db_error().is_some() && !e.is_unavailable() => Failure::Refused(e),
@@ -214,7 +214,7 @@ async fn insert(
         })?;
     // The statement is committed: from here on nothing is retried.
     let undecodable = |_| {
-        Failure::Other(StoreError::Invariant(
+        Failure::Other(StorageError::Invariant(
             "a batch insert returned rows that do not decode",
         ))
     };
@@ -244,7 +244,7 @@ async fn insert(
             ids_by_pet
                 .get_mut(&pet)
                 .and_then(Vec::pop)
-                .ok_or(Failure::Other(StoreError::Invariant(
+                .ok_or(Failure::Other(StorageError::Invariant(
                     "a batch insert returned rows that differ from the pets sent",
                 )))
         })
@@ -277,7 +277,10 @@ mod tests {
         let full = || std::future::ready(batcher.queue.capacity() == 0);
         petstore_support::eventually_async("both creates queued", full).await;
         let refused = batcher.submit(rex()).await.unwrap_err();
-        assert!(matches!(refused, StoreError::Overloaded(2)), "{refused:?}");
+        assert!(
+            matches!(refused, StorageError::Overloaded(2)),
+            "{refused:?}"
+        );
         assert!(refused.is_unavailable(), "a full queue is a 503");
         // What was queued is still there, and answered by whoever takes it.
         for (id, create) in (1..).zip(queued) {

@@ -1,6 +1,6 @@
 //! The storage interface and its implementations.
 //!
-//! The HTTP layer sees only [`PetStore`]; which database sits behind it is
+//! The HTTP layer sees only [`Storage`]; which database sits behind it is
 //! chosen once, at start-up, from the database URL.
 
 use std::path::PathBuf;
@@ -18,13 +18,13 @@ mod sqlite;
 mod url;
 
 pub use idempotency::{CreateOutcome, Idempotency, PURGE_BATCH, Retention};
-pub use keys::{KeyError, KeyStore, Revoked, StoredKey};
+pub use keys::{KeyError, KeyStorage, Revoked, StoredKey};
 pub use orders::{OrderPage, OrderQuery, Owner, PlaceOutcome, UpdateOutcome};
-pub use postgres::PostgresStore;
-pub use sqlite::{SqliteKeys, SqliteStore};
+pub use postgres::PostgresStorage;
+pub use sqlite::{SqliteKeys, SqliteStorage};
 pub use url::{DatabaseUrl, DatabaseUrlError, PostgresUrl};
 
-/// The longest list a store serves in one call.
+/// The longest list a backend serves in one call.
 pub const LIST_MAX: u32 = 100;
 
 /// A boxed cause, for errors whose source comes from more than one library.
@@ -34,13 +34,13 @@ pub type Cause = Box<dyn std::error::Error + Send + Sync>;
 /// the database cannot serve right now (down, disk full, locked, file
 /// replaced), so retrying later is right — or *internal* — data that does not
 /// decode, a broken invariant, a bug in us — which retrying will not fix.
-/// [`StoreError::is_unavailable`] tells which.
+/// [`StorageError::is_unavailable`] tells which.
 #[derive(Debug, thiserror::Error)]
-pub enum StoreError {
+pub enum StorageError {
     /// SQLite failed.
     #[error("SQLite, {doing}")]
     Sqlite {
-        /// What the store was doing.
+        /// What the storage was doing.
         doing: &'static str,
         /// SQLite's error (shared: one failed commit fails a whole group).
         #[source]
@@ -49,7 +49,7 @@ pub enum StoreError {
     /// PostgreSQL failed, or could not be reached.
     #[error("PostgreSQL, {doing}")]
     Postgres {
-        /// What the store was doing.
+        /// What the storage was doing.
         doing: &'static str,
         /// The driver's or the pool's error.
         #[source]
@@ -91,7 +91,7 @@ pub enum StoreError {
     /// The SQLite writer thread is gone (it panicked): nothing can be written.
     #[error("the SQLite writer thread stopped: {0}")]
     WriterStopped(String),
-    /// The store was closed (the server is shutting down).
+    /// The storage was closed (the server is shutting down).
     #[error("the database is closed")]
     Closed,
     /// Too many creates are already waiting for the database: it is not
@@ -101,7 +101,7 @@ pub enum StoreError {
     /// The statement storing a batch of creates (PostgreSQL) failed: this
     /// create's failure is the batch's.
     #[error("storing a batch of creates")]
-    Batch(#[source] Arc<StoreError>),
+    Batch(#[source] Arc<StorageError>),
 }
 
 /// A PostgreSQL failure: from the driver or from the connection pool.
@@ -122,21 +122,21 @@ pub enum PostgresFailure {
     StatementTimeout,
 }
 
-impl StoreError {
+impl StorageError {
     /// Whether the failure is the database's being unavailable (retry
     /// later) rather than a bug or corrupt data (retrying will not help).
     pub fn is_unavailable(&self) -> bool {
         match self {
-            StoreError::Sqlite { source, .. } => sqlite::is_unavailable(source),
-            StoreError::Postgres { source, .. } => postgres::is_unavailable(source),
-            StoreError::FileReplaced { .. } | StoreError::Closed | StoreError::Overloaded(_) => {
-                true
-            }
-            StoreError::Batch(cause) => cause.is_unavailable(),
-            StoreError::Undecodable { .. }
-            | StoreError::BadKey { .. }
-            | StoreError::Invariant(_)
-            | StoreError::WriterStopped(_) => false,
+            StorageError::Sqlite { source, .. } => sqlite::is_unavailable(source),
+            StorageError::Postgres { source, .. } => postgres::is_unavailable(source),
+            StorageError::FileReplaced { .. }
+            | StorageError::Closed
+            | StorageError::Overloaded(_) => true,
+            StorageError::Batch(cause) => cause.is_unavailable(),
+            StorageError::Undecodable { .. }
+            | StorageError::BadKey { .. }
+            | StorageError::Invariant(_)
+            | StorageError::WriterStopped(_) => false,
         }
     }
 }
@@ -220,17 +220,17 @@ pub enum OpenError {
     InvalidSchemaVersion(i64),
     /// The database failed while being opened, migrated or loaded.
     #[error("{database}: {source}")]
-    Store {
+    Storage {
         /// The database, password masked.
         database: String,
         /// What failed.
         #[source]
-        source: StoreError,
+        source: StorageError,
     },
     /// A file operation failed (the lock file, the writer thread).
     #[error("{doing}: {source}")]
     Io {
-        /// What the store was doing.
+        /// What the storage was doing.
         doing: String,
         /// The error.
         #[source]
@@ -238,7 +238,7 @@ pub enum OpenError {
     },
 }
 
-/// Where a store can report that it can no longer work at all (e.g. its
+/// Where a backend can report that it can no longer work at all (e.g. its
 /// writer thread panicked): the process should exit so that a supervisor
 /// restarts it.
 pub type FatalSender = tokio::sync::watch::Sender<Option<String>>;
@@ -255,7 +255,7 @@ pub struct ListQuery {
 }
 
 /// A page of pets, already encoded as the contract's JSON: what a response
-/// sends, written straight from the store's rows.
+/// sends, written straight from the storage's rows.
 #[derive(Clone, Debug)]
 pub struct Page {
     /// The pets, in ascending id order.
@@ -264,7 +264,7 @@ pub struct Page {
     pub more: bool,
 }
 
-/// A catalogue of pets, and the store that sells them.
+/// A catalogue of pets, and the storage that sells them.
 ///
 /// An animal's status changes only with its order: placing one makes an
 /// `available` animal `pending`, delivering it makes the animal `sold`,
@@ -272,10 +272,10 @@ pub struct Page {
 /// own transaction. Every method sees every change acknowledged before it
 /// was called (on PostgreSQL, by any instance).
 #[async_trait::async_trait]
-pub trait PetStore: Send + Sync + 'static {
+pub trait Storage: Send + Sync + 'static {
     /// Stores `pet` under a new identifier. Returns only once the pet is
     /// durable: an `Ok` is a promise that it survives a crash.
-    async fn create(&self, pet: NewPet) -> Result<Pet, StoreError>;
+    async fn create(&self, pet: NewPet) -> Result<Pet, StorageError>;
 
     /// Stores `pet` under a new identifier unless the idempotency key
     /// already holds a live record (see [`CreateOutcome`]). The pet and the
@@ -286,19 +286,23 @@ pub trait PetStore: Send + Sync + 'static {
         &self,
         pet: NewPet,
         idempotency: Idempotency,
-    ) -> Result<CreateOutcome, StoreError>;
+    ) -> Result<CreateOutcome, StorageError>;
 
     /// Deletes at most `limit` idempotency records made before `made_before`
     /// (Unix seconds); returns how many it deleted. Each call is short, so
     /// purging never holds up creates for long.
-    async fn purge_idempotency(&self, made_before: i64, limit: usize) -> Result<usize, StoreError>;
+    async fn purge_idempotency(
+        &self,
+        made_before: i64,
+        limit: usize,
+    ) -> Result<usize, StorageError>;
 
     /// A page of pets in ascending `id` order (see [`ListQuery`]), and
     /// whether more follow it. Costs the same at any depth.
-    async fn list(&self, query: ListQuery) -> Result<Page, StoreError>;
+    async fn list(&self, query: ListQuery) -> Result<Page, StorageError>;
 
     /// The pet with identifier `id`, if there is one.
-    async fn get(&self, id: i64) -> Result<Option<Pet>, StoreError>;
+    async fn get(&self, id: i64) -> Result<Option<Pet>, StorageError>;
 
     /// Orders the animal `pet_id`, once per idempotency key when one is
     /// given (see [`PlaceOutcome`]). The order, the animal's new status and
@@ -308,7 +312,7 @@ pub trait PetStore: Send + Sync + 'static {
         pet_id: i64,
         owner: Owner,
         idempotency: Option<Idempotency>,
-    ) -> Result<PlaceOutcome, StoreError>;
+    ) -> Result<PlaceOutcome, StorageError>;
 
     /// Gives the order `id` the status `to`, and its animal the status that
     /// goes with it, in one transaction (see [`UpdateOutcome`]).
@@ -316,7 +320,7 @@ pub trait PetStore: Send + Sync + 'static {
         &self,
         id: i64,
         to: OrderUpdateStatus,
-    ) -> Result<UpdateOutcome, StoreError>;
+    ) -> Result<UpdateOutcome, StorageError>;
 
     /// The order with identifier `id`, if there is one (and, when `owner`
     /// is given, it belongs to that owner).
@@ -324,32 +328,32 @@ pub trait PetStore: Send + Sync + 'static {
         &self,
         id: i64,
         owner: Option<[u8; 32]>,
-    ) -> Result<Option<Order>, StoreError>;
+    ) -> Result<Option<Order>, StorageError>;
 
     /// A page of orders in ascending `id` order (see [`OrderQuery`]).
-    async fn list_orders(&self, query: OrderQuery) -> Result<OrderPage, StoreError>;
+    async fn list_orders(&self, query: OrderQuery) -> Result<OrderPage, StorageError>;
 
     /// How many animals have each status, exactly, at one moment; costs
     /// the same however many animals there are.
-    async fn inventory(&self) -> Result<Inventory, StoreError>;
+    async fn inventory(&self) -> Result<Inventory, StorageError>;
 
-    /// Whether the store can serve now: the database is reachable (and its
+    /// Whether the storage can serve now: the database is reachable (and its
     /// file is still the one opened), and nothing stopped it for good.
-    async fn check_ready(&self) -> Result<(), StoreError>;
+    async fn check_ready(&self) -> Result<(), StorageError>;
 
     /// Figures for monitoring.
-    async fn stats(&self) -> Result<StoreStats, StoreError>;
+    async fn stats(&self) -> Result<StorageStats, StorageError>;
 
     /// Finishes pending writes and closes the database. Later calls fail.
     async fn close(&self);
 }
 
-/// Figures a store reports for monitoring.
+/// Figures a backend reports for monitoring.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StoreStats {
+pub struct StorageStats {
     /// Pets stored (on PostgreSQL, above 100,000, the planner's estimate).
     pub pets: u64,
-    /// The connection pool, for a store that has one (PostgreSQL: the
+    /// The connection pool, for a backend that has one (PostgreSQL: the
     /// connections of idempotent creates' transactions).
     pub pool: Option<PoolStats>,
     /// The shared connections (PostgreSQL: reads and plain creates), open
@@ -379,16 +383,16 @@ pub struct PoolStats {
     pub waiting: usize,
 }
 
-/// What a store measures as it works, recorded into these metrics.
+/// What a backend measures as it works, recorded into these metrics.
 #[derive(Clone, Debug)]
-pub struct StoreMetrics {
+pub struct StorageMetrics {
     /// Creates per SQLite commit (group commit).
     pub commit_group_size: prometheus_client::metrics::histogram::Histogram,
 }
 
-impl Default for StoreMetrics {
-    fn default() -> StoreMetrics {
-        StoreMetrics {
+impl Default for StorageMetrics {
+    fn default() -> StorageMetrics {
+        StorageMetrics {
             commit_group_size: prometheus_client::metrics::histogram::Histogram::new(
                 prometheus_client::metrics::histogram::exponential_buckets(1.0, 2.0, 10),
             ),
@@ -400,33 +404,34 @@ impl Default for StoreMetrics {
 #[derive(Clone)]
 pub struct Database {
     /// The catalogue.
-    pub pets: Arc<dyn PetStore>,
+    pub pets: Arc<dyn Storage>,
     /// The API keys.
-    pub keys: Arc<dyn KeyStore>,
+    pub keys: Arc<dyn KeyStorage>,
 }
 
 /// Opens the database at `url`, creating or migrating its schema. Errors
-/// are logged to `log`; a failure that stops the store for good is sent to
+/// are logged to `log`; a failure that stops the storage for good is sent to
 /// `fatal`.
 pub async fn open(
     url: &DatabaseUrl,
     log: &slog::Logger,
     fatal: FatalSender,
-    metrics: StoreMetrics,
+    metrics: StorageMetrics,
 ) -> Result<Database, OpenError> {
     match url {
         DatabaseUrl::Sqlite(path) => {
-            let (pets, keys) = SqliteStore::open(path.clone(), log.clone(), fatal, metrics).await?;
+            let (pets, keys) =
+                SqliteStorage::open(path.clone(), log.clone(), fatal, metrics).await?;
             Ok(Database {
                 pets: Arc::new(pets),
                 keys: Arc::new(keys),
             })
         }
         DatabaseUrl::Postgres(url) => {
-            let store = Arc::new(PostgresStore::open(url).await?);
+            let storage = Arc::new(PostgresStorage::open(url).await?);
             Ok(Database {
-                pets: store.clone(),
-                keys: store,
+                pets: storage.clone(),
+                keys: storage,
             })
         }
     }
@@ -434,11 +439,11 @@ pub async fn open(
 
 /// Opens only the keys of the database at `url`, for the `keys` commands:
 /// while a server serves it, or not (see [`SqliteKeys::open`]).
-pub async fn open_keys(url: &DatabaseUrl) -> Result<Arc<dyn KeyStore>, OpenError> {
+pub async fn open_keys(url: &DatabaseUrl) -> Result<Arc<dyn KeyStorage>, OpenError> {
     match url {
         DatabaseUrl::Sqlite(path) => Ok(Arc::new(SqliteKeys::open(path.clone()).await?)),
         DatabaseUrl::Postgres(url) => Ok(Arc::new(
-            PostgresStore::open(&url.clone().with_pool_size(1)).await?,
+            PostgresStorage::open(&url.clone().with_pool_size(1)).await?,
         )),
     }
 }

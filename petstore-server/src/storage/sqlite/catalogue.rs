@@ -1,4 +1,4 @@
-//! The SQLite store's in-memory copy of the committed catalogue.
+//! The SQLite storage's in-memory copy of the committed catalogue.
 //!
 //! Pets are only ever appended, in ascending id order, and never deleted, so
 //! the copy is a set of append-only columns — about 21 bytes plus the name
@@ -17,7 +17,7 @@
 use roaring::RoaringBitmap;
 
 use super::ids::Ids;
-use crate::store::{ListQuery, Page};
+use crate::storage::{ListQuery, Page};
 use petstore_api::model::{Inventory, Pet, PetArrayWriter, PetStatus};
 
 /// The committed pets, in id order.

@@ -1,4 +1,4 @@
-//! What every connection to a SQLite database shares, the store's and the
+//! What every connection to a SQLite database shares, the storage's and the
 //! key commands' alike: its configuration (busy timeout, WAL, full sync),
 //! the schema's migrations, and how a SQLite error is classified.
 
@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, ErrorCode, TransactionBehavior};
 
-use crate::store::{OpenError, StoreError};
+use crate::storage::{OpenError, StorageError};
 
 /// Schema migrations; the database's `user_version` counts those applied.
 /// No secondary index: reads are served from memory (see `Catalogue`).
@@ -78,7 +78,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
 pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Whether a SQLite error is the database's being unavailable (busy, full,
 /// I/O failing, file gone) rather than corrupt data or a bug in us.
-pub(in crate::store) fn is_unavailable(error: &rusqlite::Error) -> bool {
+pub(in crate::storage) fn is_unavailable(error: &rusqlite::Error) -> bool {
     matches!(
         error.sqlite_error_code(),
         Some(
@@ -94,8 +94,8 @@ pub(in crate::store) fn is_unavailable(error: &rusqlite::Error) -> bool {
     )
 }
 
-pub(super) fn sqlite(doing: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
-    move |source| StoreError::Sqlite {
+pub(super) fn sqlite(doing: &'static str) -> impl Fn(rusqlite::Error) -> StorageError {
+    move |source| StorageError::Sqlite {
         doing,
         source: Arc::new(source),
     }
@@ -105,11 +105,11 @@ pub(super) fn sqlite(doing: &'static str) -> impl Fn(rusqlite::Error) -> StoreEr
 /// read-only is reported as such; anything else as it is.
 fn read_only_or(
     path: &Path,
-    error: StoreError,
-    otherwise: impl FnOnce(StoreError) -> OpenError,
+    error: StorageError,
+    otherwise: impl FnOnce(StorageError) -> OpenError,
 ) -> OpenError {
     match &error {
-        StoreError::Sqlite { source, .. }
+        StorageError::Sqlite { source, .. }
             if matches!(
                 source.sqlite_error_code(),
                 Some(ErrorCode::ReadOnly | ErrorCode::CannotOpen)
@@ -127,7 +127,7 @@ fn read_only_or(
 /// Configures a fresh connection (busy timeout, WAL, full sync) and brings
 /// the schema up to date; a read-only file or directory is reported as such.
 pub(super) fn configure_and_migrate(conn: &mut Connection, path: &Path) -> Result<(), OpenError> {
-    let in_file = |source: StoreError| OpenError::Store {
+    let in_file = |source: StorageError| OpenError::Storage {
         database: path.display().to_string(),
         source,
     };
@@ -146,7 +146,7 @@ pub(super) fn configure_and_migrate(conn: &mut Connection, path: &Path) -> Resul
 }
 
 /// The schema version the database says it has.
-pub(super) fn schema_version(conn: &Connection) -> Result<i64, StoreError> {
+pub(super) fn schema_version(conn: &Connection) -> Result<i64, StorageError> {
     conn.query_row("PRAGMA user_version", [], |row| row.get(0))
         .map_err(sqlite("reading the schema version"))
 }
@@ -168,7 +168,7 @@ fn configure(conn: &Connection, path: &Path) -> Result<(), Migration> {
 
 /// Why configuring or migrating failed: the database, or a refusal.
 enum Migration {
-    Store(StoreError),
+    Store(StorageError),
     Refused(OpenError),
 }
 

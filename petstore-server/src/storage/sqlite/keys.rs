@@ -12,11 +12,13 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, pa
 
 use super::lock::DatabaseLock;
 use super::schema::{BUSY_TIMEOUT, MIGRATIONS, configure_and_migrate, schema_version, sqlite};
-use crate::store::keys::{KeyError, KeyStore, Revoked, StoredKey, stored_digest, stored_scopes};
-use crate::store::{OpenError, StoreError};
+use crate::storage::keys::{
+    KeyError, KeyStorage, Revoked, StoredKey, stored_digest, stored_scopes,
+};
+use crate::storage::{OpenError, StorageError};
 use petstore_api::scopes::Scopes;
 
-/// The SQLite implementation of [`KeyStore`].
+/// The SQLite implementation of [`KeyStorage`].
 pub struct SqliteKeys {
     conn: Arc<Mutex<Connection>>,
     /// Held when no server had the file: nothing else migrates it meanwhile.
@@ -53,7 +55,7 @@ impl SqliteKeys {
                 path: path.to_owned(),
             });
         }
-        let in_file = |source: StoreError| OpenError::Store {
+        let in_file = |source: StorageError| OpenError::Storage {
             database: path.display().to_string(),
             source,
         };
@@ -114,7 +116,7 @@ type KeyRow = (
 
 fn key_from_row(
     (name, digest, created_at, expires_at, last_used_at, revoked_at, scopes): KeyRow,
-) -> Result<StoredKey, StoreError> {
+) -> Result<StoredKey, StorageError> {
     let digest = stored_digest(&name, &digest)?;
     Ok(StoredKey {
         name,
@@ -128,7 +130,7 @@ fn key_from_row(
 }
 
 #[async_trait::async_trait]
-impl KeyStore for SqliteKeys {
+impl KeyStorage for SqliteKeys {
     async fn create_key(&self, key: StoredKey) -> Result<(), KeyError> {
         self.with(move |conn| {
             let inserted = conn.execute(
@@ -156,7 +158,7 @@ impl KeyStore for SqliteKeys {
         .await
     }
 
-    async fn list_keys(&self) -> Result<Vec<StoredKey>, StoreError> {
+    async fn list_keys(&self) -> Result<Vec<StoredKey>, StorageError> {
         self.with(|conn| {
             let sql = sqlite("reading the keys");
             let mut select = conn
@@ -245,7 +247,7 @@ impl KeyStore for SqliteKeys {
         .await
     }
 
-    async fn record_key_use(&self, uses: Vec<(String, i64)>) -> Result<(), StoreError> {
+    async fn record_key_use(&self, uses: Vec<(String, i64)>) -> Result<(), StorageError> {
         self.with(move |conn| {
             let sql = sqlite("recording key use");
             let tx = conn
