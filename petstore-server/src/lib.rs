@@ -11,7 +11,7 @@
 //!   check (`petstore_api::auth::Gatekeeper`), answered from the keyring.
 //! - [`admin`], [`metrics`], [`observe`]: the management listener (health,
 //!   readiness, metrics) and what feeds the metrics and the access log.
-//! - [`store`]: the storage interface and its SQLite and PostgreSQL
+//! - [`storage`]: the storage interface and its SQLite and PostgreSQL
 //!   implementations; it knows nothing of HTTP.
 //! - [`docs`]: the committed contract and an interactive page, served.
 //! - [`logging`]: structured logs.

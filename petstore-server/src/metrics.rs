@@ -110,7 +110,7 @@ fn latency_histogram() -> Histogram {
 }
 
 impl Metrics {
-    /// A fresh set of metrics; `store` is what the storage records into.
+    /// A fresh set of metrics; `storage` is what the storage records into.
     pub fn new(storage: StorageMetrics) -> Metrics {
         let mut registry = Registry::with_prefix("petstore");
         let metrics = Metrics {

@@ -95,7 +95,7 @@ pub async fn run(command: KeysCommand, matches: &clap::ArgMatches) -> anyhow::Re
     }
 }
 
-/// The key store of the database the settings name, which is said on
+/// The key storage of the database the settings name, which is said on
 /// stderr (password masked), so that a key never lands unnoticed in the
 /// wrong database.
 async fn open(
