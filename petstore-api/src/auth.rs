@@ -41,12 +41,22 @@ pub struct Knock<'a> {
     pub request_id: &'a str,
 }
 
+/// Who a key is, as the implementation names it without revealing the key
+/// (the server uses the key's SHA-256 digest): whose idempotency keys and
+/// whose orders are whose.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Identity(pub [u8; 32]);
+
+impl std::fmt::Debug for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Identity(…)")
+    }
+}
+
 /// Who an admitted request comes from.
 pub struct Caller {
-    /// An identity the implementation chose for the key, which never
-    /// reveals the key (its SHA-256 digest): what idempotency keys are
-    /// scoped to.
-    pub identity: [u8; 32],
+    /// The key's identity.
+    pub identity: Identity,
     /// The key's name, as the operator gave it (never the key): what an
     /// order records of who placed it.
     pub name: Arc<str>,
@@ -119,7 +129,7 @@ pub struct Authenticated {
 
 impl Authenticated {
     /// The caller's identity (see [`Caller::identity`]).
-    pub fn identity(&self) -> [u8; 32] {
+    pub fn identity(&self) -> Identity {
         self.caller.identity
     }
 

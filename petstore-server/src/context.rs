@@ -53,7 +53,7 @@ impl Gatekeeper for Service {
                 self.notes
                     .note(request_id, operation, Some(Arc::clone(&caller.name)));
                 Ok(Caller {
-                    identity: caller.digest.0,
+                    identity: caller.digest.identity(),
                     name: caller.name,
                     scopes: caller.scopes,
                     guard: Box::new(self.requests.start()),

@@ -114,7 +114,7 @@ impl Keyring {
             }
             keys.push(AcceptedKey {
                 name: key.name.as_str().into(),
-                digest: KeyDigest(key.digest),
+                digest: key.digest,
                 expires_at: key.expires_at,
                 scopes: key.scopes,
                 last_used: last_used.remove(key.name.as_str()).unwrap_or_default(),
@@ -218,7 +218,7 @@ mod tests {
     fn stored(name: &str, key: &str, revoked: bool) -> StoredKey {
         StoredKey {
             name: name.into(),
-            digest: KeyDigest::of(key).0,
+            digest: KeyDigest::of(key),
             created_at: 0,
             expires_at: None,
             scopes: Scopes::ALL,

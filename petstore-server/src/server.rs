@@ -30,7 +30,7 @@ use crate::observe::{ObservingDrain, RequestNotes};
 use crate::storage::idempotency::{fingerprint, order_fingerprint};
 use crate::storage::{
     self, CreateOutcome, DatabaseUrl, Idempotency, KeyStorage, ListQuery, OpenError, OrderQuery,
-    Owner, PURGE_BATCH, PlaceOutcome, Retention, Storage, StorageError, StorageMetrics,
+    Owner, OwnerId, PURGE_BATCH, PlaceOutcome, Retention, Storage, StorageError, StorageMetrics,
     UpdateOutcome,
 };
 use petstore_api::model::{
@@ -46,8 +46,8 @@ pub enum PetstoreImpl {}
 
 /// The owner whose orders alone the caller may see: its own key, unless it
 /// may manage every order.
-fn only_own(auth: &Authenticated) -> Option<[u8; 32]> {
-    (!auth.may(Scope::OrdersManage)).then(|| auth.identity())
+fn only_own(auth: &Authenticated) -> Option<OwnerId> {
+    (!auth.may(Scope::OrdersManage)).then(|| OwnerId::of(auth.identity()))
 }
 
 /// Whether the answer includes who placed each order: when asked for
@@ -262,7 +262,7 @@ impl PetstoreApi for PetstoreImpl {
         });
         let keyed = once.is_some();
         let owner = Owner {
-            digest: auth.identity(),
+            id: OwnerId::of(auth.identity()),
             name: auth.name().to_string(),
         };
         let outcome = context

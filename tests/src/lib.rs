@@ -207,7 +207,7 @@ impl TestServer {
             .expect("the key store opens");
         keys.create_key(StoredKey {
             name: name.to_owned(),
-            digest: petstore_server::keys::KeyDigest::of(&key).0,
+            digest: petstore_server::keys::KeyDigest::of(&key),
             created_at: petstore_server::keyring::unix_now(),
             expires_at: None,
             scopes,

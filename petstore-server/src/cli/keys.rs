@@ -136,7 +136,7 @@ async fn create(
     let key = generate().context("cannot get random bytes from the operating system")?;
     keys.create_key(StoredKey {
         name: name.clone(),
-        digest: KeyDigest::of(&key).0,
+        digest: KeyDigest::of(&key),
         created_at: now,
         expires_at,
         scopes,

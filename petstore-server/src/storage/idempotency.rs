@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
+use petstore_api::auth::Identity;
 use petstore_api::model::{NewPet, Pet};
 
 /// How many expired records one purge call deletes at most: small enough
@@ -21,14 +22,17 @@ pub const PURGE_BATCH: usize = 1000;
 /// A create made with an idempotency key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Idempotency {
-    /// Whose key it is: the SHA-256 digest of the API key that sent it, so
-    /// that one client can neither replay nor block another's.
-    pub scope: [u8; 32],
-    /// The client's key, as sent.
+    /// Whose idempotency key it is: the identity of the API key that sent
+    /// it, so that one client can neither replay nor block another's. (The
+    /// databases' column for it is named `scope`, from before scopes meant
+    /// permissions: renaming it would break older instances still running
+    /// during a rolling upgrade.)
+    pub caller: Identity,
+    /// The client's idempotency key, as sent.
     pub key: String,
-    /// The SHA-256 of the new pet, to tell a retry (the same pet) from a
-    /// reuse of the key (another pet).
-    pub fingerprint: [u8; 32],
+    /// The request body's fingerprint, to tell a retry (the same body)
+    /// from a reuse of the key (another body).
+    pub fingerprint: Fingerprint,
     /// When the request came (Unix seconds): the time its record is made.
     pub now: i64,
     /// Records made at or before this time (Unix seconds) have expired:
@@ -38,18 +42,17 @@ pub struct Idempotency {
 
 impl Idempotency {
     /// The idempotency of a request whose body has `fingerprint` (see
-    /// [`fingerprint`], [`order_fingerprint`]), made with `key`, sent with
-    /// the API key whose digest is `scope`, at `now`, records being kept as
-    /// `retention` says.
+    /// [`fingerprint`], [`order_fingerprint`]), made with `key`, sent by
+    /// `caller`, at `now`, records being kept as `retention` says.
     pub fn new(
-        scope: [u8; 32],
+        caller: Identity,
         key: String,
-        fingerprint: [u8; 32],
+        fingerprint: Fingerprint,
         now: i64,
         retention: Retention,
     ) -> Idempotency {
         Idempotency {
-            scope,
+            caller,
             key,
             fingerprint,
             now,
@@ -62,17 +65,17 @@ impl Idempotency {
         created_at > self.expired_at_or_before
     }
 
-    /// A 64-bit name for the key in its scope (PostgreSQL's advisory locks
+    /// A 64-bit name for the caller's key (PostgreSQL's advisory locks
     /// take one): the first 8 bytes of a SHA-256 of both. Two keys sharing
     /// it only make each other wait (409), never share a record.
     pub fn lock_id(&self) -> i64 {
-        lock_id(&[&self.scope, self.key.as_bytes()])
+        lock_id(&[&self.caller.0, self.key.as_bytes()])
     }
 
     /// [`Idempotency::lock_id`] for `placeOrder`, whose keys are apart from
     /// `createPet`'s: the same key may be in use for both at once.
     pub fn order_lock_id(&self) -> i64 {
-        lock_id(&[b"placeOrder ", &self.scope, self.key.as_bytes()])
+        lock_id(&[b"placeOrder ", &self.caller.0, self.key.as_bytes()])
     }
 }
 
@@ -134,17 +137,28 @@ impl Retention {
     }
 }
 
-/// The SHA-256 of a new pet's fields in a fixed encoding: the same pet
-/// gives the same fingerprint however its JSON was formatted or ordered.
-pub fn fingerprint(pet: &NewPet) -> [u8; 32] {
-    let encoded = serde_json::to_vec(pet).expect("a NewPet always serialises");
-    sha256(&[&encoded])
+/// A request body's SHA-256, in a fixed encoding of what it asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fingerprint([u8; 32]);
+
+impl Fingerprint {
+    /// The 32 bytes, as stored.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
 }
 
-/// The SHA-256 of an order's body (its animal's id), to tell a retry from
-/// a reuse of the key.
-pub fn order_fingerprint(pet_id: i64) -> [u8; 32] {
-    sha256(&[b"placeOrder ", &pet_id.to_be_bytes()])
+/// The fingerprint of a new pet's fields in a fixed encoding: the same pet
+/// gives the same fingerprint however its JSON was formatted or ordered.
+pub fn fingerprint(pet: &NewPet) -> Fingerprint {
+    let encoded = serde_json::to_vec(pet).expect("a NewPet always serialises");
+    Fingerprint(sha256(&[&encoded]))
+}
+
+/// The fingerprint of an order's body (its animal's id), to tell a retry
+/// from a reuse of the key.
+pub fn order_fingerprint(pet_id: i64) -> Fingerprint {
+    Fingerprint(sha256(&[b"placeOrder ", &pet_id.to_be_bytes()]))
 }
 
 /// What a create with an idempotency key came to.
@@ -166,13 +180,13 @@ pub enum CreateOutcome {
 /// the only writer of its database (SQLite): the second request with a key
 /// in flight is told so (409) instead of waiting.
 #[derive(Default)]
-pub struct Claims(Mutex<HashSet<([u8; 32], String)>>);
+pub struct Claims(Mutex<HashSet<(Identity, String)>>);
 
 impl Claims {
     /// Claims the key of `idempotency` until the returned claim is dropped;
     /// `None` when a request holds it already.
     pub fn claim(self: &Arc<Claims>, idempotency: &Idempotency) -> Option<Claim> {
-        let entry = (idempotency.scope, idempotency.key.clone());
+        let entry = (idempotency.caller, idempotency.key.clone());
         let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if !held.insert(entry.clone()) {
             return None;
@@ -187,7 +201,7 @@ impl Claims {
 /// A key claimed by one request; released when dropped.
 pub struct Claim {
     claims: Arc<Claims>,
-    entry: ([u8; 32], String),
+    entry: (Identity, String),
 }
 
 impl Drop for Claim {
@@ -230,7 +244,7 @@ mod tests {
     fn records_live_for_the_retention_and_no_longer() {
         let retention = Retention::new(Duration::from_secs(100));
         let once = Idempotency::new(
-            [0; 32],
+            Identity([0; 32]),
             "k".into(),
             fingerprint(&pet("Rex")),
             1_000,
@@ -247,27 +261,28 @@ mod tests {
         assert_eq!(short.purge_interval(), Duration::from_secs(1));
     }
 
-    /// A create of Rex with `key` in `scope`.
-    fn once(scope: [u8; 32], key: &str) -> Idempotency {
+    /// A create of Rex with `key` by the caller whose identity is `caller`.
+    fn once(caller: u8, key: &str) -> Idempotency {
         let retention = Retention::new(Duration::ZERO);
-        Idempotency::new(scope, key.into(), fingerprint(&pet("Rex")), 0, retention)
+        let caller = Identity([caller; 32]);
+        Idempotency::new(caller, key.into(), fingerprint(&pet("Rex")), 0, retention)
     }
 
     #[test]
-    fn lock_ids_differ_by_scope_and_key() {
-        assert_eq!(once([1; 32], "a").lock_id(), once([1; 32], "a").lock_id());
-        assert_ne!(once([1; 32], "a").lock_id(), once([2; 32], "a").lock_id());
-        assert_ne!(once([1; 32], "a").lock_id(), once([1; 32], "b").lock_id());
+    fn lock_ids_differ_by_caller_and_key() {
+        assert_eq!(once(1, "a").lock_id(), once(1, "a").lock_id());
+        assert_ne!(once(1, "a").lock_id(), once(2, "a").lock_id());
+        assert_ne!(once(1, "a").lock_id(), once(1, "b").lock_id());
     }
 
     #[test]
     fn a_claimed_key_is_refused_until_released() {
         let claims = Arc::new(Claims::default());
-        let first = claims.claim(&once([1; 32], "a")).expect("free");
-        assert!(claims.claim(&once([1; 32], "a")).is_none());
-        let other_scope = claims.claim(&once([2; 32], "a")).expect("another client's");
+        let first = claims.claim(&once(1, "a")).expect("free");
+        assert!(claims.claim(&once(1, "a")).is_none());
+        let other_caller = claims.claim(&once(2, "a")).expect("another client's");
         drop(first);
-        assert!(claims.claim(&once([1; 32], "a")).is_some());
-        drop(other_scope);
+        assert!(claims.claim(&once(1, "a")).is_some());
+        drop(other_caller);
     }
 }

@@ -7,14 +7,15 @@
 use petstore_api::scopes::Scopes;
 
 use super::StorageError;
+use crate::keys::KeyDigest;
 
 /// A key as stored: everything but the key itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredKey {
     /// The operator's name for it.
     pub name: String,
-    /// The SHA-256 digest of the key.
-    pub digest: [u8; 32],
+    /// The key's digest.
+    pub digest: KeyDigest,
     /// When it was created (Unix seconds).
     pub created_at: i64,
     /// When it stops being accepted (Unix seconds), if ever.
@@ -30,11 +31,13 @@ pub struct StoredKey {
 
 /// A stored digest as the 32 bytes it must be; a row holding anything
 /// else is reported with the key's name.
-pub(super) fn stored_digest(name: &str, bytes: &[u8]) -> Result<[u8; 32], StorageError> {
-    <[u8; 32]>::try_from(bytes).map_err(|_| StorageError::BadKey {
-        name: name.to_owned(),
-        reason: format!("its digest has {} bytes instead of 32", bytes.len()),
-    })
+pub(super) fn stored_digest(name: &str, bytes: &[u8]) -> Result<KeyDigest, StorageError> {
+    <[u8; 32]>::try_from(bytes)
+        .map(KeyDigest)
+        .map_err(|_| StorageError::BadKey {
+            name: name.to_owned(),
+            reason: format!("its digest has {} bytes instead of 32", bytes.len()),
+        })
 }
 
 /// A key's stored scopes: NULL (a key made before scopes existed) is every

@@ -17,9 +17,9 @@ mod postgres;
 mod sqlite;
 mod url;
 
-pub use idempotency::{CreateOutcome, Idempotency, PURGE_BATCH, Retention};
+pub use idempotency::{CreateOutcome, Fingerprint, Idempotency, PURGE_BATCH, Retention};
 pub use keys::{KeyError, KeyStorage, Revoked, StoredKey};
-pub use orders::{OrderPage, OrderQuery, Owner, PlaceOutcome, UpdateOutcome};
+pub use orders::{OrderPage, OrderQuery, Owner, OwnerId, PlaceOutcome, UpdateOutcome};
 pub use postgres::PostgresStorage;
 pub use sqlite::{SqliteKeys, SqliteStorage};
 pub use url::{DatabaseUrl, DatabaseUrlError, PostgresUrl};
@@ -327,7 +327,7 @@ pub trait Storage: Send + Sync + 'static {
     async fn get_order(
         &self,
         id: i64,
-        owner: Option<[u8; 32]>,
+        owner: Option<OwnerId>,
     ) -> Result<Option<Order>, StorageError>;
 
     /// A page of orders in ascending `id` order (see [`OrderQuery`]).

@@ -1,6 +1,7 @@
 //! The Store's half of the storage interface: what placing and updating an
 //! order can come to, and which page of orders to list.
 
+use petstore_api::auth::Identity;
 use petstore_api::model::{Order, OrderStatus, PetStatus};
 
 /// Which page of orders to list.
@@ -14,17 +15,28 @@ pub struct OrderQuery {
     pub pet_id: Option<i64>,
     /// Only orders whose id is greater than this, when given.
     pub after: Option<i64>,
-    /// Only the orders of this owner (see [`Owner::digest`]), when given.
-    pub owner: Option<[u8; 32]>,
+    /// Only the orders of this owner, when given.
+    pub owner: Option<OwnerId>,
 }
 
-/// Who places an order (since contract 1.4.0): the API key, by its digest
-/// (what "one's own orders" means) and by its name (what a key with
+/// Whose an order is (since contract 1.4.0): the identity of the key that
+/// placed it, which is what "one's own orders" means. Stored with the order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct OwnerId(pub [u8; 32]);
+
+impl OwnerId {
+    /// The owner of the orders a key with `identity` places.
+    pub fn of(identity: Identity) -> OwnerId {
+        OwnerId(identity.0)
+    }
+}
+
+/// Who places an order: the key's owner id and its name (what a key with
 /// `orders:manage` reads as `placedBy`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Owner {
-    /// The SHA-256 digest of the key.
-    pub digest: [u8; 32],
+    /// Whose the order is.
+    pub id: OwnerId,
     /// The key's name.
     pub name: String,
 }

@@ -34,7 +34,7 @@ use self::orders::{Place, Update};
 use self::reads::{CountPets, GetPet, ListPets};
 use self::shared::{CONNECTION_TIMEOUT, SharedConnections};
 use super::{
-    ListQuery, OpenError, OrderPage, OrderQuery, Owner, Page, PlaceOutcome, PoolStats,
+    ListQuery, OpenError, OrderPage, OrderQuery, Owner, OwnerId, Page, PlaceOutcome, PoolStats,
     PostgresFailure, PostgresUrl, SharedStats, Storage, StorageError, StorageStats, UpdateOutcome,
 };
 use petstore_api::model::{Inventory, NewPet, Order, OrderUpdateStatus, Pet, PetStatus};
@@ -386,7 +386,7 @@ impl Storage for PostgresStorage {
             }
         };
         let status = pet.status.map(PetStatus::as_str);
-        let (scope, fingerprint) = (&once.scope[..], &once.fingerprint[..]);
+        let (scope, fingerprint) = (&once.caller.0[..], once.fingerprint.as_bytes());
         let row = tx
             .query_one(
                 &insert,
@@ -457,7 +457,7 @@ impl Storage for PostgresStorage {
     async fn get_order(
         &self,
         id: i64,
-        owner: Option<[u8; 32]>,
+        owner: Option<OwnerId>,
     ) -> Result<Option<Order>, StorageError> {
         orders::get(&self.readers.get().await?, id, owner).await
     }
@@ -587,7 +587,7 @@ async fn begin_keyed<'c>(
         return Ok(KeyState::InUse);
     }
     let record = tx
-        .query_opt(&select, &[&&once.scope[..], &once.key])
+        .query_opt(&select, &[&&once.caller.0[..], &once.key])
         .await
         .map_err(&sql)?;
     let live = match record {
@@ -595,7 +595,7 @@ async fn begin_keyed<'c>(
         _ => return Ok(KeyState::Free(tx)),
     };
     let fingerprint: &[u8] = live.try_get(0).map_err(&sql)?;
-    let state = match fingerprint == once.fingerprint {
+    let state = match fingerprint == once.fingerprint.as_bytes() {
         true => KeyState::Replay(live),
         false => KeyState::Reused,
     };
@@ -633,7 +633,7 @@ impl KeyStorage for PostgresStorage {
                  VALUES ($1, $2, $3, $4, $5)",
                 &[
                     &key.name,
-                    &&key.digest[..],
+                    &&key.digest.0[..],
                     &key.created_at,
                     &key.expires_at,
                     &i16::from(key.scopes.bits()),

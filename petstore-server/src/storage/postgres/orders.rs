@@ -32,7 +32,9 @@ use super::shared::{Lease, SharedConnections};
 use super::{KeyState, begin_keyed, postgres, status_from_column};
 use crate::storage::idempotency::Idempotency;
 use crate::storage::orders::transition;
-use crate::storage::{OrderPage, OrderQuery, Owner, PlaceOutcome, StorageError, UpdateOutcome};
+use crate::storage::{
+    OrderPage, OrderQuery, Owner, OwnerId, PlaceOutcome, StorageError, UpdateOutcome,
+};
 use petstore_api::model::{Inventory, Order, OrderStatus, PetStatus};
 
 /// The schema of the Store: orders, their idempotency records, and the
@@ -177,7 +179,7 @@ fn order_from_row(row: &Row) -> Result<Order, StorageError> {
 pub(super) async fn get(
     shared: &Lease<'_>,
     id: i64,
-    owner: Option<[u8; 32]>,
+    owner: Option<OwnerId>,
 ) -> Result<Option<Order>, StorageError> {
     let row = shared
         .run(
@@ -190,7 +192,7 @@ pub(super) async fn get(
     };
     if let Some(owner) = owner {
         let stored: Option<&[u8]> = row.try_get(5).map_err(postgres("decoding an order"))?;
-        if stored != Some(&owner[..]) {
+        if stored != Some(&owner.0[..]) {
             return Ok(None);
         }
     }
@@ -208,7 +210,7 @@ pub(super) async fn list(shared: &Lease<'_>, query: OrderQuery) -> Result<OrderP
     let doing = "listing orders";
     let rows = match (query.owner, query.pet_id, status) {
         (Some(owner), pet_id, status) => {
-            let owner = &owner[..];
+            let owner = &owner.0[..];
             let params: [&(dyn ToSql + Sync); 5] = [&owner, &after, &status, &pet_id, &fetch];
             shared
                 .run(doing, client.query(&statements.list_by_owner, &params))
@@ -327,7 +329,7 @@ async fn place_round(batch: Vec<Waiting<Place>>, connections: &SharedConnections
         .filter(|place| seen.insert(place.0))
         .collect();
     let ids: Vec<i64> = first.iter().map(|place| place.0).collect();
-    let owners: Vec<&[u8]> = first.iter().map(|place| &place.1.digest[..]).collect();
+    let owners: Vec<&[u8]> = first.iter().map(|place| &place.1.id.0[..]).collect();
     let names: Vec<&str> = first.iter().map(|place| place.1.name.as_str()).collect();
     let statement = &shared.orders.place_many;
     let params: [&(dyn ToSql + Sync); 3] = [&ids, &owners, &names];
@@ -483,8 +485,8 @@ pub(super) async fn place_once(
                 }));
             }
         };
-        let scope = &once.scope[..];
-        let fingerprint = &once.fingerprint[..];
+        let scope = &once.caller.0[..];
+        let fingerprint = once.fingerprint.as_bytes();
         let placed = tx
             .query_opt(
                 &place,
@@ -494,7 +496,7 @@ pub(super) async fn place_once(
                     &once.key,
                     &fingerprint,
                     &once.now,
-                    &&owner.digest[..],
+                    &&owner.id.0[..],
                     &owner.name,
                 ],
             )

@@ -138,7 +138,7 @@ impl KeyStorage for SqliteKeys {
                  VALUES (?1, ?2, ?3, ?4, ?5)",
                 params![
                     key.name,
-                    key.digest.as_slice(),
+                    key.digest.0.as_slice(),
                     key.created_at,
                     key.expires_at,
                     key.scopes.bits()

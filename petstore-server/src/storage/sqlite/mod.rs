@@ -45,7 +45,9 @@ use self::lock::DatabaseLock;
 use self::orders::OrderBook;
 use self::schema::{BUSY_TIMEOUT, configure_and_migrate, sqlite};
 use super::idempotency::{Claim, Claims, CreateOutcome, Idempotency};
-use super::orders::{OrderPage, OrderQuery, Owner, PlaceOutcome, UpdateOutcome, transition};
+use super::orders::{
+    OrderPage, OrderQuery, Owner, OwnerId, PlaceOutcome, UpdateOutcome, transition,
+};
 use super::{
     FatalSender, ListQuery, OpenError, Page, Storage, StorageError, StorageMetrics, StorageStats,
 };
@@ -458,7 +460,7 @@ fn settle(job: GroupJob, applied: Applied, memory: Option<&mut Committed>) -> An
             drop(once);
             if let (PlaceOutcome::Placed(order), Some(memory)) = (&outcome, memory) {
                 memory.pets.set_status(order.pet_id, PetStatus::Pending);
-                memory.orders.push(order, Some(&owner.digest));
+                memory.orders.push(order, Some(&owner.id));
             }
             Answer::Place(reply, outcome)
         }
@@ -545,9 +547,9 @@ fn apply_create(
                  category_id = excluded.category_id, status = excluded.status",
         )?
         .execute(params![
-            &once.scope[..],
+            &once.caller.0[..],
             once.key,
-            &once.fingerprint[..],
+            once.fingerprint.as_bytes(),
             once.now,
             id,
             pet.name,
@@ -596,7 +598,7 @@ fn apply_place(
              VALUES (?1, 'placed', ?2, ?3, ?4) RETURNING id",
         )?
         .query_row(
-            params![pet_id, micros, &owner.digest[..], owner.name],
+            params![pet_id, micros, &owner.id.0[..], owner.name],
             |row| row.get(0),
         )?;
     if let Some(once) = once {
@@ -610,9 +612,9 @@ fn apply_place(
                  placed_at = excluded.placed_at",
         )?
         .execute(params![
-            &once.scope[..],
+            &once.caller.0[..],
             once.key,
-            &once.fingerprint[..],
+            once.fingerprint.as_bytes(),
             once.now,
             id,
             pet_id,
@@ -679,7 +681,7 @@ fn live_key<T>(
     replay: impl FnOnce(&rusqlite::Row) -> rusqlite::Result<T>,
 ) -> rusqlite::Result<Option<Live<T>>> {
     let mut select = tx.prepare_cached(select)?;
-    let mut rows = select.query(params![&once.scope[..], once.key])?;
+    let mut rows = select.query(params![&once.caller.0[..], once.key])?;
     let Some(row) = rows.next()? else {
         return Ok(None);
     };
@@ -688,7 +690,7 @@ fn live_key<T>(
         return Ok(None);
     }
     let fingerprint: Vec<u8> = row.get(0)?;
-    if fingerprint != once.fingerprint {
+    if fingerprint != once.fingerprint.as_bytes() {
         return Ok(Some(Live::Reused));
     }
     replay(row).map(|answer| Some(Live::Replay(answer)))
@@ -915,7 +917,7 @@ impl Storage for SqliteStorage {
     async fn get_order(
         &self,
         id: i64,
-        owner: Option<[u8; 32]>,
+        owner: Option<OwnerId>,
     ) -> Result<Option<Order>, StorageError> {
         read(&self.memory, |memory| memory.orders.get(id, owner))
     }
@@ -1014,7 +1016,7 @@ fn load_orders(conn: &Connection) -> Result<OrderBook, StorageError> {
     while let Some(row) = rows.next().map_err(&sql)? {
         let order = order_from_row(row).map_err(&sql)?;
         let owner: Option<Vec<u8>> = row.get(5).map_err(&sql)?;
-        let owner = owner.and_then(|bytes| <[u8; 32]>::try_from(bytes).ok());
+        let owner = owner.and_then(|bytes| <[u8; 32]>::try_from(bytes).ok().map(OwnerId));
         orders.push(&order, owner.as_ref());
     }
     Ok(orders)

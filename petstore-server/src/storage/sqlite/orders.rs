@@ -13,7 +13,7 @@ use roaring::RoaringBitmap;
 
 use super::catalogue::walk;
 use super::ids::Ids;
-use crate::storage::{OrderPage, OrderQuery};
+use crate::storage::{OrderPage, OrderQuery, OwnerId};
 use petstore_api::model::{Order, OrderStatus};
 
 /// The committed orders, in id order.
@@ -33,12 +33,12 @@ pub struct OrderBook {
     /// The owners: the key's digest and name, and their orders' positions,
     /// ascending.
     owners: Vec<OwnerOrders>,
-    owner_index: HashMap<[u8; 32], u32>,
+    owner_index: HashMap<OwnerId, u32>,
 }
 
 /// An owner's orders.
 struct OwnerOrders {
-    digest: [u8; 32],
+    id: OwnerId,
     name: Arc<str>,
     positions: Vec<u32>,
 }
@@ -49,15 +49,15 @@ impl OrderBook {
     /// Appends a newly committed order, placed by `owner` (`None` for an
     /// order placed before owners were recorded); its id is larger than any
     /// before.
-    pub fn push(&mut self, order: &Order, owner: Option<&[u8; 32]>) {
+    pub fn push(&mut self, order: &Order, owner: Option<&OwnerId>) {
         let position = u32::try_from(self.ids.len()).expect("fewer than 2^32 orders");
         let owner = match (owner, &order.placed_by) {
-            (Some(digest), Some(name)) => {
+            (Some(id), Some(name)) => {
                 let next = u32::try_from(self.owners.len()).expect("fewer than 2^32 owners");
-                let index = *self.owner_index.entry(*digest).or_insert(next);
+                let index = *self.owner_index.entry(*id).or_insert(next);
                 if index == next {
                     self.owners.push(OwnerOrders {
-                        digest: *digest,
+                        id: *id,
                         name: name.as_str().into(),
                         positions: Vec::new(),
                     });
@@ -88,12 +88,12 @@ impl OrderBook {
     }
 
     /// The order with identifier `id`, if it is `owner`'s (when given).
-    pub fn get(&self, id: i64, owner: Option<[u8; 32]>) -> Option<Order> {
+    pub fn get(&self, id: i64, owner: Option<OwnerId>) -> Option<Order> {
         let at = self.ids.position(id)?;
-        let owned = |digest| {
+        let owned = |id| {
             self.owners
                 .get(self.owner_of[at] as usize)
-                .is_some_and(|owner| owner.digest == digest)
+                .is_some_and(|owner| owner.id == id)
         };
         owner.is_none_or(owned).then(|| self.order(at))
     }
@@ -118,7 +118,7 @@ impl OrderBook {
             matching.next().is_some()
         };
         let more = match (query.owner, query.pet_id, query.status) {
-            (Some(digest), _, _) => match self.owner_index.get(&digest) {
+            (Some(id), _, _) => match self.owner_index.get(&id) {
                 Some(&index) => from_list(&self.owners[index as usize].positions),
                 None => false,
             },
@@ -227,26 +227,26 @@ mod tests {
     #[test]
     fn an_owner_pages_through_its_own_orders_only() {
         let mut book = OrderBook::default();
-        let (alice, bob) = ([1u8; 32], [2u8; 32]);
+        let (alice, bob) = (OwnerId([1; 32]), OwnerId([2; 32]));
         let mut theirs: [Vec<Order>; 2] = Default::default();
         for id in 1..=30 {
-            let (digest, name, mine) = match id % 3 {
+            let (owner, name, mine) = match id % 3 {
                 0 => (Some(&alice), "alice", Some(0)),
                 1 => (Some(&bob), "bob", Some(1)),
                 _ => (None, "", None),
             };
             let mut placed = order(id, id % 4, OrderStatus::Placed);
-            placed.placed_by = digest.map(|_| name.to_owned());
-            book.push(&placed, digest);
+            placed.placed_by = owner.map(|_| name.to_owned());
+            book.push(&placed, owner);
             if let Some(mine) = mine {
                 theirs[mine].push(placed);
             }
         }
-        for (digest, expected) in [(alice, &theirs[0]), (bob, &theirs[1])] {
+        for (owner, expected) in [(alice, &theirs[0]), (bob, &theirs[1])] {
             let (mut seen, mut after) = (Vec::new(), None);
             loop {
                 let page = book.page(OrderQuery {
-                    owner: Some(digest),
+                    owner: Some(owner),
                     ..query(None, None, after)
                 });
                 seen.extend(page.orders.iter().cloned());
@@ -257,7 +257,7 @@ mod tests {
             }
             assert_eq!(&seen, expected);
             let of_pet = book.page(OrderQuery {
-                owner: Some(digest),
+                owner: Some(owner),
                 limit: 100,
                 ..query(None, Some(1), None)
             });
@@ -277,7 +277,7 @@ mod tests {
         );
         assert!(book.get(2, None).unwrap().placed_by.is_none());
         let nobody = book.page(OrderQuery {
-            owner: Some([9; 32]),
+            owner: Some(OwnerId([9; 32])),
             ..query(None, None, None)
         });
         assert_eq!((nobody.orders.len(), nobody.more), (0, false));
