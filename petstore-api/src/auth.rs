@@ -19,7 +19,7 @@ use dropshot::{
 };
 use http::HeaderMap;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::scopes::{Scope, Scopes, admitting};
 
 /// What the implementation decides about each request's key.
@@ -172,25 +172,19 @@ impl SharedExtractor for Authenticated {
                     Ok(Authenticated { caller })
                 } else {
                     let refused = ApiError::insufficient_scope(knock.operation_id, needed);
-                    Err(HttpError {
-                        status_code: ErrorStatusCode::FORBIDDEN,
-                        error_code: None,
-                        external_message: refused.message.clone(),
-                        internal_message: format!(
-                            "key {:?} refused: {}",
-                            caller.name, refused.message
-                        ),
-                        headers: None,
-                    })
+                    let logged = format!("key {:?} refused: {}", caller.name, refused.message);
+                    Err(ErrorCode::InsufficientScope.http_error(
+                        ErrorStatusCode::FORBIDDEN,
+                        refused.message,
+                        logged,
+                    ))
                 }
             }
-            Err(refusal) => Err(HttpError {
-                status_code: ErrorStatusCode::UNAUTHORIZED,
-                error_code: None,
-                external_message: refusal.message.into(),
-                internal_message: format!("authentication failed: {}", refusal.reason),
-                headers: None,
-            }),
+            Err(refusal) => Err(ErrorCode::Unauthorized.http_error(
+                ErrorStatusCode::UNAUTHORIZED,
+                refusal.message.into(),
+                format!("authentication failed: {}", refusal.reason),
+            )),
         }
     }
 

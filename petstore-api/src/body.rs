@@ -12,13 +12,15 @@
 //! the drift check) cannot tell the two apart.
 
 use dropshot::{
-    ApiEndpointBodyContentType, ClientErrorStatusCode, ExclusiveExtractor, ExtractorMetadata,
-    HttpError, RequestContext, ServerContext, TypedBody,
+    ApiEndpointBodyContentType, ErrorStatusCode, ExclusiveExtractor, ExtractorMetadata, HttpError,
+    RequestContext, ServerContext, TypedBody,
 };
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderMap};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
+
+use crate::error::ErrorCode;
 
 /// A request body parsed as JSON into `T`, with nothing after it.
 #[derive(Debug)]
@@ -64,10 +66,11 @@ where
 }
 
 fn too_large(max: usize) -> HttpError {
-    HttpError::for_client_error(
-        None,
-        ClientErrorStatusCode::PAYLOAD_TOO_LARGE,
-        format!("the request body is larger than the limit of {max} bytes"),
+    let message = format!("the request body is larger than the limit of {max} bytes");
+    ErrorCode::PayloadTooLarge.http_error(
+        ErrorStatusCode::PAYLOAD_TOO_LARGE,
+        message.clone(),
+        message,
     )
 }
 

@@ -7,6 +7,7 @@ use crate::scopes::Scope;
 use dropshot::{ErrorStatusCode, HttpError, HttpResponseError};
 use schemars::JsonSchema;
 use serde::Serialize;
+use strum::VariantArray;
 
 /// The body of every error response.
 #[derive(Debug, Serialize, JsonSchema)]
@@ -48,15 +49,49 @@ impl Keyed {
     }
 }
 
-impl ApiError {
-    fn new(status_code: ErrorStatusCode, message: impl Into<String>) -> ApiError {
-        ApiError::with_code(status_code, code_for(status_code), message)
-    }
+/// The contract's error codes. Each error names its own: a status never
+/// decides a code, since several codes share one (409, 422).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "snake_case")]
+pub enum ErrorCode {
+    /// 400: the request is malformed or a value is out of range.
+    BadRequest,
+    /// 401: the API key is missing or refused.
+    Unauthorized,
+    /// 403: the key lacks the operation's scope.
+    InsufficientScope,
+    /// 404: no such resource.
+    NotFound,
+    /// 409: another request with the idempotency key is in progress.
+    IdempotencyKeyInUse,
+    /// 409: the animal cannot be ordered now.
+    PetNotAvailable,
+    /// 409: the order cannot change so.
+    InvalidTransition,
+    /// 413: the body is too large.
+    PayloadTooLarge,
+    /// 422: the idempotency key was used for another body.
+    IdempotencyKeyReused,
+    /// 422: an order names an animal that does not exist.
+    PetNotFound,
+    /// 500: a bug in us or corrupt data.
+    InternalError,
+    /// 503: the database is unavailable.
+    ServiceUnavailable,
+}
 
-    fn with_code(status_code: ErrorStatusCode, code: &str, message: impl Into<String>) -> ApiError {
+impl ErrorCode {
+    /// The code as the body spells it.
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
+impl ApiError {
+    fn new(status_code: ErrorStatusCode, code: ErrorCode, message: impl Into<String>) -> ApiError {
         let message = message.into();
         ApiError {
-            code: code.to_owned(),
+            code: code.as_str().to_owned(),
             status: i32::from(status_code.as_u16()),
             internal_message: message.clone(),
             message,
@@ -66,12 +101,16 @@ impl ApiError {
 
     /// 400: the request is malformed or a value is out of range.
     pub fn bad_request(message: impl Into<String>) -> ApiError {
-        ApiError::new(ErrorStatusCode::BAD_REQUEST, message)
+        ApiError::new(ErrorStatusCode::BAD_REQUEST, ErrorCode::BadRequest, message)
     }
 
     /// 401: the API key is missing or invalid.
     pub fn unauthorized(message: impl Into<String>) -> ApiError {
-        ApiError::new(ErrorStatusCode::UNAUTHORIZED, message)
+        ApiError::new(
+            ErrorStatusCode::UNAUTHORIZED,
+            ErrorCode::Unauthorized,
+            message,
+        )
     }
 
     /// 403: the key has none of `needed`, one of which `operation` needs.
@@ -88,18 +127,23 @@ impl ApiError {
                 )
             }
         };
-        ApiError::new(ErrorStatusCode::FORBIDDEN, message)
+        ApiError::new(
+            ErrorStatusCode::FORBIDDEN,
+            ErrorCode::InsufficientScope,
+            message,
+        )
     }
 
     /// 404: no such resource.
     pub fn not_found(message: impl Into<String>) -> ApiError {
-        ApiError::new(ErrorStatusCode::NOT_FOUND, message)
+        ApiError::new(ErrorStatusCode::NOT_FOUND, ErrorCode::NotFound, message)
     }
 
     /// 409: another request with the same idempotency key is in progress.
     pub fn idempotency_key_in_use(operation: Keyed) -> ApiError {
         ApiError::new(
             ErrorStatusCode::CONFLICT,
+            ErrorCode::IdempotencyKeyInUse,
             format!(
                 "another request with this Idempotency-Key is still being processed; nothing was \
                  {}: retry later with the same key and body",
@@ -116,6 +160,7 @@ impl ApiError {
         };
         ApiError::new(
             ErrorStatusCode::UNPROCESSABLE_ENTITY,
+            ErrorCode::IdempotencyKeyReused,
             format!(
                 "this Idempotency-Key was already used for {used_for}; nothing was {}: use a new \
                  key for {new}",
@@ -127,27 +172,27 @@ impl ApiError {
     /// 409 `pet_not_available`: the animal cannot be ordered now.
     pub fn pet_not_available(pet_id: i64, status: Option<&str>) -> ApiError {
         let status = status.map_or("has no status".to_owned(), |s| format!("is {s}"));
-        ApiError::with_code(
+        ApiError::new(
             ErrorStatusCode::CONFLICT,
-            "pet_not_available",
+            ErrorCode::PetNotAvailable,
             format!("pet {pet_id} {status}; only an available animal can be ordered"),
         )
     }
 
     /// 422 `pet_not_found`: an order names an animal that does not exist.
     pub fn pet_not_found(pet_id: i64) -> ApiError {
-        ApiError::with_code(
+        ApiError::new(
             ErrorStatusCode::UNPROCESSABLE_ENTITY,
-            "pet_not_found",
+            ErrorCode::PetNotFound,
             format!("no pet has id {pet_id}"),
         )
     }
 
     /// 409 `invalid_transition`: an order cannot go from `from` to `to`.
     pub fn invalid_transition(order_id: i64, from: &str, to: &str) -> ApiError {
-        ApiError::with_code(
+        ApiError::new(
             ErrorStatusCode::CONFLICT,
-            "invalid_transition",
+            ErrorCode::InvalidTransition,
             format!(
                 "order {order_id} is {from} and cannot become {to}; only a placed order can be \
                  delivered or cancelled"
@@ -160,6 +205,7 @@ impl ApiError {
     pub fn service_unavailable(cause: &dyn std::error::Error) -> ApiError {
         let mut error = ApiError::new(
             ErrorStatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::ServiceUnavailable,
             "the database is unavailable; retry later",
         );
         error.internal_message = format!("database unavailable: {}", chain(cause));
@@ -172,6 +218,7 @@ impl ApiError {
     pub fn internal(cause: &dyn std::error::Error) -> ApiError {
         let mut error = ApiError::new(
             ErrorStatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::InternalError,
             "internal error; the server logged the cause",
         );
         error.internal_message = format!("internal error: {}", chain(cause));
@@ -191,26 +238,48 @@ pub fn chain(error: &dyn std::error::Error) -> String {
     text
 }
 
-/// The `code` for each status the service returns. Anything else dropshot
-/// might produce falls back to the generic code of its class.
-fn code_for(status: ErrorStatusCode) -> &'static str {
-    match status.as_u16() {
-        400 => "bad_request",
-        401 => "unauthorized",
-        403 => "insufficient_scope",
-        404 => "not_found",
-        409 => "idempotency_key_in_use",
-        413 => "payload_too_large",
-        422 => "idempotency_key_reused",
-        503 => "service_unavailable",
-        500..=599 => "internal_error",
-        _ => "bad_request",
+/// The code of an extractor's error: the one it named (ours do, in
+/// [`HttpError::error_code`]); dropshot's own extractors name none and
+/// refuse a request with 400, or 413 for a body too large, so those get
+/// the generic code of their status.
+fn extractor_code(error: &HttpError) -> ErrorCode {
+    let named = error.error_code.as_deref().and_then(|name| {
+        ErrorCode::VARIANTS
+            .iter()
+            .copied()
+            .find(|code| code.as_str() == name)
+    });
+    named.unwrap_or(match error.status_code.as_u16() {
+        413 => ErrorCode::PayloadTooLarge,
+        503 => ErrorCode::ServiceUnavailable,
+        500..=599 => ErrorCode::InternalError,
+        _ => ErrorCode::BadRequest,
+    })
+}
+
+impl ErrorCode {
+    /// An extractor's error with this code: what [`ApiError`] becomes from
+    /// it.
+    pub fn http_error(
+        self,
+        status_code: ErrorStatusCode,
+        external_message: String,
+        internal_message: String,
+    ) -> HttpError {
+        HttpError {
+            status_code,
+            error_code: Some(self.as_str().to_owned()),
+            external_message,
+            internal_message,
+            headers: None,
+        }
     }
 }
 
 impl From<HttpError> for ApiError {
     fn from(error: HttpError) -> ApiError {
-        let mut api_error = ApiError::new(error.status_code, error.external_message);
+        let code = extractor_code(&error);
+        let mut api_error = ApiError::new(error.status_code, code, error.external_message);
         api_error.internal_message = error.internal_message;
         api_error
     }
@@ -236,9 +305,16 @@ mod tests {
 
     #[test]
     fn status_field_matches_http_status() {
-        let error: ApiError = HttpError::for_not_found(None, "gone".into()).into();
-        assert_eq!((error.status, error.code.as_str()), (404, "not_found"));
-        assert_eq!(error.status_code().as_u16(), 404);
+        let error: ApiError = HttpError::for_bad_request(None, "bad".into()).into();
+        assert_eq!((error.status, error.code.as_str()), (400, "bad_request"));
+        assert_eq!(error.status_code().as_u16(), 400);
+        let named = ErrorCode::Unauthorized.http_error(
+            ErrorStatusCode::UNAUTHORIZED,
+            "no key".into(),
+            "no key".into(),
+        );
+        let error = ApiError::from(named);
+        assert_eq!((error.status, error.code.as_str()), (401, "unauthorized"));
     }
 
     #[derive(Debug, thiserror::Error)]

@@ -4,7 +4,6 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer};
 
-use crate::error::ApiError;
 use crate::model::{OrderInclude, OrderStatus, PetStatus};
 use crate::{LIMIT_DEFAULT, LIMIT_MAX};
 
@@ -12,9 +11,9 @@ use crate::{LIMIT_DEFAULT, LIMIT_MAX};
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct ListPetsParams {
     /// Maximum number of animals returned (1 to 100, default 20).
-    #[serde(default = "default_limit", deserialize_with = "limit_param")]
-    #[schemars(range(min = 1, max = 100))]
-    pub limit: i32,
+    #[serde(default, deserialize_with = "limit_param")]
+    #[schemars(with = "i32", range(min = 1, max = 100))]
+    pub limit: PageLimit,
     /// Return only animals with this status.
     #[serde(default)]
     #[schemars(with = "PetStatus")]
@@ -26,8 +25,35 @@ pub struct ListPetsParams {
     pub after: Option<i64>,
 }
 
-fn default_limit() -> i32 {
-    LIMIT_DEFAULT
+/// How many items a page holds: from 1 to [`LIMIT_MAX`], checked once, as
+/// the query is parsed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageLimit(u32);
+
+impl PageLimit {
+    /// The limit as a number.
+    pub fn get(self) -> u32 {
+        self.0
+    }
+}
+
+/// [`LIMIT_DEFAULT`], when `limit` is omitted.
+impl Default for PageLimit {
+    fn default() -> PageLimit {
+        PageLimit(LIMIT_DEFAULT as u32)
+    }
+}
+
+impl TryFrom<i64> for PageLimit {
+    type Error = String;
+
+    fn try_from(limit: i64) -> Result<PageLimit, String> {
+        u32::try_from(limit)
+            .ok()
+            .filter(|limit| (1..=LIMIT_MAX as u32).contains(limit))
+            .map(PageLimit)
+            .ok_or_else(|| format!("limit must be between 1 and {LIMIT_MAX}, got {limit}"))
+    }
 }
 
 /// An integer query parameter, with a message that names it when it is not
@@ -42,8 +68,9 @@ where
         .map_err(|_| serde::de::Error::custom(format!("{name} must be {expected}, got {text:?}")))
 }
 
-fn limit_param<'de, D: Deserializer<'de>>(deserializer: D) -> Result<i32, D::Error> {
-    integer_param(deserializer, "limit", "an integer between 1 and 100")
+fn limit_param<'de, D: Deserializer<'de>>(deserializer: D) -> Result<PageLimit, D::Error> {
+    let limit: i64 = integer_param(deserializer, "limit", "an integer between 1 and 100")?;
+    PageLimit::try_from(limit).map_err(serde::de::Error::custom)
 }
 
 fn after_param<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<i64>, D::Error> {
@@ -59,20 +86,13 @@ fn pet_id_param<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<i64
     integer_param(deserializer, "petId", "an integer in the int64 range").map(Some)
 }
 
-impl ListPetsParams {
-    /// The page size asked for, checked against the contract's bounds.
-    pub fn checked_limit(&self) -> Result<u32, ApiError> {
-        checked_limit(self.limit)
-    }
-}
-
 /// Query parameters of `GET /store/orders`.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct ListOrdersParams {
     /// Maximum number of orders returned (1 to 100, default 20).
-    #[serde(default = "default_limit", deserialize_with = "limit_param")]
-    #[schemars(range(min = 1, max = 100))]
-    pub limit: i32,
+    #[serde(default, deserialize_with = "limit_param")]
+    #[schemars(with = "i32", range(min = 1, max = 100))]
+    pub limit: PageLimit,
     /// Return only orders with this status.
     #[serde(default)]
     #[schemars(with = "OrderStatus")]
@@ -103,24 +123,6 @@ pub struct GetOrderParams {
     pub include: Option<OrderInclude>,
 }
 
-impl ListOrdersParams {
-    /// The page size asked for, checked against the contract's bounds.
-    pub fn checked_limit(&self) -> Result<u32, ApiError> {
-        checked_limit(self.limit)
-    }
-}
-
-fn checked_limit(limit: i32) -> Result<u32, ApiError> {
-    u32::try_from(limit)
-        .ok()
-        .filter(|limit| (1..=LIMIT_MAX as u32).contains(limit))
-        .ok_or_else(|| {
-            ApiError::bad_request(format!(
-                "limit must be between 1 and {LIMIT_MAX}, got {limit}"
-            ))
-        })
-}
-
 /// Path parameters of `GET /pets/{petId}`.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct PetPath {
@@ -141,19 +143,32 @@ pub struct OrderPath {
 mod tests {
     use super::*;
 
-    fn params(query: &str) -> ListPetsParams {
-        serde_urlencoded::from_str(query).unwrap()
-    }
-
     #[test]
     fn limit_defaults_to_20_and_stays_within_1_to_100() {
-        assert_eq!(params("").checked_limit().unwrap(), 20);
-        assert_eq!(params("limit=1").checked_limit().unwrap(), 1);
-        assert_eq!(params("limit=100").checked_limit().unwrap(), 100);
-        for bad in [0, 101, -1, i32::MIN, i32::MAX] {
-            let error = params(&format!("limit={bad}")).checked_limit().unwrap_err();
-            assert_eq!(error.status, 400, "{bad}");
+        let limit = |query: &str| {
+            serde_urlencoded::from_str::<ListPetsParams>(query)
+                .map(|params| params.limit.get())
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(limit(""), Ok(20));
+        assert_eq!(limit("limit=1"), Ok(1));
+        assert_eq!(limit("limit=100"), Ok(100));
+        for bad in [0, 101, -1, i64::from(i32::MIN), i64::MAX] {
+            let error = limit(&format!("limit={bad}")).unwrap_err();
+            assert_eq!(error, format!("limit must be between 1 and 100, got {bad}"));
         }
+        assert!(
+            limit("limit=x")
+                .unwrap_err()
+                .contains("limit must be an integer")
+        );
+        let orders = serde_urlencoded::from_str::<ListOrdersParams>("limit=0");
+        assert!(
+            orders
+                .unwrap_err()
+                .to_string()
+                .contains("limit must be between")
+        );
     }
 
     #[test]

@@ -11,19 +11,30 @@
 use std::fmt;
 use std::str::FromStr;
 
-/// One scope.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+use enumset::{EnumSet, EnumSetType};
+
+/// One scope. Its bit in a stored [`Scopes`] is its discriminant, which
+/// never changes.
+#[derive(Debug, Hash, PartialOrd, Ord, EnumSetType)]
+#[enumset(repr = "u8")]
+#[derive(strum::IntoStaticStr, strum::Display, strum::EnumString)]
+#[strum(parse_err_fn = unknown_scope, parse_err_ty = UnknownScope)]
 pub enum Scope {
     /// `pets:read`: list and read animals.
-    PetsRead,
+    #[strum(serialize = "pets:read")]
+    PetsRead = 0,
     /// `pets:write`: add animals.
-    PetsWrite,
+    #[strum(serialize = "pets:write")]
+    PetsWrite = 1,
     /// `orders:place`: place orders, read and cancel one's own (a customer).
-    OrdersPlace,
+    #[strum(serialize = "orders:place")]
+    OrdersPlace = 2,
     /// `orders:manage`: read, deliver and cancel every order (staff).
-    OrdersManage,
+    #[strum(serialize = "orders:manage")]
+    OrdersManage = 3,
     /// `inventory:read`: read the inventory.
-    InventoryRead,
+    #[strum(serialize = "inventory:read")]
+    InventoryRead = 4,
 }
 
 impl Scope {
@@ -38,35 +49,12 @@ impl Scope {
 
     /// The scope's name in the contract.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Scope::PetsRead => "pets:read",
-            Scope::PetsWrite => "pets:write",
-            Scope::OrdersPlace => "orders:place",
-            Scope::OrdersManage => "orders:manage",
-            Scope::InventoryRead => "inventory:read",
-        }
-    }
-
-    fn bit(self) -> u8 {
-        1 << self as u8
+        self.into()
     }
 }
 
-impl fmt::Display for Scope {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Scope {
-    type Err = UnknownScope;
-
-    fn from_str(name: &str) -> Result<Scope, UnknownScope> {
-        Scope::ALL
-            .into_iter()
-            .find(|scope| scope.as_str() == name)
-            .ok_or_else(|| UnknownScope(name.to_owned()))
-    }
+fn unknown_scope(name: &str) -> UnknownScope {
+    UnknownScope(name.to_owned())
 }
 
 /// A name that is no scope.
@@ -79,45 +67,45 @@ pub struct UnknownScope(pub String);
 
 /// A set of scopes.
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct Scopes(u8);
+pub struct Scopes(EnumSet<Scope>);
 
 impl Scopes {
     /// Every scope: what keys made before 1.4.0 hold.
-    pub const ALL: Scopes = Scopes(0b1_1111);
+    pub const ALL: Scopes = Scopes(EnumSet::all());
 
     /// No scope.
-    pub const NONE: Scopes = Scopes(0);
+    pub const NONE: Scopes = Scopes(EnumSet::empty());
 
     /// Whether `scope` is in the set.
     pub fn contains(self, scope: Scope) -> bool {
-        self.0 & scope.bit() != 0
+        self.0.contains(scope)
     }
 
     /// The set with `scope` added.
     #[must_use]
     pub fn with(self, scope: Scope) -> Scopes {
-        Scopes(self.0 | scope.bit())
+        Scopes(self.0 | scope)
     }
 
     /// The scopes in the set, in the contract's order.
     pub fn iter(self) -> impl Iterator<Item = Scope> {
-        Scope::ALL.into_iter().filter(move |s| self.contains(*s))
+        self.0.iter()
     }
 
     /// The set as stored: its bits (stable: a scope's bit never changes).
     pub fn bits(self) -> u8 {
-        self.0
+        self.0.as_repr()
     }
 
     /// The set stored as `bits`; bits of no scope are dropped.
     pub fn from_bits(bits: u8) -> Scopes {
-        Scopes(bits & Scopes::ALL.0)
+        Scopes(EnumSet::from_repr_truncated(bits))
     }
 }
 
 impl FromIterator<Scope> for Scopes {
     fn from_iter<I: IntoIterator<Item = Scope>>(scopes: I) -> Scopes {
-        scopes.into_iter().fold(Scopes::NONE, Scopes::with)
+        Scopes(scopes.into_iter().collect())
     }
 }
 
@@ -189,7 +177,10 @@ mod tests {
     #[test]
     fn every_scope_has_its_own_stable_bit() {
         // Stored in databases: a scope's bit must never change.
-        let bits: Vec<u8> = Scope::ALL.iter().map(|s| s.bit()).collect();
+        let bits: Vec<u8> = Scope::ALL
+            .iter()
+            .map(|&s| Scopes::NONE.with(s).bits())
+            .collect();
         assert_eq!(bits, [1, 2, 4, 8, 16]);
         assert_eq!(Scope::ALL.into_iter().collect::<Scopes>(), Scopes::ALL);
     }

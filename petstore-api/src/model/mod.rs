@@ -22,8 +22,21 @@ pub const NAME_MAX_CHARS: usize = 255;
 /// Availability of an animal.
 // The variants carry plain comments, not doc comments: documented variants
 // would make schemars emit a `oneOf` instead of the contract's plain `enum`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize, JsonSchema)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    Deserialize,
+    Serialize,
+    JsonSchema,
+    strum::IntoStaticStr,
+    strum::EnumString,
+)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 #[allow(missing_docs)]
 pub enum PetStatus {
     // The animal can be bought.
@@ -38,20 +51,15 @@ impl PetStatus {
     /// Every status, in the order the contract lists them.
     pub const ALL: [PetStatus; 3] = [PetStatus::Available, PetStatus::Pending, PetStatus::Sold];
 
-    /// The wire (and database) spelling of the status.
+    /// The wire (and database) spelling of the status: serde's, written
+    /// by strum (a test compares the two).
     pub fn as_str(self) -> &'static str {
-        match self {
-            PetStatus::Available => "available",
-            PetStatus::Pending => "pending",
-            PetStatus::Sold => "sold",
-        }
+        self.into()
     }
 
     /// Parses the wire spelling; `None` for anything else.
     pub fn parse(s: &str) -> Option<PetStatus> {
-        PetStatus::ALL
-            .into_iter()
-            .find(|status| status.as_str() == s)
+        s.parse().ok()
     }
 }
 

@@ -11,8 +11,21 @@ use super::PetStatus;
 /// (its animal is `sold`) or `cancelled` (its animal was made `available`
 /// again).
 // Plain comments on the variants: see `PetStatus`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize, JsonSchema)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    Deserialize,
+    Serialize,
+    JsonSchema,
+    strum::IntoStaticStr,
+    strum::EnumString,
+)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 #[allow(missing_docs)]
 pub enum OrderStatus {
     // The animal is reserved for the order.
@@ -31,20 +44,15 @@ impl OrderStatus {
         OrderStatus::Cancelled,
     ];
 
-    /// The wire (and database) spelling of the status.
+    /// The wire (and database) spelling of the status: serde's, written
+    /// by strum (a test compares the two).
     pub fn as_str(self) -> &'static str {
-        match self {
-            OrderStatus::Placed => "placed",
-            OrderStatus::Delivered => "delivered",
-            OrderStatus::Cancelled => "cancelled",
-        }
+        self.into()
     }
 
     /// Parses the wire spelling; `None` for anything else.
     pub fn parse(s: &str) -> Option<OrderStatus> {
-        OrderStatus::ALL
-            .into_iter()
-            .find(|status| status.as_str() == s)
+        s.parse().ok()
     }
 
     /// The status an order's animal has while the order has this one.
@@ -97,20 +105,21 @@ fn rfc3339_micros<S: Serializer>(time: &DateTime<Utc>, serializer: S) -> Result<
 /// `placedBy`, the name of the API key that placed it, for a key with the
 /// scope `orders:manage`.
 // Plain comments on the variants: see `PetStatus`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, JsonSchema, strum::IntoStaticStr,
+)]
+#[serde(rename_all = "camelCase")]
+#[strum(serialize_all = "camelCase")]
 #[allow(missing_docs)]
 pub enum OrderInclude {
     // Who placed the order.
-    #[serde(rename = "placedBy")]
     PlacedBy,
 }
 
 impl OrderInclude {
-    /// The wire spelling.
+    /// The wire spelling: serde's, written by strum (a test compares them).
     pub fn as_str(self) -> &'static str {
-        match self {
-            OrderInclude::PlacedBy => "placedBy",
-        }
+        self.into()
     }
 }
 
@@ -197,5 +206,14 @@ mod tests {
         for status in OrderStatus::ALL {
             assert_eq!(OrderStatus::parse(status.as_str()), Some(status));
         }
+    }
+
+    #[test]
+    fn strum_spells_each_value_as_serde_does() {
+        for status in OrderStatus::ALL {
+            assert_eq!(json!(status), json!(status.as_str()));
+        }
+        assert_eq!(json!(OrderInclude::PlacedBy), json!("placedBy"));
+        assert_eq!(OrderInclude::PlacedBy.as_str(), "placedBy");
     }
 }
