@@ -5,7 +5,8 @@
 //! the extractors its operations take — is the `petstore-api` crate; this
 //! crate implements it.
 //!
-//! - [`server`]: the implementation and the running server.
+//! - [`handlers`]: the implementation of the API trait.
+//! - [`server`], [`tls`]: the running server, and its certificate.
 //! - [`keys`], [`keyring`]: API keys and the live set of accepted keys.
 //! - [`context`]: what every handler can reach; the interface's bearer
 //!   check (`petstore_api::auth::Gatekeeper`), answered from the keyring.
@@ -19,6 +20,7 @@
 pub mod admin;
 pub mod context;
 pub mod docs;
+pub mod handlers;
 pub mod keyring;
 pub mod keys;
 pub mod logging;
@@ -26,8 +28,10 @@ pub mod metrics;
 pub mod observe;
 pub mod server;
 pub mod storage;
+pub mod tls;
 
 pub use server::{
     IDEMPOTENCY_RETENTION_MIN, RunningServer, ServerConfig, ShutdownError, ShutdownReport,
-    StartError, TlsError, TlsFiles, start,
+    StartError, start,
 };
+pub use tls::{TlsError, TlsFiles};

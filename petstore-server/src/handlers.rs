@@ -1,0 +1,376 @@
+//! The implementation of [`PetstoreApi`]: each operation's rules, over the
+//! storage. The server that runs it is in `server.rs`.
+
+use dropshot::{
+    HttpResponseCreated, HttpResponseHeaders, HttpResponseOk, Path, Query, RequestContext,
+};
+
+use petstore_api::auth::{ApiContext, Authenticated};
+use petstore_api::body::StrictJson;
+use petstore_api::error::{ApiError, Keyed};
+use petstore_api::idempotency::{CreatedHeaders, IdempotencyKey};
+use petstore_api::model::{
+    Inventory, NewOrder, NewPet, Order, OrderInclude, OrderStatus, OrderUpdate, OrderUpdateStatus,
+    Pet, PetStatus,
+};
+use petstore_api::params::{GetOrderParams, ListOrdersParams, ListPetsParams, OrderPath, PetPath};
+use petstore_api::responses::{DeprecationHeaders, OrdersPageHeaders, PageHeaders, PetsPage};
+use petstore_api::scopes::Scope;
+use petstore_api::{LIMIT_MAX, PetstoreApi};
+
+use crate::context::Service;
+use crate::keyring::unix_now;
+use crate::storage::idempotency::{fingerprint, order_fingerprint};
+use crate::storage::{
+    self, CreateOutcome, Idempotency, ListQuery, OrderQuery, Owner, OwnerId, PlaceOutcome,
+    StorageError, UpdateOutcome,
+};
+
+// Every page the contract allows, the storage can serve.
+const _: () = assert!(LIMIT_MAX as u32 <= storage::LIST_MAX);
+
+/// The implementation of the API trait; never constructed.
+pub enum PetstoreImpl {}
+
+/// The owner whose orders alone the caller may see: its own key, unless it
+/// may manage every order.
+fn only_own(auth: &Authenticated) -> Option<OwnerId> {
+    (!auth.may(Scope::OrdersManage)).then(|| OwnerId::of(auth.identity()))
+}
+
+/// Whether the answer includes who placed each order: when asked for
+/// (`include=placedBy`), which only a key with `orders:manage` may do.
+fn shows_placed_by(auth: &Authenticated, include: Option<OrderInclude>) -> Result<bool, ApiError> {
+    match include {
+        None => Ok(false),
+        Some(_) if auth.may(Scope::OrdersManage) => Ok(true),
+        Some(_) => Err(ApiError::insufficient_scope(
+            "include=placedBy",
+            &[Scope::OrdersManage],
+        )),
+    }
+}
+
+/// An order as answered: who placed it only when asked for (and allowed).
+fn as_seen(mut order: Order, show_placed_by: bool) -> Order {
+    if !show_placed_by {
+        order.placed_by = None;
+    }
+    order
+}
+
+/// The 404 of an order that does not exist, or is another customer's.
+fn no_such_order(id: i64) -> ApiError {
+    ApiError::not_found(format!("no order has id {id}"))
+}
+
+/// The server's state in a request's context. It is always there (the
+/// server makes the context from it); if it were not, that is a bug: 500.
+fn service(rqctx: &RequestContext<ApiContext>) -> Result<&Service, ApiError> {
+    rqctx.context().implementation().ok_or_else(|| {
+        ApiError::internal(&std::io::Error::other(
+            "the API context does not hold the server's state",
+        ))
+    })
+}
+
+/// A storage failure as the client sees it: 503 when retrying later is
+/// right, 500 when it is a bug or corrupt data (the cause is logged either
+/// way, in the access log's `error_message_internal`, and counted).
+fn store_failure(context: &Service) -> impl Fn(StorageError) -> ApiError + '_ {
+    move |error| {
+        let unavailable = error.is_unavailable();
+        if let Some(metrics) = &context.metrics {
+            metrics.database_error(unavailable);
+        }
+        if unavailable {
+            ApiError::service_unavailable(&error)
+        } else {
+            ApiError::internal(&error)
+        }
+    }
+}
+
+impl PetstoreApi for PetstoreImpl {
+    type Context = ApiContext;
+
+    async fn list_pets(
+        rqctx: RequestContext<ApiContext>,
+        _auth: Authenticated,
+        query: Query<ListPetsParams>,
+    ) -> Result<PetsPage, ApiError> {
+        let params = query.into_inner();
+        let limit = params.limit.get();
+        let context = service(&rqctx)?;
+        let page = context
+            .storage
+            .list(ListQuery {
+                limit,
+                status: params.status,
+                after: params.after,
+            })
+            .await
+            .map_err(store_failure(context))?;
+        let headers = match page.pets.last_id() {
+            Some(last_id) if page.more => PageHeaders::next(limit, params.status, last_id),
+            _ => PageHeaders::default(),
+        };
+        Ok(PetsPage {
+            pets: page.pets,
+            headers,
+        })
+    }
+
+    async fn create_pet(
+        rqctx: RequestContext<ApiContext>,
+        auth: Authenticated,
+        idempotency_key: IdempotencyKey,
+        body: StrictJson<NewPet>,
+    ) -> Result<HttpResponseHeaders<HttpResponseCreated<Pet>, CreatedHeaders>, ApiError> {
+        let context = service(&rqctx)?;
+        let pet = body.into_inner();
+        let created =
+            |pet, headers| Ok(HttpResponseHeaders::new(HttpResponseCreated(pet), headers));
+        let Some(key) = idempotency_key.into_inner() else {
+            let pet = context
+                .storage
+                .create(pet)
+                .await
+                .map_err(store_failure(context))?;
+            return created(pet, CreatedHeaders::default());
+        };
+        let once = Idempotency::new(
+            auth.identity(),
+            key,
+            fingerprint(&pet),
+            unix_now(),
+            context.idempotency_retention,
+        );
+        let outcome = context
+            .storage
+            .create_idempotent(pet, once)
+            .await
+            .map_err(store_failure(context))?;
+        let count = |outcome| context.count_idempotent(Keyed::CreatePet, outcome);
+        match outcome {
+            CreateOutcome::Created(pet) => {
+                count("created");
+                created(pet, CreatedHeaders::default())
+            }
+            CreateOutcome::Replayed(pet) => {
+                count("replayed");
+                created(pet, CreatedHeaders::replayed())
+            }
+            CreateOutcome::KeyReused => {
+                count("reused");
+                Err(ApiError::idempotency_key_reused(Keyed::CreatePet))
+            }
+            CreateOutcome::KeyInUse => {
+                count("in_use");
+                Err(ApiError::idempotency_key_in_use(Keyed::CreatePet))
+            }
+        }
+    }
+
+    async fn get_pet(
+        rqctx: RequestContext<ApiContext>,
+        _auth: Authenticated,
+        path: Path<PetPath>,
+    ) -> Result<HttpResponseHeaders<HttpResponseOk<Pet>, DeprecationHeaders>, ApiError> {
+        let id = path.into_inner().pet_id;
+        let context = service(&rqctx)?;
+        match context
+            .storage
+            .get(id)
+            .await
+            .map_err(store_failure(context))?
+        {
+            Some(pet) => Ok(HttpResponseHeaders::new(
+                HttpResponseOk(pet),
+                DeprecationHeaders::get_pet(),
+            )),
+            None => Err(ApiError::not_found(format!("no pet has id {id}"))),
+        }
+    }
+
+    async fn list_orders(
+        rqctx: RequestContext<ApiContext>,
+        auth: Authenticated,
+        query: Query<ListOrdersParams>,
+    ) -> Result<HttpResponseHeaders<HttpResponseOk<Vec<Order>>, OrdersPageHeaders>, ApiError> {
+        let params = query.into_inner();
+        let limit = params.limit.get();
+        let show_placed_by = shows_placed_by(&auth, params.include)?;
+        let context = service(&rqctx)?;
+        let page = context
+            .storage
+            .list_orders(OrderQuery {
+                limit,
+                status: params.status,
+                pet_id: params.pet_id,
+                after: params.after,
+                owner: only_own(&auth),
+            })
+            .await
+            .map_err(store_failure(context))?;
+        let headers = match page.orders.last() {
+            Some(last) if page.more => OrdersPageHeaders::next(
+                limit,
+                params.status,
+                params.pet_id,
+                params.include,
+                last.id,
+            ),
+            _ => OrdersPageHeaders::default(),
+        };
+        let orders = page
+            .orders
+            .into_iter()
+            .map(|order| as_seen(order, show_placed_by))
+            .collect();
+        Ok(HttpResponseHeaders::new(HttpResponseOk(orders), headers))
+    }
+
+    async fn place_order(
+        rqctx: RequestContext<ApiContext>,
+        auth: Authenticated,
+        idempotency_key: IdempotencyKey,
+        body: StrictJson<NewOrder>,
+    ) -> Result<HttpResponseHeaders<HttpResponseCreated<Order>, CreatedHeaders>, ApiError> {
+        let context = service(&rqctx)?;
+        let pet_id = body.into_inner().pet_id;
+        let once = idempotency_key.into_inner().map(|key| {
+            Idempotency::new(
+                auth.identity(),
+                key,
+                order_fingerprint(pet_id),
+                unix_now(),
+                context.idempotency_retention,
+            )
+        });
+        let keyed = once.is_some();
+        let owner = Owner {
+            id: OwnerId::of(auth.identity()),
+            name: auth.name().to_string(),
+        };
+        let outcome = context
+            .storage
+            .place_order(pet_id, owner, once)
+            .await
+            .map_err(store_failure(context))?;
+        let as_placed = |order| as_seen(order, false);
+        // Only what a key decided is counted: a refusal of the animal is not.
+        let count = |outcome| {
+            if keyed {
+                context.count_idempotent(Keyed::PlaceOrder, outcome);
+            }
+        };
+        let placed = |order, headers| {
+            Ok(HttpResponseHeaders::new(
+                HttpResponseCreated(order),
+                headers,
+            ))
+        };
+        match outcome {
+            PlaceOutcome::Placed(order) => {
+                count("placed");
+                placed(as_placed(order), CreatedHeaders::default())
+            }
+            PlaceOutcome::Replayed(order) => {
+                count("replayed");
+                placed(as_placed(order), CreatedHeaders::replayed())
+            }
+            PlaceOutcome::NotAvailable(status) => Err(ApiError::pet_not_available(
+                pet_id,
+                status.map(PetStatus::as_str),
+            )),
+            PlaceOutcome::NoSuchPet => Err(ApiError::pet_not_found(pet_id)),
+            PlaceOutcome::KeyReused => {
+                count("reused");
+                Err(ApiError::idempotency_key_reused(Keyed::PlaceOrder))
+            }
+            PlaceOutcome::KeyInUse => {
+                count("in_use");
+                Err(ApiError::idempotency_key_in_use(Keyed::PlaceOrder))
+            }
+        }
+    }
+
+    async fn get_order(
+        rqctx: RequestContext<ApiContext>,
+        auth: Authenticated,
+        path: Path<OrderPath>,
+        query: Query<GetOrderParams>,
+    ) -> Result<HttpResponseOk<Order>, ApiError> {
+        let id = path.into_inner().order_id;
+        let show_placed_by = shows_placed_by(&auth, query.into_inner().include)?;
+        let context = service(&rqctx)?;
+        match context
+            .storage
+            .get_order(id, only_own(&auth))
+            .await
+            .map_err(store_failure(context))?
+        {
+            Some(order) => Ok(HttpResponseOk(as_seen(order, show_placed_by))),
+            None => Err(no_such_order(id)),
+        }
+    }
+
+    async fn update_order(
+        rqctx: RequestContext<ApiContext>,
+        auth: Authenticated,
+        path: Path<OrderPath>,
+        body: StrictJson<OrderUpdate>,
+    ) -> Result<HttpResponseOk<Order>, ApiError> {
+        let id = path.into_inner().order_id;
+        let to = body.into_inner().status;
+        // A customer may cancel, never deliver; refused whatever the order,
+        // so the 403 says nothing of whether it exists.
+        if to == OrderUpdateStatus::Delivered && !auth.may(Scope::OrdersManage) {
+            return Err(ApiError::insufficient_scope(
+                "delivering an order",
+                &[Scope::OrdersManage],
+            ));
+        }
+        let context = service(&rqctx)?;
+        // Another key's order is, to a customer, no order at all. Owners
+        // never change, so what this read finds holds for the update.
+        if let Some(owner) = only_own(&auth) {
+            let own = context
+                .storage
+                .get_order(id, Some(owner))
+                .await
+                .map_err(store_failure(context))?;
+            if own.is_none() {
+                return Err(no_such_order(id));
+            }
+        }
+        match context
+            .storage
+            .update_order(id, to)
+            .await
+            .map_err(store_failure(context))?
+        {
+            UpdateOutcome::Done(order) => Ok(HttpResponseOk(as_seen(order, false))),
+            UpdateOutcome::NoSuchOrder => Err(no_such_order(id)),
+            UpdateOutcome::Invalid(from) => Err(ApiError::invalid_transition(
+                id,
+                from.as_str(),
+                OrderStatus::from(to).as_str(),
+            )),
+        }
+    }
+
+    async fn get_inventory(
+        rqctx: RequestContext<ApiContext>,
+        _auth: Authenticated,
+    ) -> Result<HttpResponseOk<Inventory>, ApiError> {
+        let context = service(&rqctx)?;
+        let inventory = context
+            .storage
+            .inventory()
+            .await
+            .map_err(store_failure(context))?;
+        Ok(HttpResponseOk(inventory))
+    }
+}
