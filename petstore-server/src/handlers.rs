@@ -23,7 +23,7 @@ use crate::keyring::unix_now;
 use crate::storage::idempotency::{fingerprint, order_fingerprint};
 use crate::storage::{
     self, CreateOutcome, Idempotency, ListQuery, OrderQuery, Owner, OwnerId, PlaceOutcome,
-    StorageError, UpdateOutcome,
+    PlacedBy, StorageError, StoredOrder, UpdateOutcome,
 };
 
 // Every page the contract allows, the storage can serve.
@@ -38,25 +38,17 @@ fn only_own(auth: &Authenticated) -> Option<OwnerId> {
     (!auth.may(Scope::OrdersManage)).then(|| OwnerId::of(auth.identity()))
 }
 
-/// Whether the answer includes who placed each order: when asked for
+/// Whether the answer shows who placed each order: when asked for
 /// (`include=placedBy`), which only a key with `orders:manage` may do.
-fn shows_placed_by(auth: &Authenticated, include: Option<OrderInclude>) -> Result<bool, ApiError> {
+fn placed_by(auth: &Authenticated, include: Option<OrderInclude>) -> Result<PlacedBy, ApiError> {
     match include {
-        None => Ok(false),
-        Some(_) if auth.may(Scope::OrdersManage) => Ok(true),
+        None => Ok(PlacedBy::Hidden),
+        Some(_) if auth.may(Scope::OrdersManage) => Ok(PlacedBy::Shown),
         Some(_) => Err(ApiError::insufficient_scope(
             "include=placedBy",
             &[Scope::OrdersManage],
         )),
     }
-}
-
-/// An order as answered: who placed it only when asked for (and allowed).
-fn as_seen(mut order: Order, show_placed_by: bool) -> Order {
-    if !show_placed_by {
-        order.placed_by = None;
-    }
-    order
 }
 
 /// The 404 of an order that does not exist, or is another customer's.
@@ -200,7 +192,7 @@ impl PetstoreApi for PetstoreImpl {
     ) -> Result<HttpResponseHeaders<HttpResponseOk<Vec<Order>>, OrdersPageHeaders>, ApiError> {
         let params = query.into_inner();
         let limit = params.limit.get();
-        let show_placed_by = shows_placed_by(&auth, params.include)?;
+        let placed_by = placed_by(&auth, params.include)?;
         let context = service(&rqctx)?;
         let page = context
             .storage
@@ -226,7 +218,7 @@ impl PetstoreApi for PetstoreImpl {
         let orders = page
             .orders
             .into_iter()
-            .map(|order| as_seen(order, show_placed_by))
+            .map(|order| order.answered(placed_by))
             .collect();
         Ok(HttpResponseHeaders::new(HttpResponseOk(orders), headers))
     }
@@ -258,7 +250,8 @@ impl PetstoreApi for PetstoreImpl {
             .place_order(pet_id, owner, once)
             .await
             .map_err(store_failure(context))?;
-        let as_placed = |order| as_seen(order, false);
+        // Who placed it is the key asking: nothing to show.
+        let as_placed = |order: StoredOrder| order.answered(PlacedBy::Hidden);
         // Only what a key decided is counted: a refusal of the animal is not.
         let count = |outcome| {
             if keyed {
@@ -303,7 +296,7 @@ impl PetstoreApi for PetstoreImpl {
         query: Query<GetOrderParams>,
     ) -> Result<HttpResponseOk<Order>, ApiError> {
         let id = path.into_inner().order_id;
-        let show_placed_by = shows_placed_by(&auth, query.into_inner().include)?;
+        let placed_by = placed_by(&auth, query.into_inner().include)?;
         let context = service(&rqctx)?;
         match context
             .storage
@@ -311,7 +304,7 @@ impl PetstoreApi for PetstoreImpl {
             .await
             .map_err(store_failure(context))?
         {
-            Some(order) => Ok(HttpResponseOk(as_seen(order, show_placed_by))),
+            Some(order) => Ok(HttpResponseOk(order.answered(placed_by))),
             None => Err(no_such_order(id)),
         }
     }
@@ -351,7 +344,7 @@ impl PetstoreApi for PetstoreImpl {
             .await
             .map_err(store_failure(context))?
         {
-            UpdateOutcome::Done(order) => Ok(HttpResponseOk(as_seen(order, false))),
+            UpdateOutcome::Done(order) => Ok(HttpResponseOk(order.answered(PlacedBy::Hidden))),
             UpdateOutcome::NoSuchOrder => Err(no_such_order(id)),
             UpdateOutcome::Invalid(from) => Err(ApiError::invalid_transition(
                 id,

@@ -6,9 +6,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use petstore_api::model::{
-    EncodedPets, Inventory, NewPet, Order, OrderUpdateStatus, Pet, PetStatus,
-};
+use petstore_api::model::{EncodedPets, Inventory, NewPet, OrderUpdateStatus, Pet, PetStatus};
 
 pub mod idempotency;
 pub mod keys;
@@ -19,7 +17,9 @@ mod url;
 
 pub use idempotency::{CreateOutcome, Fingerprint, Idempotency, PURGE_BATCH, Retention};
 pub use keys::{KeyError, KeyStorage, Revoked, StoredKey};
-pub use orders::{OrderPage, OrderQuery, Owner, OwnerId, PlaceOutcome, UpdateOutcome};
+pub use orders::{
+    OrderPage, OrderQuery, Owner, OwnerId, PlaceOutcome, PlacedBy, StoredOrder, UpdateOutcome,
+};
 pub use postgres::PostgresStorage;
 pub use sqlite::{SqliteKeys, SqliteStorage};
 pub use url::{DatabaseUrl, DatabaseUrlError, PostgresUrl};
@@ -328,7 +328,7 @@ pub trait Storage: Send + Sync + 'static {
         &self,
         id: i64,
         owner: Option<OwnerId>,
-    ) -> Result<Option<Order>, StorageError>;
+    ) -> Result<Option<StoredOrder>, StorageError>;
 
     /// A page of orders in ascending `id` order (see [`OrderQuery`]).
     async fn list_orders(&self, query: OrderQuery) -> Result<OrderPage, StorageError>;

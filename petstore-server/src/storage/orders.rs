@@ -41,11 +41,53 @@ pub struct Owner {
     pub name: String,
 }
 
+/// An order as stored. It knows who placed it, which only some callers may
+/// read, so it is not the contract's [`Order`]: [`StoredOrder::answered`]
+/// is the one way from the one to the other.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredOrder(Order);
+
+/// Whether an answer shows who placed an order (`placedBy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlacedBy {
+    /// Shown: asked for, by a key that may see it.
+    Shown,
+    /// Left out, as for every client before 1.4.0.
+    Hidden,
+}
+
+impl StoredOrder {
+    /// The stored order `order`, `placed_by` included when it is known.
+    pub fn new(order: Order) -> StoredOrder {
+        StoredOrder(order)
+    }
+
+    /// The order as answered: who placed it only when `placed_by` says so.
+    pub fn answered(self, placed_by: PlacedBy) -> Order {
+        let mut order = self.0;
+        if placed_by == PlacedBy::Hidden {
+            order.placed_by = None;
+        }
+        order
+    }
+}
+
+/// Its fields can be read (the storage's and the handlers' own decisions
+/// need them); an [`Order`] to answer comes only from
+/// [`StoredOrder::answered`].
+impl std::ops::Deref for StoredOrder {
+    type Target = Order;
+
+    fn deref(&self) -> &Order {
+        &self.0
+    }
+}
+
 /// A page of orders.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OrderPage {
     /// The orders, in ascending id order.
-    pub orders: Vec<Order>,
+    pub orders: Vec<StoredOrder>,
     /// Whether more orders (matching the query) follow the last one.
     pub more: bool,
 }
@@ -55,10 +97,10 @@ pub struct OrderPage {
 pub enum PlaceOutcome {
     /// The order was placed and its animal made `pending`, in one
     /// transaction (with the idempotency key's record, if it had one).
-    Placed(Order),
+    Placed(StoredOrder),
     /// The key already had a record for the same animal: nothing was
     /// ordered; this is the order the first request was answered with.
-    Replayed(Order),
+    Replayed(StoredOrder),
     /// The animal is not `available` (its status, if it has one): nothing
     /// was ordered.
     NotAvailable(Option<PetStatus>),
@@ -75,7 +117,7 @@ pub enum PlaceOutcome {
 pub enum UpdateOutcome {
     /// The order has the status asked for: changed now (and its animal
     /// with it, in one transaction), or it had it already.
-    Done(Order),
+    Done(StoredOrder),
     /// No order has the id.
     NoSuchOrder,
     /// The order has a status it cannot leave for the one asked for.

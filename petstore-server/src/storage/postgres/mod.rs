@@ -35,9 +35,10 @@ use self::reads::{CountPets, GetPet, ListPets};
 use self::shared::{CONNECTION_TIMEOUT, SharedConnections};
 use super::{
     ListQuery, OpenError, OrderPage, OrderQuery, Owner, OwnerId, Page, PlaceOutcome, PoolStats,
-    PostgresFailure, PostgresUrl, SharedStats, Storage, StorageError, StorageStats, UpdateOutcome,
+    PostgresFailure, PostgresUrl, SharedStats, Storage, StorageError, StorageStats, StoredOrder,
+    UpdateOutcome,
 };
-use petstore_api::model::{Inventory, NewPet, Order, OrderUpdateStatus, Pet, PetStatus};
+use petstore_api::model::{Inventory, NewPet, OrderUpdateStatus, Pet, PetStatus};
 
 /// Schema migrations; `petstore_schema.version` counts those applied.
 const MIGRATIONS: &[&str] = &[
@@ -386,7 +387,7 @@ impl Storage for PostgresStorage {
             }
         };
         let status = pet.status.map(PetStatus::as_str);
-        let (scope, fingerprint) = (&once.caller.0[..], once.fingerprint.as_bytes());
+        let (caller, fingerprint) = (&once.caller.0[..], once.fingerprint.as_bytes());
         let row = tx
             .query_one(
                 &insert,
@@ -394,7 +395,7 @@ impl Storage for PostgresStorage {
                     &pet.name,
                     &pet.category_id,
                     &status,
-                    &scope,
+                    &caller,
                     &once.key,
                     &fingerprint,
                     &once.now,
@@ -458,7 +459,7 @@ impl Storage for PostgresStorage {
         &self,
         id: i64,
         owner: Option<OwnerId>,
-    ) -> Result<Option<Order>, StorageError> {
+    ) -> Result<Option<StoredOrder>, StorageError> {
         orders::get(&self.readers.get().await?, id, owner).await
     }
 

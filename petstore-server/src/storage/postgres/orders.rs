@@ -33,7 +33,7 @@ use super::{KeyState, begin_keyed, postgres, status_from_column};
 use crate::storage::idempotency::Idempotency;
 use crate::storage::orders::transition;
 use crate::storage::{
-    OrderPage, OrderQuery, Owner, OwnerId, PlaceOutcome, StorageError, UpdateOutcome,
+    OrderPage, OrderQuery, Owner, OwnerId, PlaceOutcome, StorageError, StoredOrder, UpdateOutcome,
 };
 use petstore_api::model::{Inventory, Order, OrderStatus, PetStatus};
 
@@ -157,11 +157,11 @@ const PLACE_ONCE: &str = "
 const ATTEMPTS: usize = 3;
 
 /// Decodes an order's columns (`order_statements::ORDER_COLUMNS`), never panicking.
-fn order_from_row(row: &Row) -> Result<Order, StorageError> {
+fn order_from_row(row: &Row) -> Result<StoredOrder, StorageError> {
     let decode = postgres("decoding an order");
     let id: i64 = row.try_get(0).map_err(&decode)?;
     let status: &str = row.try_get(2).map_err(&decode)?;
-    Ok(Order {
+    Ok(StoredOrder::new(Order {
         id,
         pet_id: row.try_get(1).map_err(&decode)?,
         status: OrderStatus::parse(status).ok_or_else(|| StorageError::Undecodable {
@@ -172,7 +172,7 @@ fn order_from_row(row: &Row) -> Result<Order, StorageError> {
         })?,
         placed_at: row.try_get(3).map_err(&decode)?,
         placed_by: row.try_get(4).map_err(&decode)?,
-    })
+    }))
 }
 
 /// The order `id`, read on `shared`, if it is `owner`'s (when given).
@@ -180,7 +180,7 @@ pub(super) async fn get(
     shared: &Lease<'_>,
     id: i64,
     owner: Option<OwnerId>,
-) -> Result<Option<Order>, StorageError> {
+) -> Result<Option<StoredOrder>, StorageError> {
     let row = shared
         .run(
             "reading an order",
@@ -437,11 +437,11 @@ async fn update_round(
     Ok(later)
 }
 
-fn order_by_id(row: &Row) -> Result<(i64, Order), StorageError> {
+fn order_by_id(row: &Row) -> Result<(i64, StoredOrder), StorageError> {
     order_from_row(row).map(|order| (order.id, order))
 }
 
-fn order_by_pet(row: &Row) -> Result<(i64, Order), StorageError> {
+fn order_by_pet(row: &Row) -> Result<(i64, StoredOrder), StorageError> {
     order_from_row(row).map(|order| (order.pet_id, order))
 }
 
@@ -475,24 +475,24 @@ pub(super) async fn place_once(
             KeyState::InUse => return Ok(PlaceOutcome::KeyInUse),
             KeyState::Reused => return Ok(PlaceOutcome::KeyReused),
             KeyState::Replay(record) => {
-                return Ok(PlaceOutcome::Replayed(Order {
+                return Ok(PlaceOutcome::Replayed(StoredOrder::new(Order {
                     id: record.try_get(2).map_err(&sql)?,
                     pet_id: record.try_get(3).map_err(&sql)?,
                     status: OrderStatus::Placed,
                     placed_at: record.try_get(4).map_err(&sql)?,
                     // The key that placed it is the one replaying it.
                     placed_by: None,
-                }));
+                })));
             }
         };
-        let scope = &once.caller.0[..];
+        let caller = &once.caller.0[..];
         let fingerprint = once.fingerprint.as_bytes();
         let placed = tx
             .query_opt(
                 &place,
                 &[
                     &pet_id,
-                    &scope,
+                    &caller,
                     &once.key,
                     &fingerprint,
                     &once.now,

@@ -46,7 +46,7 @@ use self::orders::OrderBook;
 use self::schema::{BUSY_TIMEOUT, configure_and_migrate, sqlite};
 use super::idempotency::{Claim, Claims, CreateOutcome, Idempotency};
 use super::orders::{
-    OrderPage, OrderQuery, Owner, OwnerId, PlaceOutcome, UpdateOutcome, transition,
+    OrderPage, OrderQuery, Owner, OwnerId, PlaceOutcome, StoredOrder, UpdateOutcome, transition,
 };
 use super::{
     FatalSender, ListQuery, OpenError, Page, Storage, StorageError, StorageMetrics, StorageStats,
@@ -621,13 +621,13 @@ fn apply_place(
             micros
         ])?;
     }
-    Ok(PlaceOutcome::Placed(Order {
+    Ok(PlaceOutcome::Placed(StoredOrder::new(Order {
         id,
         pet_id,
         status: OrderStatus::Placed,
         placed_at: micros_to_time(micros),
         placed_by: Some(owner.name.clone()),
-    }))
+    })))
 }
 
 /// Gives the order the status `to` (and its animal the status that goes
@@ -646,14 +646,14 @@ fn apply_update(
     };
     match transition(order.status, to) {
         Err(from) => Ok((UpdateOutcome::Invalid(from), false)),
-        Ok(None) => Ok((UpdateOutcome::Done(order), false)),
+        Ok(None) => Ok((UpdateOutcome::Done(StoredOrder::new(order)), false)),
         Ok(Some(to)) => {
             tx.prepare_cached("UPDATE orders SET status = ?2 WHERE id = ?1")?
                 .execute(params![id, to.as_str()])?;
             tx.prepare_cached("UPDATE pets SET status = ?2 WHERE id = ?1")?
                 .execute(params![order.pet_id, to.pet_status().as_str()])?;
             order.status = to;
-            Ok((UpdateOutcome::Done(order), true))
+            Ok((UpdateOutcome::Done(StoredOrder::new(order)), true))
         }
     }
 }
@@ -735,7 +735,7 @@ fn live_order_record(
         },
     )?;
     Ok(found.map(|live| match live {
-        Live::Replay(order) => PlaceOutcome::Replayed(order),
+        Live::Replay(order) => PlaceOutcome::Replayed(StoredOrder::new(order)),
         Live::Reused => PlaceOutcome::KeyReused,
     }))
 }
@@ -918,7 +918,7 @@ impl Storage for SqliteStorage {
         &self,
         id: i64,
         owner: Option<OwnerId>,
-    ) -> Result<Option<Order>, StorageError> {
+    ) -> Result<Option<StoredOrder>, StorageError> {
         read(&self.memory, |memory| memory.orders.get(id, owner))
     }
 

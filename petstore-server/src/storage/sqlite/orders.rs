@@ -13,7 +13,7 @@ use roaring::RoaringBitmap;
 
 use super::catalogue::walk;
 use super::ids::Ids;
-use crate::storage::{OrderPage, OrderQuery, OwnerId};
+use crate::storage::{OrderPage, OrderQuery, OwnerId, StoredOrder};
 use petstore_api::model::{Order, OrderStatus};
 
 /// The committed orders, in id order.
@@ -88,7 +88,7 @@ impl OrderBook {
     }
 
     /// The order with identifier `id`, if it is `owner`'s (when given).
-    pub fn get(&self, id: i64, owner: Option<OwnerId>) -> Option<Order> {
+    pub fn get(&self, id: i64, owner: Option<OwnerId>) -> Option<StoredOrder> {
         let at = self.ids.position(id)?;
         let owned = |id| {
             self.owners
@@ -140,8 +140,8 @@ impl OrderBook {
         OrderPage { orders, more }
     }
 
-    fn order(&self, at: usize) -> Order {
-        Order {
+    fn order(&self, at: usize) -> StoredOrder {
+        StoredOrder::new(Order {
             id: self.ids.at(at),
             pet_id: self.pet_ids[at],
             status: self.statuses[at],
@@ -150,13 +150,14 @@ impl OrderBook {
                 .owners
                 .get(self.owner_of[at] as usize)
                 .map(|owner| owner.name.to_string()),
-        }
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::PlacedBy;
 
     fn order(id: i64, pet_id: i64, status: OrderStatus) -> Order {
         Order {
@@ -178,11 +179,17 @@ mod tests {
         }
     }
 
+    /// The orders as a key that may see who placed them reads them.
+    fn shown(orders: &[StoredOrder]) -> Vec<Order> {
+        let shown = |order: &StoredOrder| order.clone().answered(PlacedBy::Shown);
+        orders.iter().map(shown).collect()
+    }
+
     fn walk(book: &OrderBook, status: Option<OrderStatus>, pet_id: Option<i64>) -> Vec<Order> {
         let (mut seen, mut after) = (Vec::new(), None);
         loop {
             let page = book.page(query(status, pet_id, after));
-            seen.extend(page.orders.iter().cloned());
+            seen.extend(shown(&page.orders));
             match page.orders.last() {
                 Some(last) if page.more => after = Some(last.id),
                 _ => return seen,
@@ -249,7 +256,7 @@ mod tests {
                     owner: Some(owner),
                     ..query(None, None, after)
                 });
-                seen.extend(page.orders.iter().cloned());
+                seen.extend(shown(&page.orders));
                 match page.orders.last() {
                     Some(last) if page.more => after = Some(last.id),
                     _ => break,
@@ -263,7 +270,7 @@ mod tests {
             });
             let expected_of_pet: Vec<Order> =
                 expected.iter().filter(|o| o.pet_id == 1).cloned().collect();
-            assert_eq!(of_pet.orders, expected_of_pet);
+            assert_eq!(shown(&of_pet.orders), expected_of_pet);
         }
         assert_eq!(
             book.get(3, Some(alice)).unwrap().placed_by.as_deref(),
