@@ -9,7 +9,7 @@ use petstore_api::auth::{Caller, Gatekeeper, Knock, Refusal};
 use petstore_api::error::Keyed;
 
 use crate::keyring::Keyring;
-use crate::metrics::Metrics;
+use crate::metrics::{KeyedOutcome, Metrics};
 use crate::observe::RequestNotes;
 use crate::storage::{Retention, Storage};
 
@@ -20,8 +20,8 @@ pub struct Service {
     pub keys: Arc<Keyring>,
     /// What the access log and the metrics learn of each request.
     pub notes: Arc<RequestNotes>,
-    /// The metrics, unless the management listener is off.
-    pub metrics: Option<Arc<Metrics>>,
+    /// The metrics (served only when the management listener is on).
+    pub metrics: Arc<Metrics>,
     /// The catalogue.
     pub storage: Arc<dyn Storage>,
     /// Requests past authentication whose handler has not finished.
@@ -32,11 +32,9 @@ pub struct Service {
 
 impl Service {
     /// Counts a request of `operation` whose idempotency key decided
-    /// `outcome` (when metrics are on).
-    pub fn count_idempotent(&self, operation: Keyed, outcome: &'static str) {
-        if let Some(metrics) = &self.metrics {
-            metrics.idempotent(operation, outcome);
-        }
+    /// `outcome`.
+    pub fn count_idempotent(&self, operation: Keyed, outcome: KeyedOutcome) {
+        self.metrics.idempotent(operation, outcome);
     }
 }
 
@@ -62,12 +60,10 @@ impl Gatekeeper for Service {
             Err(failure) => {
                 self.notes
                     .note(request.request_id, request.operation_id, None);
-                if let Some(metrics) = &self.metrics {
-                    metrics.auth_rejected(failure.reason());
-                }
+                self.metrics.auth_rejected(failure.reason());
                 Err(Refusal {
                     message: failure.message(),
-                    reason: failure.reason(),
+                    reason: failure.reason().into(),
                 })
             }
         }

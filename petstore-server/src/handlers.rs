@@ -20,6 +20,7 @@ use petstore_api::{LIMIT_MAX, PetstoreApi};
 
 use crate::context::Service;
 use crate::keyring::unix_now;
+use crate::metrics::KeyedOutcome;
 use crate::storage::idempotency::{fingerprint, order_fingerprint};
 use crate::storage::{
     self, CreateOutcome, Idempotency, ListQuery, OrderQuery, Owner, OwnerId, PlaceOutcome,
@@ -72,9 +73,7 @@ fn service(rqctx: &RequestContext<ApiContext>) -> Result<&Service, ApiError> {
 fn store_failure(context: &Service) -> impl Fn(StorageError) -> ApiError + '_ {
     move |error| {
         let unavailable = error.is_unavailable();
-        if let Some(metrics) = &context.metrics {
-            metrics.database_error(unavailable);
-        }
+        context.metrics.database_error(unavailable);
         if unavailable {
             ApiError::service_unavailable(&error)
         } else {
@@ -146,19 +145,19 @@ impl PetstoreApi for PetstoreImpl {
         let count = |outcome| context.count_idempotent(Keyed::CreatePet, outcome);
         match outcome {
             CreateOutcome::Created(pet) => {
-                count("created");
+                count(KeyedOutcome::Created);
                 created(pet, CreatedHeaders::default())
             }
             CreateOutcome::Replayed(pet) => {
-                count("replayed");
+                count(KeyedOutcome::Replayed);
                 created(pet, CreatedHeaders::replayed())
             }
             CreateOutcome::KeyReused => {
-                count("reused");
+                count(KeyedOutcome::Reused);
                 Err(ApiError::idempotency_key_reused(Keyed::CreatePet))
             }
             CreateOutcome::KeyInUse => {
-                count("in_use");
+                count(KeyedOutcome::InUse);
                 Err(ApiError::idempotency_key_in_use(Keyed::CreatePet))
             }
         }
@@ -266,11 +265,11 @@ impl PetstoreApi for PetstoreImpl {
         };
         match outcome {
             PlaceOutcome::Placed(order) => {
-                count("placed");
+                count(KeyedOutcome::Placed);
                 placed(as_placed(order), CreatedHeaders::default())
             }
             PlaceOutcome::Replayed(order) => {
-                count("replayed");
+                count(KeyedOutcome::Replayed);
                 placed(as_placed(order), CreatedHeaders::replayed())
             }
             PlaceOutcome::NotAvailable(status) => Err(ApiError::pet_not_available(
@@ -279,11 +278,11 @@ impl PetstoreApi for PetstoreImpl {
             )),
             PlaceOutcome::NoSuchPet => Err(ApiError::pet_not_found(pet_id)),
             PlaceOutcome::KeyReused => {
-                count("reused");
+                count(KeyedOutcome::Reused);
                 Err(ApiError::idempotency_key_reused(Keyed::PlaceOrder))
             }
             PlaceOutcome::KeyInUse => {
-                count("in_use");
+                count(KeyedOutcome::InUse);
                 Err(ApiError::idempotency_key_in_use(Keyed::PlaceOrder))
             }
         }

@@ -145,7 +145,7 @@ impl Keyring {
         self: Arc<Self>,
         storage: Arc<dyn KeyStorage>,
         log: slog::Logger,
-        metrics: Option<Arc<Metrics>>,
+        metrics: Arc<Metrics>,
     ) {
         let mut flushed = HashMap::new();
         let mut failing = false;
@@ -160,9 +160,7 @@ impl Keyring {
                 }
                 Ok(()) => {}
                 Err(error) => {
-                    if let Some(metrics) = &metrics {
-                        metrics.key_refresh_failed();
-                    }
+                    metrics.key_refresh_failed();
                     if !failing {
                         failing = true;
                         slog::warn!(log, "cannot reload the API keys; the keys loaded last stay in force";

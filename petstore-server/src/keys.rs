@@ -138,16 +138,28 @@ impl AuthFailure {
         }
     }
 
-    /// A short name, for metrics.
-    pub fn reason(self) -> &'static str {
+    /// Why, in short: for the log and the metrics.
+    pub fn reason(self) -> AuthReason {
         match self {
-            AuthFailure::Missing => "missing",
-            AuthFailure::Malformed(_) => "malformed",
-            AuthFailure::Checksum => "checksum",
-            AuthFailure::Unknown => "unknown",
-            AuthFailure::Expired => "expired",
+            AuthFailure::Missing => AuthReason::Missing,
+            AuthFailure::Malformed(_) => AuthReason::Malformed,
+            AuthFailure::Checksum => AuthReason::Checksum,
+            AuthFailure::Unknown => AuthReason::Unknown,
+            AuthFailure::Expired => AuthReason::Expired,
         }
     }
+}
+
+/// An [`AuthFailure`]'s kind, without its details: a metric's label.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+#[allow(missing_docs)]
+pub enum AuthReason {
+    Missing,
+    Malformed,
+    Checksum,
+    Unknown,
+    Expired,
 }
 
 /// One key a server accepts.

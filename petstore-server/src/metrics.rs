@@ -12,9 +12,9 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 
-use crate::keys::KeyCounts;
+use crate::keys::{AuthReason, KeyCounts};
 use crate::storage::{Storage, StorageMetrics};
 use petstore_api::error::Keyed;
 
@@ -44,24 +44,76 @@ struct OperationLabels {
     operation: Operation,
 }
 
+/// Label values that are an enum's variants, spelled in snake_case by
+/// strum: a misspelt label is a compile error, not a new series.
+macro_rules! label_values {
+    ($($label:ty),*) => {$(
+        impl EncodeLabelValue for $label {
+            fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+                let name: &'static str = self.into();
+                EncodeLabelValue::encode(&name, encoder)
+            }
+        }
+    )*};
+}
+
+/// How a request with an `Idempotency-Key` came out.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum KeyedOutcome {
+    /// The pet was created.
+    Created,
+    /// The order was placed.
+    Placed,
+    /// The first answer was replayed.
+    Replayed,
+    /// The key was used for another body: 422.
+    Reused,
+    /// Another request with the key is in progress: 409.
+    InUse,
+}
+
+/// How the database failed a request.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+enum DatabaseFailure {
+    /// 503.
+    Unavailable,
+    /// 500.
+    Internal,
+}
+
+/// The state of a key, or of a pooled connection.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+enum State {
+    Usable,
+    Expired,
+    Revoked,
+    Idle,
+    InUse,
+}
+
+label_values!(KeyedOutcome, DatabaseFailure, State, AuthReason);
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
-    reason: &'static str,
+    reason: AuthReason,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
-    kind: &'static str,
+    kind: DatabaseFailure,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabels {
-    outcome: &'static str,
+    outcome: KeyedOutcome,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
-    state: &'static str,
+    state: State,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -70,7 +122,8 @@ struct BuildLabels {
     contract: String,
 }
 
-/// Every metric the server keeps.
+/// Every metric the server keeps. Each is declared here, by its field, and
+/// named and described once, where [`Metrics::new`] registers it.
 pub struct Metrics {
     registry: Registry,
     /// The operation label of requests no operation matched.
@@ -93,7 +146,6 @@ pub struct Metrics {
     open_fds: Gauge,
     max_fds: Gauge,
     open_sockets: Gauge,
-    storage: StorageMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -109,33 +161,17 @@ fn latency_histogram() -> Histogram {
     ])
 }
 
+/// `metric`, registered in `registry` as `name` with `help`.
+fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
 impl Metrics {
     /// A fresh set of metrics; `storage` is what the storage records into.
     pub fn new(storage: StorageMetrics) -> Metrics {
         let mut registry = Registry::with_prefix("petstore");
-        let metrics = Metrics {
-            requests: Family::default(),
-            latency: Family::new_with_constructor(latency_histogram),
-            auth_rejected: Family::default(),
-            database_errors: Family::default(),
-            key_refresh_failures: Counter::default(),
-            idempotent_creates: Family::default(),
-            idempotent_orders: Family::default(),
-            idempotency_purged: Counter::default(),
-            keys: Family::default(),
-            pets: Gauge::default(),
-            pool_max: Gauge::default(),
-            shared_max: Gauge::default(),
-            shared_open: Gauge::default(),
-            pool_connections: Family::default(),
-            pool_waiting: Gauge::default(),
-            open_fds: Gauge::default(),
-            max_fds: Gauge::default(),
-            open_sockets: Gauge::default(),
-            storage,
-            none: Arc::from("none"),
-            registry: Registry::default(),
-        };
+        let r = &mut registry;
         let build_info = Family::<BuildLabels, Gauge>::default();
         build_info
             .get_or_create(&BuildLabels {
@@ -143,96 +179,16 @@ impl Metrics {
                 contract: petstore_api::CONTRACT_VERSION.to_string(),
             })
             .set(1);
-        let r = &mut registry;
         r.register(
             "build_info",
             "The server's version and the contract version it implements",
             build_info,
         );
         r.register(
-            "http_requests",
-            "Requests answered, by operationId (none: no operation matched) and status \
-             (499: the client hung up first)",
-            metrics.requests.clone(),
-        );
-        r.register(
-            "http_request_duration_seconds",
-            "Time from a request's arrival to its response, by operationId",
-            metrics.latency.clone(),
-        );
-        r.register(
-            "auth_rejected",
-            "Requests refused with 401, by reason (missing, malformed, checksum, unknown, expired)",
-            metrics.auth_rejected.clone(),
-        );
-        r.register(
-            "database_errors",
-            "Requests failed by the database: unavailable (503) or internal (500)",
-            metrics.database_errors.clone(),
-        );
-        r.register(
-            "api_key_refresh_failures",
-            "Failed reloads of the stored API keys (the last loaded set stays in force)",
-            metrics.key_refresh_failures.clone(),
-        );
-        r.register(
-            "idempotent_creates",
-            "Creates with an Idempotency-Key, by outcome (created, replayed, reused: 422, \
-             in_use: 409)",
-            metrics.idempotent_creates.clone(),
-        );
-        r.register(
-            "idempotent_orders",
-            "Orders placed with an Idempotency-Key, by outcome (placed, replayed, reused: 422, \
-             in_use: 409)",
-            metrics.idempotent_orders.clone(),
-        );
-        r.register(
-            "idempotency_records_purged",
-            "Idempotency records deleted once past their retention",
-            metrics.idempotency_purged.clone(),
-        );
-        r.register(
-            "api_keys",
-            "API keys this instance holds, by state (usable, expired, revoked)",
-            metrics.keys.clone(),
-        );
-        r.register(
-            "pets",
-            "Pets stored (on PostgreSQL above 100,000: the planner's estimate)",
-            metrics.pets.clone(),
-        );
-        r.register(
             "sqlite_commit_group_size",
-            "Creates committed per SQLite transaction (group commit)",
-            metrics.storage.commit_group_size.clone(),
-        );
-        r.register(
-            "postgres_shared_max_connections",
-            "The most PostgreSQL connections this instance shares between requests \
-             (reads and plain creates, pipelined)",
-            metrics.shared_max.clone(),
-        );
-        r.register(
-            "postgres_shared_connections",
-            "Open PostgreSQL connections shared between requests",
-            metrics.shared_open.clone(),
-        );
-        r.register(
-            "postgres_pool_max_connections",
-            "The most pooled PostgreSQL connections this instance opens (one per \
-             idempotent create in progress)",
-            metrics.pool_max.clone(),
-        );
-        r.register(
-            "postgres_pool_connections",
-            "Open pooled PostgreSQL connections, by state (idle, in_use)",
-            metrics.pool_connections.clone(),
-        );
-        r.register(
-            "postgres_pool_waiting",
-            "Idempotent creates waiting for a pooled PostgreSQL connection",
-            metrics.pool_waiting.clone(),
+            "Writes committed per SQLite transaction (group commit: creates, orders placed and \
+             orders updated)",
+            storage.commit_group_size,
         );
         r.register(
             "log_records_dropped",
@@ -240,25 +196,124 @@ impl Metrics {
              reported in the log once it catches up)",
             crate::logging::dropped_records(),
         );
-        r.register(
-            "open_fds",
-            "File descriptors the process has open",
-            metrics.open_fds.clone(),
-        );
-        r.register(
-            "max_fds",
-            "The process's open-file limit (soft RLIMIT_NOFILE)",
-            metrics.max_fds.clone(),
-        );
-        r.register(
-            "open_sockets",
-            "Sockets the process has open: client connections, listeners and database \
-             connections",
-            metrics.open_sockets.clone(),
-        );
         Metrics {
+            requests: registered(
+                r,
+                "http_requests",
+                "Requests answered, by operationId (none: no operation matched) and status \
+                 (499: the client hung up first)",
+                Family::default(),
+            ),
+            latency: registered(
+                r,
+                "http_request_duration_seconds",
+                "Time from a request's arrival to its response, by operationId",
+                Family::new_with_constructor(latency_histogram),
+            ),
+            auth_rejected: registered(
+                r,
+                "auth_rejected",
+                "Requests refused with 401, by reason (missing, malformed, checksum, unknown, \
+                 expired)",
+                Family::default(),
+            ),
+            database_errors: registered(
+                r,
+                "database_errors",
+                "Requests failed by the database: unavailable (503) or internal (500)",
+                Family::default(),
+            ),
+            key_refresh_failures: registered(
+                r,
+                "api_key_refresh_failures",
+                "Failed reloads of the stored API keys (the last loaded set stays in force)",
+                Counter::default(),
+            ),
+            idempotent_creates: registered(
+                r,
+                "idempotent_creates",
+                "Creates with an Idempotency-Key, by outcome (created, replayed, reused: 422, \
+                 in_use: 409)",
+                Family::default(),
+            ),
+            idempotent_orders: registered(
+                r,
+                "idempotent_orders",
+                "Orders placed with an Idempotency-Key, by outcome (placed, replayed, reused: \
+                 422, in_use: 409)",
+                Family::default(),
+            ),
+            idempotency_purged: registered(
+                r,
+                "idempotency_records_purged",
+                "Idempotency records deleted once past their retention",
+                Counter::default(),
+            ),
+            keys: registered(
+                r,
+                "api_keys",
+                "API keys this instance holds, by state (usable, expired, revoked)",
+                Family::default(),
+            ),
+            pets: registered(
+                r,
+                "pets",
+                "Pets stored (on PostgreSQL above 100,000: the planner's estimate)",
+                Gauge::default(),
+            ),
+            shared_max: registered(
+                r,
+                "postgres_shared_max_connections",
+                "The most PostgreSQL connections this instance shares between requests \
+                 (reads and plain creates, pipelined)",
+                Gauge::default(),
+            ),
+            shared_open: registered(
+                r,
+                "postgres_shared_connections",
+                "Open PostgreSQL connections shared between requests",
+                Gauge::default(),
+            ),
+            pool_max: registered(
+                r,
+                "postgres_pool_max_connections",
+                "The most pooled PostgreSQL connections this instance opens (one per \
+                 idempotent create in progress)",
+                Gauge::default(),
+            ),
+            pool_connections: registered(
+                r,
+                "postgres_pool_connections",
+                "Open pooled PostgreSQL connections, by state (idle, in_use)",
+                Family::default(),
+            ),
+            pool_waiting: registered(
+                r,
+                "postgres_pool_waiting",
+                "Idempotent creates waiting for a pooled PostgreSQL connection",
+                Gauge::default(),
+            ),
+            open_fds: registered(
+                r,
+                "open_fds",
+                "File descriptors the process has open",
+                Gauge::default(),
+            ),
+            max_fds: registered(
+                r,
+                "max_fds",
+                "The process's open-file limit (soft RLIMIT_NOFILE)",
+                Gauge::default(),
+            ),
+            open_sockets: registered(
+                r,
+                "open_sockets",
+                "Sockets the process has open: client connections, listeners and database \
+                 connections",
+                Gauge::default(),
+            ),
+            none: Arc::from("none"),
             registry,
-            ..metrics
         }
     }
 
@@ -276,7 +331,7 @@ impl Metrics {
     }
 
     /// Counts a request refused by authentication.
-    pub fn auth_rejected(&self, reason: &'static str) {
+    pub fn auth_rejected(&self, reason: AuthReason) {
         self.auth_rejected
             .get_or_create(&ReasonLabels { reason })
             .inc();
@@ -285,9 +340,9 @@ impl Metrics {
     /// Counts a request failed by the database.
     pub fn database_error(&self, unavailable: bool) {
         let kind = if unavailable {
-            "unavailable"
+            DatabaseFailure::Unavailable
         } else {
-            "internal"
+            DatabaseFailure::Internal
         };
         self.database_errors
             .get_or_create(&KindLabels { kind })
@@ -296,7 +351,7 @@ impl Metrics {
 
     /// Counts a request of `operation` with an idempotency key that came to
     /// `outcome`.
-    pub fn idempotent(&self, operation: Keyed, outcome: &'static str) {
+    pub fn idempotent(&self, operation: Keyed, outcome: KeyedOutcome) {
         let family = match operation {
             Keyed::CreatePet => &self.idempotent_creates,
             Keyed::PlaceOrder => &self.idempotent_orders,
@@ -326,10 +381,12 @@ impl Metrics {
                 let idle = pool.idle as i64;
                 let open = pool.open as i64;
                 self.pool_connections
-                    .get_or_create(&StateLabels { state: "idle" })
+                    .get_or_create(&StateLabels { state: State::Idle })
                     .set(idle);
                 self.pool_connections
-                    .get_or_create(&StateLabels { state: "in_use" })
+                    .get_or_create(&StateLabels {
+                        state: State::InUse,
+                    })
                     .set(open - idle);
                 self.pool_waiting.set(pool.waiting as i64);
             }
@@ -339,9 +396,9 @@ impl Metrics {
             }
         }
         for (state, count) in [
-            ("usable", keys.usable),
-            ("expired", keys.expired),
-            ("revoked", keys.revoked),
+            (State::Usable, keys.usable),
+            (State::Expired, keys.expired),
+            (State::Revoked, keys.revoked),
         ] {
             self.keys
                 .get_or_create(&StateLabels { state })

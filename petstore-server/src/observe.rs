@@ -71,7 +71,7 @@ pub struct ObservingDrain {
     /// aborts: no panic can leave a shard half-written.
     notes: AssertUnwindSafe<Arc<RequestNotes>>,
     /// A panic while a metric is updated leaves at worst a count off by one.
-    metrics: Option<AssertUnwindSafe<Arc<Metrics>>>,
+    metrics: AssertUnwindSafe<Arc<Metrics>>,
 }
 
 impl ObservingDrain {
@@ -79,12 +79,12 @@ impl ObservingDrain {
     pub fn new(
         inner: slog::Logger,
         notes: Arc<RequestNotes>,
-        metrics: Option<Arc<Metrics>>,
+        metrics: Arc<Metrics>,
     ) -> ObservingDrain {
         ObservingDrain {
             inner,
             notes: AssertUnwindSafe(notes),
-            metrics: metrics.map(AssertUnwindSafe),
+            metrics: AssertUnwindSafe(metrics),
         }
     }
 }
@@ -108,14 +108,12 @@ impl Drain for ObservingDrain {
         let _ = slog::KV::serialize(values, record, &mut fields);
         let _ = slog::KV::serialize(&record.kv(), record, &mut fields);
         let note = fields.note.take();
-        if let Some(metrics) = &self.metrics {
-            let status = if cancelled { 499 } else { fields.status };
-            metrics.request_done(
-                note.as_ref().map(|note| &note.operation),
-                status,
-                fields.latency_us as f64 / 1e6,
-            );
-        }
+        let status = if cancelled { 499 } else { fields.status };
+        self.metrics.request_done(
+            note.as_ref().map(|note| &note.operation),
+            status,
+            fields.latency_us as f64 / 1e6,
+        );
         match note {
             Some(Note { operation, key }) => {
                 let key = key.unwrap_or_else(|| Arc::from("-"));

@@ -35,7 +35,7 @@ pub struct ServerConfig {
     /// Keys accepted besides the stored ones (`PETSTORE_API_KEYS`).
     pub api_keys: ApiKeys,
     /// The management listener's address (health, readiness, metrics);
-    /// `None` turns it and the metrics off.
+    /// `None` turns it off, and the metrics are then kept but not served.
     pub admin_bind: Option<SocketAddr>,
     /// Serve HTTPS with this certificate and key instead of HTTP.
     pub tls: Option<TlsFiles>,
@@ -256,12 +256,10 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
     {
         return fail(StartError::Api(e)).await;
     }
-    let metrics = config
-        .admin_bind
-        .map(|_| Arc::new(Metrics::new(storage_metrics)));
+    let metrics = Arc::new(Metrics::new(storage_metrics));
     let notes = Arc::new(RequestNotes::default());
     let api_log = slog::Logger::root(
-        ObservingDrain::new(log.clone(), Arc::clone(&notes), metrics.clone()),
+        ObservingDrain::new(log.clone(), Arc::clone(&notes), Arc::clone(&metrics)),
         slog::o!(),
     );
     let dropshot_config = ConfigDropshot {
@@ -280,7 +278,7 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
     let service = Service {
         keys: Arc::clone(&keys),
         notes,
-        metrics: metrics.clone(),
+        metrics: Arc::clone(&metrics),
         storage: Arc::clone(&storage),
         requests: requests.clone(),
         idempotency_retention: Retention::new(config.idempotency_retention),
@@ -301,23 +299,21 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
             return fail(error).await;
         }
     };
-    let admin = match (config.admin_bind, &metrics) {
-        (Some(address), Some(metrics)) => {
-            match start_admin(address, &storage, &keys, metrics, &log) {
-                Ok(admin) => Some(admin),
-                Err(e) => {
-                    let _ = http.close().await;
-                    return fail(e).await;
-                }
+    let admin = match config.admin_bind {
+        Some(address) => match start_admin(address, &storage, &keys, &metrics, &log) {
+            Ok(admin) => Some(admin),
+            Err(e) => {
+                let _ = http.close().await;
+                return fail(e).await;
             }
-        }
-        _ => None,
+        },
+        None => None,
     };
     let purge = tokio::spawn(purge_expired_idempotency(
         Arc::clone(&storage),
         Retention::new(config.idempotency_retention),
         log.clone(),
-        metrics.clone(),
+        Arc::clone(&metrics),
     ));
     let key_refresh =
         tokio::spawn(Arc::clone(&keys).refresh(Arc::clone(&database.keys), log.clone(), metrics));
@@ -348,7 +344,7 @@ async fn purge_expired_idempotency(
     storage: Arc<dyn Storage>,
     retention: Retention,
     log: slog::Logger,
-    metrics: Option<Arc<Metrics>>,
+    metrics: Arc<Metrics>,
 ) {
     loop {
         tokio::time::sleep(retention.purge_interval()).await;
@@ -358,9 +354,7 @@ async fn purge_expired_idempotency(
             match storage.purge_idempotency(before, PURGE_BATCH).await {
                 Ok(deleted) => {
                     purged += deleted;
-                    if let Some(metrics) = &metrics {
-                        metrics.idempotency_purged(deleted);
-                    }
+                    metrics.idempotency_purged(deleted);
                     if deleted < PURGE_BATCH {
                         break;
                     }
