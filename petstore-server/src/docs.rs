@@ -1,5 +1,6 @@
 //! The contract in people's hands: the committed document, embedded at
-//! build time, and an interactive page that renders it and can call the API.
+//! build time (and turned into JSON then, by `build.rs`), and an
+//! interactive page that renders it and can call the API.
 //!
 //! - `GET /openapi.yaml`: `openapi/petstore.yaml` byte for byte;
 //!   `GET /openapi.json`: the same document as JSON.
@@ -29,24 +30,11 @@ pub const CONTRACT_YAML: &str = include_str!("../../openapi/petstore.yaml");
 /// Where the page loads the contract from.
 const PAGE_CONTRACT: &str = "/docs/openapi.json";
 
-/// The contract as JSON, and the page's variant of it.
-struct Documents {
-    json: String,
-    page: String,
-}
+/// The contract as JSON (made by `build.rs`).
+const CONTRACT_JSON: &str = include_str!(concat!(env!("OUT_DIR"), "/petstore.json"));
 
-static DOCUMENTS: LazyLock<Documents> = LazyLock::new(|| {
-    let mut contract: serde_json::Value =
-        serde_yaml::from_str(CONTRACT_YAML).expect("the committed contract is valid YAML");
-    let json = serde_json::to_string_pretty(&contract).expect("JSON always serialises");
-    let this_server = serde_json::json!({"url": "/v1", "description": "This server"});
-    match contract["servers"].as_array_mut() {
-        Some(servers) => servers.insert(0, this_server),
-        None => contract["servers"] = serde_json::json!([this_server]),
-    }
-    let page = serde_json::to_string(&contract).expect("JSON always serialises");
-    Documents { json, page }
-});
+/// The contract as JSON with this server listed first (made by `build.rs`).
+const PAGE_JSON: &str = include_str!(concat!(env!("OUT_DIR"), "/docs-page.json"));
 
 static PAGE_CONFIG: LazyLock<Arc<Config<'static>>> = LazyLock::new(|| {
     Arc::new(
@@ -81,7 +69,7 @@ async fn openapi_yaml(_rqctx: RequestContext<ApiContext>) -> Result<Response<Bod
 /// The contract, as JSON.
 #[dropshot::endpoint { method = GET, path = "/openapi.json", unpublished = true }]
 async fn openapi_json(_rqctx: RequestContext<ApiContext>) -> Result<Response<Body>, HttpError> {
-    respond("application/json", DOCUMENTS.json.clone())
+    respond("application/json", CONTRACT_JSON)
 }
 
 /// A file of the page.
@@ -106,7 +94,7 @@ async fn docs_file(
             .map_err(|e| HttpError::for_internal_error(e.to_string()));
     }
     if format!("/docs/{file}") == PAGE_CONTRACT {
-        return respond("application/json", DOCUMENTS.page.clone());
+        return respond("application/json", PAGE_JSON);
     }
     match utoipa_swagger_ui::serve(&file, Arc::clone(&PAGE_CONFIG)) {
         Ok(Some(found)) => respond(&found.content_type, found.bytes.into_owned()),

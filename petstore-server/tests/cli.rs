@@ -161,7 +161,7 @@ fn openapi_prints_the_emitted_document() {
     assert!(output.status.success());
     let document: serde_json::Value = serde_json::from_str(&stdout).expect("JSON on stdout");
     // The version of the contract the server implements: openapi/petstore.yaml's.
-    let yaml: serde_yaml::Value = serde_yaml::from_str(
+    let yaml: serde_norway::Value = serde_norway::from_str(
         &std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../openapi/petstore.yaml"

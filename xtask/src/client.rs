@@ -115,7 +115,7 @@ fn contract() -> anyhow::Result<OpenAPI> {
     let contract = contract_path();
     let yaml = std::fs::read_to_string(&contract)
         .with_context(|| format!("reading {}", contract.display()))?;
-    serde_yaml::from_str(&yaml)
+    serde_norway::from_str(&yaml)
         .with_context(|| format!("{} is not an OpenAPI 3.0 document", contract.display()))
 }
 

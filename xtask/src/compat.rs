@@ -129,7 +129,7 @@ fn parse(path: &Path) -> anyhow::Result<(OpenAPI, Version)> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let api: OpenAPI =
-        serde_yaml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        serde_norway::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
     let version = Version::parse(&api.info.version)
         .with_context(|| format!("{}: info.version is not a semantic version", path.display()))?;
     Ok((api, version))

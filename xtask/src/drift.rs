@@ -100,7 +100,7 @@ pub fn check() -> anyhow::Result<()> {
 /// purpose. Errors only when the check itself cannot run (the YAML does not
 /// parse, the server does not start).
 pub async fn check_contract(yaml: &str) -> anyhow::Result<Report> {
-    let contract: OpenAPI = serde_yaml::from_str(yaml).context("parsing the contract YAML")?;
+    let contract: OpenAPI = serde_norway::from_str(yaml).context("parsing the contract YAML")?;
     let emitted: OpenAPI =
         serde_json::from_value(openapi::emitted()).context("parsing the emitted document")?;
     let mut report = Report::default();

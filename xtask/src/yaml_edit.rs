@@ -5,7 +5,7 @@
 //! edits is missing, or what it adds is there already, so that no edit can
 //! silently turn into no change.
 
-use serde_yaml::Value;
+use serde_norway::Value;
 
 use crate::openapi;
 
@@ -16,7 +16,7 @@ pub fn contract_text() -> String {
 
 /// A YAML text (a fragment or a whole document), parsed.
 pub fn yaml(text: &str) -> Value {
-    serde_yaml::from_str(text).expect("YAML")
+    serde_norway::from_str(text).expect("YAML")
 }
 
 /// The value at `path`, which must exist.

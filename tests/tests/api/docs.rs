@@ -45,7 +45,7 @@ async fn the_committed_contract_is_served_without_a_key() {
         (StatusCode::OK, "application/json")
     );
     let json: Value = serde_json::from_str(&json).unwrap();
-    let yaml: Value = serde_yaml::from_str(CONTRACT).unwrap();
+    let yaml: Value = serde_norway::from_str(CONTRACT).unwrap();
     assert_eq!(json, yaml, "the same document");
 }
 
@@ -91,7 +91,7 @@ async fn the_docs_page_and_every_asset_it_names_are_served() {
     let mut page_contract: Value = serde_json::from_str(&page_contract).unwrap();
     let servers = page_contract["servers"].as_array_mut().unwrap();
     assert_eq!(servers.remove(0)["url"], "/v1");
-    let yaml: Value = serde_yaml::from_str(CONTRACT).unwrap();
+    let yaml: Value = serde_norway::from_str(CONTRACT).unwrap();
     assert_eq!(page_contract, yaml, "otherwise the contract itself");
     let (status, _, _) = fetch(&server, "/docs/no-such-file.js").await;
     assert_eq!(status, StatusCode::NOT_FOUND);

@@ -426,8 +426,8 @@ async fn a_key_and_an_order_from_before_scopes_keep_what_they_had() {
 /// are the ones the server checks, and every operation names some.
 #[test]
 fn the_contract_names_the_scopes_the_server_checks() {
-    let contract: serde_yaml::Value =
-        serde_yaml::from_str(include_str!("../../../openapi/petstore.yaml")).unwrap();
+    let contract: serde_norway::Value =
+        serde_norway::from_str(include_str!("../../../openapi/petstore.yaml")).unwrap();
     let mut operations = 0;
     for (_, path) in contract["paths"].as_mapping().unwrap() {
         for (_, operation) in path.as_mapping().unwrap() {

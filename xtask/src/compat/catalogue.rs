@@ -4,7 +4,7 @@
 //! edit (the table in `docs/compatibility.md`). Then the semver rule, on
 //! whole files.
 
-use serde_yaml::Value;
+use serde_norway::Value;
 
 use super::{Verdict, compare, gate, released_dir};
 use crate::yaml_edit::{at, insert, list, remove, set, yaml};
@@ -148,7 +148,7 @@ fn released() -> Value {
 }
 
 fn api(doc: &Value) -> openapiv3::OpenAPI {
-    serde_yaml::from_value(doc.clone()).expect("the edited document is OpenAPI")
+    serde_norway::from_value(doc.clone()).expect("the edited document is OpenAPI")
 }
 
 /// drift's verdict on the change from `old` to `new`, in our terms:
@@ -251,7 +251,7 @@ fn gate_with(version: &str, edit: impl FnOnce(&mut Value)) -> Vec<String> {
     edit(&mut doc);
     set(&mut doc, "info.version", version);
     let contract = dir.path().join("petstore.yaml");
-    std::fs::write(&contract, serde_yaml::to_string(&doc).unwrap()).unwrap();
+    std::fs::write(&contract, serde_norway::to_string(&doc).unwrap()).unwrap();
     gate(&contract, &releases).unwrap().failures
 }
 
@@ -320,7 +320,7 @@ fn every_release_is_checked_so_dropping_what_1_1_0_added_is_breaking() {
     let next = semver::Version::new(newest.major, newest.minor + 1, 0);
     set(&mut doc, "info.version", next.to_string());
     let contract = dir.path().join("petstore.yaml");
-    std::fs::write(&contract, serde_yaml::to_string(&doc).unwrap()).unwrap();
+    std::fs::write(&contract, serde_norway::to_string(&doc).unwrap()).unwrap();
     let failures = gate(&contract, &released_dir()).unwrap().failures;
     assert_eq!(failures.len(), later.len(), "{failures:?}");
     for (failure, release) in failures.iter().zip(&later) {

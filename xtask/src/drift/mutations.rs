@@ -7,7 +7,7 @@
 //! loudly when what an edit names is missing; the re-quoting edit works on
 //! the text itself.
 
-use serde_yaml::Value;
+use serde_norway::Value;
 
 use super::check_contract;
 use crate::yaml_edit::{at, contract_text, insert, list, remove, set, yaml};
@@ -178,7 +178,7 @@ async fn each_mutation_is_caught_and_each_rewording_passes() {
             Edit::Doc(edit) => {
                 let mut doc = yaml(&text);
                 edit(&mut doc);
-                text = serde_yaml::to_string(&doc).expect("YAML out");
+                text = serde_norway::to_string(&doc).expect("YAML out");
             }
         }
         let report = check_contract(&text).await.expect("the check runs");
