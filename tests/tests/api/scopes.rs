@@ -321,10 +321,9 @@ on_every_backend! {
             .unwrap();
         assert_eq!(before, "pets:read".parse().unwrap());
         server.key_answers(&key, "/store/inventory", |status| status == 403).await;
-        petstore_support::eventually_async("the new scope is in force", || async {
-            create().await.unwrap().status() == StatusCode::CREATED
-        })
-        .await;
+        let in_force = || async { create().await.unwrap().status() == StatusCode::CREATED };
+        let what = "the new scope is in force";
+        petstore_support::eventually_async_within(what, petstore_tests::KEY_CHANGE, in_force).await;
         // And taken away again.
         keys.set_key_scopes("shop-front", "inventory:read".parse().unwrap()).await.unwrap();
         server.key_answers(&key, "/store/inventory", |status| status == 200).await;
