@@ -49,7 +49,9 @@ async fn petstore_at(url: &str, key: Option<&str>, args: &[&str]) -> Run {
     if let Some(key) = key {
         command.env("PETSTORE_API_KEY", key);
     }
-    let output = blocking(move || command.output())
+    // Only a hang guard: the command ends as soon as it is answered.
+    let deadline = std::time::Duration::from_secs(120);
+    let output = blocking(move || petstore_support::output_within(&mut command, deadline))
         .await
         .expect("petstore runs");
     Run {

@@ -277,4 +277,121 @@ mod tests {
         assert_eq!(uses[0].0, "ci");
         assert!(keyring.uses_since(&mut flushed).is_empty());
     }
+
+    /// What every running instance promises (README, "API keys"): a key
+    /// created, revoked or given other scopes is honoured within 2 s.
+    const PROMISED: Duration = Duration::from_secs(2);
+
+    /// How long [`StubKeys`] takes to read the keys: a slow database (the
+    /// promise allows the refresh interval plus the time of one read).
+    const READ: Duration = Duration::from_millis(500);
+
+    /// Stored keys in memory, read as from a database: a read sees the
+    /// keys as they were when it began, and takes [`READ`].
+    struct StubKeys {
+        keys: std::sync::Mutex<Vec<StoredKey>>,
+        /// How many reads have begun.
+        reads: tokio::sync::watch::Sender<usize>,
+    }
+
+    #[async_trait::async_trait]
+    impl KeyStore for StubKeys {
+        async fn create_key(&self, _: StoredKey) -> Result<(), crate::store::KeyError> {
+            unreachable!("the keyring only reads keys")
+        }
+
+        async fn list_keys(&self) -> Result<Vec<StoredKey>, StoreError> {
+            let keys = self.keys.lock().unwrap().clone();
+            self.reads.send_modify(|reads| *reads += 1);
+            tokio::time::sleep(READ).await;
+            Ok(keys)
+        }
+
+        async fn revoke_key(
+            &self,
+            _: &str,
+            _: i64,
+        ) -> Result<crate::store::Revoked, crate::store::KeyError> {
+            unreachable!("the keyring only reads keys")
+        }
+
+        async fn set_key_scopes(
+            &self,
+            _: &str,
+            _: Scopes,
+        ) -> Result<Scopes, crate::store::KeyError> {
+            unreachable!("the keyring only reads keys")
+        }
+
+        async fn record_key_use(&self, _: Vec<(String, i64)>) -> Result<(), StoreError> {
+            Ok(())
+        }
+    }
+
+    /// Makes `change` to the stored keys at the worst moment, just after a
+    /// read began (which misses it), then lets virtual time pass until the
+    /// keyring `shows` it; returns how long that took. Fails if the keyring
+    /// shows it at once, or before a read that began after the change has
+    /// had the time to end (only a reload may show it), or not within
+    /// twice the promise.
+    async fn time_to_show(
+        stub: &StubKeys,
+        keyring: &Keyring,
+        change: impl FnOnce(&mut Vec<StoredKey>),
+        shows: impl Fn(&Keyring) -> bool,
+    ) -> Duration {
+        let mut reads = stub.reads.subscribe();
+        let began = tokio::time::timeout(REFRESH_INTERVAL * 2, reads.changed());
+        began
+            .await
+            .expect("the keys are read every interval")
+            .unwrap();
+        let missed_by = *reads.borrow_and_update();
+        change(&mut stub.keys.lock().unwrap());
+        let changed = tokio::time::Instant::now();
+        assert!(!shows(keyring), "shown before any read saw the change");
+        // On tokio's clock: in virtual time, checked every 10 ms of it.
+        petstore_support::eventually_within("the change shown", PROMISED * 2, || shows(keyring))
+            .await;
+        let took = changed.elapsed();
+        assert!(
+            *reads.borrow() > missed_by,
+            "shown with no read since the change"
+        );
+        assert!(
+            took >= READ,
+            "shown after {took:?}, before a read could end"
+        );
+        took
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_created_changed_or_revoked_in_the_store_is_honoured_within_2_s() {
+        let stub = Arc::new(StubKeys {
+            keys: Default::default(),
+            reads: tokio::sync::watch::channel(0).0,
+        });
+        let keyring = Arc::new(Keyring::new(ApiKeys::default(), &[]));
+        let store: Arc<dyn KeyStore> = Arc::clone(&stub) as _;
+        let log = slog::Logger::root(slog::Discard, slog::o!());
+        let refresh = tokio::spawn(Arc::clone(&keyring).refresh(store, log, None));
+        let caller = |keyring: &Keyring| keyring.authenticate(&bearer("k-ci"));
+
+        let created = |keys: &mut Vec<StoredKey>| keys.push(stored("ci", "k-ci", false));
+        let admitted = |keyring: &Keyring| caller(keyring).is_ok();
+        let took = time_to_show(&stub, &keyring, created, admitted).await;
+        assert!(took <= PROMISED, "a created key admitted after {took:?}");
+
+        let reader: Scopes = "pets:read".parse().unwrap();
+        let narrowed = |keys: &mut Vec<StoredKey>| keys[0].scopes = reader;
+        let in_force = |keyring: &Keyring| caller(keyring).is_ok_and(|c| c.scopes == reader);
+        let took = time_to_show(&stub, &keyring, narrowed, in_force).await;
+        assert!(took <= PROMISED, "new scopes in force after {took:?}");
+
+        let revoked = |keys: &mut Vec<StoredKey>| keys[0].revoked_at = Some(1);
+        let refused = |keyring: &Keyring| caller(keyring) == Err(AuthFailure::Unknown);
+        let took = time_to_show(&stub, &keyring, revoked, refused).await;
+        assert!(took <= PROMISED, "a revoked key refused after {took:?}");
+        refresh.abort();
+    }
 }

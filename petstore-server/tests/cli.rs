@@ -323,6 +323,9 @@ fn sigterm_cuts_a_request_that_never_finishes_once_the_deadline_passes() {
     let served = Served::start(dir.path(), &["--shutdown-timeout", "1"]);
     // A client that promises a body and never sends it.
     let mut stalled = TcpStream::connect(&served.address).unwrap();
+    stalled
+        .set_read_timeout(Some(common::REQUEST_TIMEOUT))
+        .unwrap();
     write!(
         stalled,
         "POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\

@@ -7,11 +7,13 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::Engine;
 use common::{KEY, Served, tool};
-use petstore_support::{ChildGuard, blocking, free_loopback_addr};
+use petstore_support::{
+    ChildGuard, blocking, eventually_async_within, eventually_some, free_loopback_addr,
+};
 use serde_json::{Value, json};
 
 /// How long the page may take to show something. Only a hang guard: each
@@ -39,13 +41,14 @@ impl Browser {
                 .stderr(std::process::Stdio::null()),
         )
         .unwrap();
-        let http = reqwest::Client::new();
+        // Each command's timeout only keeps a hung driver from hanging the
+        // test.
+        let http = reqwest::Client::builder().timeout(HANG).build().unwrap();
         let base = format!("http://127.0.0.1:{port}");
-        let deadline = Instant::now() + HANG;
-        while http.get(format!("{base}/status")).send().await.is_err() {
-            assert!(Instant::now() < deadline, "chromedriver never answered");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        eventually_async_within("chromedriver answers", HANG, || async {
+            http.get(format!("{base}/status")).send().await.is_ok()
+        })
+        .await;
         let profile = tempfile::tempdir().unwrap();
         let capabilities = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
@@ -95,8 +98,7 @@ impl Browser {
 
     /// The element `css` selects, once the page shows it.
     async fn find(&self, css: &str) -> String {
-        let deadline = Instant::now() + HANG;
-        loop {
+        eventually_some(&format!("the page shows {css}"), HANG, || async {
             let found = self
                 .call(
                     reqwest::Method::POST,
@@ -104,16 +106,13 @@ impl Browser {
                     json!({"using": "css selector", "value": css}),
                 )
                 .await;
-            if let Some(id) = found
+            found
                 .as_object()
                 .and_then(|o| o.values().next())
                 .and_then(Value::as_str)
-            {
-                return id.to_owned();
-            }
-            assert!(Instant::now() < deadline, "the page never showed {css}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+                .map(str::to_owned)
+        })
+        .await
     }
 
     async fn click(&self, css: &str) {
@@ -138,8 +137,7 @@ impl Browser {
 
     /// The text of the element `css` selects, once it is not empty.
     async fn text(&self, css: &str) -> String {
-        let deadline = Instant::now() + HANG;
-        loop {
+        eventually_some(&format!("{css} shows a text"), HANG, || async {
             let id = self.find(css).await;
             let text = self
                 .call(
@@ -148,12 +146,10 @@ impl Browser {
                     json!({}),
                 )
                 .await;
-            if let Some(text) = text.as_str().filter(|t| !t.trim().is_empty()) {
-                return text.trim().to_owned();
-            }
-            assert!(Instant::now() < deadline, "{css} stayed empty");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            let text = text.as_str().map(str::trim).filter(|t| !t.is_empty());
+            text.map(str::to_owned)
+        })
+        .await
     }
 
     async fn scroll_to(&self, css: &str) {

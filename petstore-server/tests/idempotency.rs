@@ -10,13 +10,14 @@ mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use common::{
-    Backend, Database, KEY, Served, fresh_database, patient, post_keyed, restart_postgres_under,
-    serve, stop, stored_pets,
+    Backend, Database, KEY, Served, THROUGH_A_RESTART, fresh_database, patient, post_keyed,
+    restart_postgres_under, serve, stop, stored_pets,
 };
 use petstore_client::{Client, types};
-use petstore_support::{FaultProxy, blocking, eventually};
+use petstore_support::{FaultProxy, blocking, eventually_some, eventually_within, within};
 use serde_json::{Value, json};
 use sha2::Digest;
 use tokio::io::AsyncWriteExt;
@@ -86,10 +87,8 @@ async fn lost_answers_are_replayed_to_the_retry(backend: Backend) {
 
     // The server stores the animal and answers; the answer is lost.
     proxy.swallow_responses(1);
-    let created = client
-        .create_pet_once(pet("lost", 1))
-        .retry(patient())
-        .send()
+    let once = client.create_pet_once(pet("lost", 1)).retry(patient());
+    let created = within("the lost create retried", THROUGH_A_RESTART, once.send())
         .await
         .unwrap();
     assert_eq!(proxy.swallowed(), 1);
@@ -107,11 +106,11 @@ async fn lost_answers_are_replayed_to_the_retry(backend: Backend) {
         let (name, key) = (format!("hung-up-{i}"), format!("hang-up-key-{i}"));
         let body = json!({"name": name, "categoryId": i, "status": "available"}).to_string();
         send_and_hang_up(&served.address, &key, &body).await;
-        let created = client
+        let once = client
             .create_pet_once(pet(&name, i))
             .idempotency_key(key)
-            .retry(patient())
-            .send()
+            .retry(patient());
+        let created = within(&format!("{name} retried"), THROUGH_A_RESTART, once.send())
             .await
             .unwrap();
         told.push((name, created.pet.id));
@@ -159,12 +158,17 @@ fn retrying_writers(
         .collect()
 }
 
+/// What every writer was told, once each is done (retrying through the
+/// fault, within [`THROUGH_A_RESTART`]).
 async fn told(writers: Vec<tokio::task::JoinHandle<Vec<(String, i64)>>>) -> Vec<(String, i64)> {
-    let mut told = Vec::new();
-    for writer in writers {
-        told.extend(writer.await.unwrap());
-    }
-    told
+    within("every writer done", THROUGH_A_RESTART, async {
+        let mut told = Vec::new();
+        for writer in writers {
+            told.extend(writer.await.unwrap());
+        }
+        told
+    })
+    .await
 }
 
 async fn sigkill_under_retrying_clients_stores_each_animal_once(backend: Backend) {
@@ -180,7 +184,7 @@ async fn sigkill_under_retrying_clients_stores_each_animal_once(backend: Backend
     let acknowledged = Arc::new(AtomicUsize::new(0));
     let writers = retrying_writers(&format!("http://{}/v1", proxy.addr()), &acknowledged);
 
-    eventually("100 creates acknowledged", || {
+    eventually_within("100 creates acknowledged", Duration::from_secs(120), || {
         acknowledged.load(Ordering::SeqCst) >= 100
     })
     .await;
@@ -214,7 +218,7 @@ async fn postgres_restarted_under_16_retrying_clients_stores_each_animal_once() 
     let acknowledged = Arc::new(AtomicUsize::new(0));
     let writers = retrying_writers(&served.base_url(), &acknowledged);
 
-    eventually("100 creates acknowledged", || {
+    eventually_within("100 creates acknowledged", Duration::from_secs(120), || {
         acknowledged.load(Ordering::SeqCst) >= 100
     })
     .await;
@@ -251,7 +255,7 @@ async fn two_postgres_instances_given_the_same_key_at_once_create_once() {
                 .retry(patient())
                 .send()
         });
-        let answers: Vec<_> = futures::future::join_all(senders)
+        let answers: Vec<_> = within(&name, THROUGH_A_RESTART, futures::future::join_all(senders))
             .await
             .into_iter()
             .map(Result::unwrap)
@@ -288,11 +292,12 @@ async fn assert_in_use_then_replayed(
     // The first may have given up meanwhile (SQLite's busy timeout); then
     // the key was left free and the retry creates.
     assert!(status == 201 || status == 503, "{status}: {pet}");
-    let retry = api_client(&served.address)
+    let client = api_client(&served.address);
+    let once = client
         .create_pet_once(pet_named("in-use"))
         .idempotency_key("in-use-key")
-        .retry(patient())
-        .send()
+        .retry(patient());
+    let retry = within("the create retried", THROUGH_A_RESTART, once.send())
         .await
         .unwrap();
     if status == 201 {
@@ -364,20 +369,23 @@ async fn sqlite_answers_409_while_the_key_is_in_use() {
     let holder = rusqlite::Connection::open(path).unwrap();
     holder.execute_batch("BEGIN IMMEDIATE").unwrap();
     let base_url = served.base_url();
-    let (first, refused) = loop {
+    let what = "a create refused 409 while the first holds the key";
+    let (first, refused) = eventually_some(what, Duration::from_secs(120), || async {
         let first = tokio::spawn({
             let base_url = base_url.clone();
             async move { post_once(&base_url, "in-use-key", &in_use_body()).await }
         });
         let answer = post_once(&base_url, "in-use-key", &in_use_body()).await;
         if answer.0 == 409 {
-            break (first, answer);
+            return Some((first, answer));
         }
         // The first had given up already (503 after the busy timeout) and
         // this one held the key instead; both were refused: again.
         assert_eq!(answer.0, 503, "{answer:?}");
         first.await.unwrap();
-    };
+        None
+    })
+    .await;
     let told = assert_in_use_then_replayed(&served, first, refused, async || {
         holder.execute_batch("COMMIT").unwrap();
     })

@@ -6,10 +6,12 @@ mod common;
 
 use std::path::Path;
 use std::process::Command;
-use std::time::Instant;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
-use common::{KEY, Served, petstore, run, tool};
-use petstore_support::{blocking, eventually};
+use common::{KEY, KEY_CHANGE, OUTAGE, Served, petstore, run, tool};
+use petstore_support::{blocking, eventually, eventually_within, within};
 
 /// `petstore-server keys ARGS --database URL`, in `dir`.
 fn keys(dir: &Path, database: &str, args: &[&str]) -> (bool, String, String) {
@@ -82,20 +84,61 @@ async fn postgres_instances(count: usize) -> Option<Instances> {
 }
 
 /// Waits until every instance answers `key` with `status`; returns how
-/// long that took (reported, not asserted: these machines are noisy).
+/// long that took (reported, not asserted: these machines are noisy; the
+/// keyring's unit test holds the refresh to its 2 s, in virtual time).
 async fn every_instance_answers(instances: &[Instances], key: &str, status: u16) -> f64 {
     let started = Instant::now();
     let addresses: Vec<String> = instances
         .iter()
         .flat_map(|i| i.served.iter().map(|s| s.address.clone()))
         .collect();
-    eventually(&format!("every instance answers {status}"), || {
+    let what = format!("every instance answers {status}");
+    eventually_within(&what, KEY_CHANGE, || {
         addresses
             .iter()
             .all(|address| get(address, "/v1/pets?limit=1", Some(key)).0 == status)
     })
     .await;
     started.elapsed().as_secs_f64()
+}
+
+/// Requests on a thread of their own, each with its timeout, until
+/// stopped: by [`Traffic::stop`], or by the test's end whichever way it
+/// ends (dropping this stops them too). So the traffic lasts no longer
+/// than the test, whose every wait has its deadline.
+struct Traffic<T> {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<T>>,
+}
+
+impl<T: Send + 'static> Traffic<T> {
+    /// Runs `requests` on a thread; it returns once the flag it is given
+    /// is set.
+    fn start(requests: impl FnOnce(&AtomicBool) -> T + Send + 'static) -> Traffic<T> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = std::thread::spawn({
+            let stop = Arc::clone(&stop);
+            move || requests(&stop)
+        });
+        Traffic {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops the traffic; what it returned once its last round is done.
+    async fn stop(mut self) -> T {
+        self.stop.store(true, Ordering::Relaxed);
+        let thread = self.thread.take().expect("running");
+        let joined = blocking(move || thread.join().unwrap());
+        within("the traffic's last round", Duration::from_secs(300), joined).await
+    }
+}
+
+impl<T> Drop for Traffic<T> {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -106,25 +149,21 @@ async fn keys_created_revoked_and_expired_through_the_cli_take_effect_on_every_i
     all.extend(postgres_instances(2).await);
     // Requests in flight throughout, with the environment's key: none may
     // fail while keys change.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let addresses: Vec<String> = all
         .iter()
         .flat_map(|i| i.served.iter().map(|s| s.address.clone()))
         .collect();
-    let traffic = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let mut answered = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                for address in &addresses {
-                    let (status, body) = get(address, "/v1/pets?limit=1", Some(KEY));
-                    assert_eq!(status, 200, "{address}: {body}");
-                    answered += 1;
-                }
+    let traffic = Traffic::start(move |stop| {
+        let mut answered = 0;
+        while !stop.load(Ordering::Relaxed) {
+            for address in &addresses {
+                let (status, body) = get(address, "/v1/pets?limit=1", Some(KEY));
+                assert_eq!(status, 200, "{address}: {body}");
+                answered += 1;
             }
-            answered
-        })
-    };
+        }
+        answered
+    });
 
     let mut created = Vec::new();
     for instances in &all {
@@ -162,12 +201,16 @@ async fn keys_created_revoked_and_expired_through_the_cli_take_effect_on_every_i
         let key = key.trim().to_owned();
         // Once loaded and past its expiry, it is refused as expired.
         let addresses: Vec<String> = instances.served.iter().map(|s| s.address.clone()).collect();
-        eventually("every instance refuses the key as expired", || {
-            addresses.iter().all(|address| {
-                let (status, body) = get(address, "/v1/pets", Some(&key));
-                status == 401 && body.contains("expired")
-            })
-        })
+        eventually_within(
+            "every instance refuses the key as expired",
+            KEY_CHANGE,
+            || {
+                addresses.iter().all(|address| {
+                    let (status, body) = get(address, "/v1/pets", Some(&key));
+                    status == 401 && body.contains("expired")
+                })
+            },
+        )
         .await;
         let (ok, list, _) = keys(dir, &instances.database, &["list"]);
         assert!(ok);
@@ -184,8 +227,7 @@ async fn keys_created_revoked_and_expired_through_the_cli_take_effect_on_every_i
             "created, last used, revoked: {ci}"
         );
     }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let answered = blocking(move || traffic.join().unwrap()).await;
+    let answered = traffic.stop().await;
     assert!(answered > 0);
 }
 
@@ -230,20 +272,19 @@ async fn scopes_changed_under_traffic_take_effect_on_every_instance() {
         assert!(ok, "{stderr}");
         let key = key.trim().to_owned();
         let addresses: Vec<String> = instances.served.iter().map(|s| s.address.clone()).collect();
-        eventually("the key is accepted", || {
+        eventually_within("the key is accepted", KEY_CHANGE, || {
             addresses
                 .iter()
                 .all(|address| get(address, "/v1/pets?limit=1", Some(&key)).0 == 200)
         })
         .await;
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let traffic = {
-            let (stop, key, addresses) = (stop.clone(), key.clone(), addresses.clone());
-            std::thread::spawn(move || {
+            let (key, addresses) = (key.clone(), addresses.clone());
+            Traffic::start(move |stop| {
                 let mut allowed = vec![false; addresses.len()];
                 // A last whole round once stopped: after the change.
                 loop {
-                    let stopping = stop.load(std::sync::atomic::Ordering::Relaxed);
+                    let stopping = stop.load(Ordering::Relaxed);
                     for (address, allowed) in addresses.iter().zip(&mut allowed) {
                         let (status, body) = get(address, "/v1/store/inventory", Some(&key));
                         match status {
@@ -265,7 +306,7 @@ async fn scopes_changed_under_traffic_take_effect_on_every_instance() {
         );
         assert!(ok, "{stderr}");
         let started = Instant::now();
-        eventually("every instance allows the inventory", || {
+        eventually_within("every instance allows the inventory", KEY_CHANGE, || {
             addresses
                 .iter()
                 .all(|address| get(address, "/v1/store/inventory", Some(&key)).0 == 200)
@@ -275,8 +316,7 @@ async fn scopes_changed_under_traffic_take_effect_on_every_instance() {
             "scopes changed everywhere after {:.2} s",
             started.elapsed().as_secs_f64()
         );
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        let allowed = blocking(move || traffic.join().unwrap()).await;
+        let allowed = traffic.stop().await;
         assert!(allowed.iter().all(|allowed| *allowed), "{allowed:?}");
     }
 }
@@ -301,7 +341,7 @@ async fn scopes_are_chosen_shown_and_changed_through_the_cli() {
     let (ok, _, stderr) = keys(dir.path(), &database, &["create", "--name", "admin"]);
     assert!(ok && stderr.contains("with scopes all"), "{stderr}");
     let address = served.address.clone();
-    eventually("the new key is accepted", || {
+    eventually_within("the new key is accepted", KEY_CHANGE, || {
         get(&address, "/v1/pets", Some(&key)).0 == 200
     })
     .await;
@@ -328,7 +368,7 @@ async fn scopes_are_chosen_shown_and_changed_through_the_cli() {
         &["scopes", "shop-front", "pets:read,inventory:read"],
     );
     assert!(ok && stderr.contains("before: pets:read"), "{stderr}");
-    eventually("the new scopes are in force", || {
+    eventually_within("the new scopes are in force", KEY_CHANGE, || {
         get(&address, "/v1/store/inventory", Some(&key)).0 == 200
     })
     .await;
@@ -414,18 +454,8 @@ fn a_server_with_only_stored_keys_starts_and_one_with_none_refuses() {
     assert!(stderr.contains("no usable API key"), "{stderr}");
     let (ok, key, _) = keys(dir.path(), &database, &["create", "--name", "live"]);
     assert!(ok);
-    let mut child = petstore_support::ChildGuard::spawn(
-        "petstore-server",
-        serve(dir.path()).stderr(std::process::Stdio::piped()),
-    )
-    .unwrap();
-    let stderr = child.child_mut().stderr.take().unwrap();
-    let serving = std::io::BufRead::lines(std::io::BufReader::new(stderr))
-        .map_while(Result::ok)
-        .find(|line| line.contains("\"serving\""))
-        .expect("the server starts");
-    let address = common::logged_address(&serving);
-    assert_eq!(get(&address, "/v1/pets", Some(key.trim())).0, 200);
+    let served = Served::spawn(&mut serve(dir.path()));
+    assert_eq!(get(&served.address, "/v1/pets", Some(key.trim())).0, 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -445,13 +475,16 @@ async fn readyz_follows_a_database_outage_and_healthz_stays_up() {
     assert_eq!(get(&admin, "/readyz", None), (200, "ready\n".into()));
     let stopping = cluster.clone();
     blocking(move || stopping.stop()).await;
-    eventually("readyz says 503", || get(&admin, "/readyz", None).0 == 503).await;
+    eventually_within("readyz says 503", OUTAGE, || {
+        get(&admin, "/readyz", None).0 == 503
+    })
+    .await;
     let (_, body) = get(&admin, "/readyz", None);
     assert!(body.starts_with("not ready: "), "{body}");
     assert_eq!(get(&admin, "/healthz", None).0, 200);
     let restarting = cluster.clone();
     blocking(move || restarting.restart()).await;
-    eventually("readyz says 200 again", || {
+    eventually_within("readyz says 200 again", OUTAGE, || {
         get(&admin, "/readyz", None).0 == 200
     })
     .await;
@@ -622,7 +655,14 @@ async fn https_through_the_client_and_curl_and_a_renewed_certificate_without_a_r
         let ca_file = dir.path().join("ca.pem");
         std::fs::write(&ca_file, ca).unwrap();
         Command::new("curl")
-            .args(["--silent", "--show-error", "--fail", "--cacert"])
+            .args([
+                "--max-time",
+                "60",
+                "--silent",
+                "--show-error",
+                "--fail",
+                "--cacert",
+            ])
             .arg(&ca_file)
             .args(["-H", &auth])
             .arg(format!("{base}/pets"))
@@ -859,11 +899,9 @@ fn the_systemd_unit_passes_systemd_analyze_verify() {
         unit.replace("/usr/local/bin/petstore-server", common::BIN),
     )
     .unwrap();
-    let output = Command::new(analyze)
-        .arg("verify")
-        .arg(&local)
-        .output()
-        .unwrap();
+    let mut verify = Command::new(analyze);
+    verify.arg("verify").arg(&local);
+    let output = petstore_support::output_within(&mut verify, Duration::from_secs(120)).unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         output.status.success() && stderr.trim().is_empty(),
@@ -954,7 +992,7 @@ async fn behind_nginx_two_thousand_idle_connections_do_not_stop_a_normal_client(
     .unwrap();
     let client = trusting(&ca);
     let url = format!("https://{proxy}/v1/pets");
-    eventually("nginx answers", || {
+    eventually_within("nginx answers", Duration::from_secs(60), || {
         std::net::TcpStream::connect(proxy).is_ok()
     })
     .await;

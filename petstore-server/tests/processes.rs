@@ -7,10 +7,11 @@ mod common;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use common::{Backend, KEY, client, fresh_database, names_in_database, serve, stop};
 use petstore_support::Tmpfs;
-use petstore_support::blocking;
+use petstore_support::{blocking, eventually_within, within};
 use serde_json::{Value, json};
 
 /// Concurrent writers while the server is killed.
@@ -18,7 +19,9 @@ const WRITERS: usize = 16;
 
 /// Creates pets through `base_url` until a request fails; returns every pet
 /// acknowledged with 201, counting them in `count` as they come. Names are
-/// unique per writer and attempt.
+/// unique per writer and attempt. A request fails once the test kills the
+/// server, which it does within its deadline for the writers' progress
+/// (or the test fails, and its runtime cancels the writers).
 async fn create_until_failure(
     base_url: String,
     writer: usize,
@@ -82,15 +85,23 @@ async fn acknowledged_pets_survive_sigkill(backend: Backend) {
 
     // Pull the plug in the middle of the writing: once 300 creates have
     // been acknowledged, with 16 more in flight.
-    petstore_support::eventually("300 creates acknowledged", || {
+    eventually_within("300 creates acknowledged", Duration::from_secs(120), || {
         count.load(Ordering::SeqCst) >= 300
     })
     .await;
     blocking(move || served.kill()).await;
-    let mut acknowledged = Vec::new();
-    for writer in writers {
-        acknowledged.extend(writer.await.unwrap());
-    }
+    let acknowledged = within(
+        "the writers see the kill",
+        common::REQUEST_TIMEOUT * 2,
+        async {
+            let mut acknowledged = Vec::new();
+            for writer in writers {
+                acknowledged.extend(writer.await.unwrap());
+            }
+            acknowledged
+        },
+    )
+    .await;
 
     let served = serve(database.dir.path(), &args).await;
     for pet in &acknowledged {
@@ -344,14 +355,14 @@ fn fill(disk: &Tmpfs, room: u64) -> std::path::PathBuf {
     let path = disk.join("filler");
     let mut file = std::fs::File::create(&path).unwrap();
     let chunk = vec![0xa5u8; 64 * 1024];
-    loop {
-        match file.write(&chunk) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(e) if e.raw_os_error() == Some(28) => break, // ENOSPC
-            Err(e) => panic!("filling the disk: {e}"),
-        }
-    }
+    // More chunks than the disk holds (the last one written in part).
+    let full = (0..disk.size() / chunk.len() as u64 + 2).any(|_| match file.write(&chunk) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) if e.raw_os_error() == Some(28) => true, // ENOSPC
+        Err(e) => panic!("filling the disk: {e}"),
+    });
+    assert!(full, "the disk never filled");
     let written = file.metadata().unwrap().len();
     file.set_len(written.saturating_sub(room)).unwrap();
     file.sync_all().unwrap();

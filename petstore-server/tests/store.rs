@@ -15,11 +15,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{
-    Backend, Database, KEY, Served, client, fresh_database, patient, post_keyed,
+    Backend, Database, KEY, Served, THROUGH_A_RESTART, client, fresh_database, patient, post_keyed,
     restart_postgres_under, serve, stop,
 };
 use petstore_client::{Client, Error, types};
-use petstore_support::{FaultProxy, blocking, eventually};
+use petstore_support::{FaultProxy, blocking, eventually_some, eventually_within, within};
 use serde_json::{Value, json};
 use sha2::Digest;
 
@@ -218,8 +218,8 @@ fn undecided(error: &Error<types::Error>) -> bool {
 /// Delivers or cancels `order` until the service answers (a repeated
 /// request is answered 200 with the order unchanged, so retrying is safe).
 async fn settle_order(client: &Client, order: i64, to: types::OrderUpdateStatus) -> types::Order {
-    let policy = patient();
-    for _ in 0..policy.max_attempts {
+    let what = format!("order {order} -> {to} answered");
+    eventually_some(&what, THROUGH_A_RESTART, || async {
         let body = types::OrderUpdate { status: to };
         match client
             .update_order()
@@ -228,12 +228,12 @@ async fn settle_order(client: &Client, order: i64, to: types::OrderUpdateStatus)
             .send()
             .await
         {
-            Ok(answer) => return answer.into_inner(),
-            Err(error) if undecided(&error) => tokio::time::sleep(Duration::from_millis(20)).await,
+            Ok(answer) => Some(answer.into_inner()),
+            Err(error) if undecided(&error) => None,
             Err(error) => panic!("order {order} -> {to}: {error}"),
         }
-    }
-    panic!("order {order} -> {to}: no answer")
+    })
+    .await
 }
 
 /// One client: each round orders a shared animal once (with a key of its
@@ -293,17 +293,24 @@ async fn stock(base_url: &str) {
     }
 }
 
-/// Every item of a list, page by page.
+/// Every item of a list, page by page, until an empty page. Ids ascend
+/// throughout, so that each page moves on and the walk ends.
 async fn walk(served: &Served, path: &str) -> Vec<Value> {
     let mut all: Vec<Value> = Vec::new();
     loop {
-        let after = all
-            .last()
-            .map_or(String::new(), |last| format!("&after={}", last["id"]));
+        let last = all.last().map(|last| last["id"].as_i64().unwrap());
+        let after = last.map_or(String::new(), |last| format!("&after={last}"));
         let page = get(served, &format!("{path}limit=100{after}")).await;
         let page = page.as_array().unwrap().clone();
         if page.is_empty() {
             return all;
+        }
+        for item in &page {
+            let id = item["id"].as_i64().unwrap();
+            assert!(
+                last.is_none_or(|last| id > last),
+                "{path}: {id} after {last:?}"
+            );
         }
         all.extend(page);
     }
@@ -359,11 +366,17 @@ async fn check_invariants(served: &Served, told: &[Told]) {
     }
 }
 
+/// What every shopper was told, once each is done (retrying through the
+/// fault, within [`THROUGH_A_RESTART`]).
 async fn all_told(shoppers: Vec<tokio::task::JoinHandle<Vec<Told>>>) -> Vec<Told> {
-    let mut told = Vec::new();
-    for shopper in shoppers {
-        told.extend(shopper.await.unwrap());
-    }
+    let told = within("every shopper done", THROUGH_A_RESTART, async {
+        let mut told = Vec::new();
+        for shopper in shoppers {
+            told.extend(shopper.await.unwrap());
+        }
+        told
+    })
+    .await;
     assert!(
         told.len() >= SHARED_ANIMALS / 2,
         "too few orders to mean anything: {}",
@@ -385,7 +398,10 @@ async fn killed_under_shoppers_keeps_the_invariants(backend: Backend) {
         .unwrap();
     let placed = Arc::new(AtomicUsize::new(0));
     let shoppers = shoppers(&format!("http://{}/v1", proxy.addr()), &placed);
-    eventually("30 orders placed", || placed.load(Ordering::SeqCst) >= 30).await;
+    eventually_within("30 orders placed", Duration::from_secs(120), || {
+        placed.load(Ordering::SeqCst) >= 30
+    })
+    .await;
     blocking(move || served.kill()).await;
     let served = serve(database.dir.path(), &args).await;
     proxy.set_target(served.address.parse().unwrap());
@@ -422,7 +438,10 @@ async fn postgres_restarted_under_16_shoppers_keeps_every_invariant() {
     stock(&served.base_url()).await;
     let placed = Arc::new(AtomicUsize::new(0));
     let shoppers = shoppers(&served.base_url(), &placed);
-    eventually("30 orders placed", || placed.load(Ordering::SeqCst) >= 30).await;
+    eventually_within("30 orders placed", Duration::from_secs(120), || {
+        placed.load(Ordering::SeqCst) >= 30
+    })
+    .await;
     restart_postgres_under(&cluster, &served).await;
     let told = all_told(shoppers).await;
     check_invariants(&served, &told).await;
@@ -489,20 +508,23 @@ async fn sqlite_answers_409_while_an_order_key_is_in_use() {
     let path = database.url.strip_prefix("sqlite://").unwrap().to_owned();
     let holder = rusqlite::Connection::open(path).unwrap();
     holder.execute_batch("BEGIN IMMEDIATE").unwrap();
-    let (first, refused) = loop {
+    let what = "an order refused 409 while the first holds the key";
+    let (first, refused) = eventually_some(what, Duration::from_secs(120), || async {
         let first = tokio::spawn({
             let base_url = served.base_url();
             async move { order_once(&base_url, "in-use-key", pet_id).await }
         });
         let answer = order_once(&served.base_url(), "in-use-key", pet_id).await;
         if answer.0 == 409 {
-            break (first, answer);
+            return Some((first, answer));
         }
         // The first had given up already (503 after the busy timeout) and
         // this one held the key instead; both were refused: again.
         assert_eq!(answer.0, 503, "{answer:?}");
         first.await.unwrap();
-    };
+        None
+    })
+    .await;
     assert_order_in_use_then_replayed(&served, pet_id, first, refused, async || {
         holder.execute_batch("COMMIT").unwrap();
     })

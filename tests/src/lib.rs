@@ -23,6 +23,19 @@ pub const KEY: &str = "e2e-key-4f1c2b7a9d";
 /// A second accepted key: any configured key works.
 pub const OTHER_KEY: &str = "e2e-second-key";
 
+/// How long a running server may take to honour a stored key or a change
+/// of its scopes. It promises 2 s (the keyring's unit test holds it to
+/// that, in virtual time); here, in real time on a shared machine, a wide
+/// margin. Only a hang guard: each wait ends as soon as the change shows.
+pub const KEY_CHANGE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// How long a server may take to serve again once its database is back.
+pub const OUTAGE: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// How long one request may take: only a hang guard (a request that must
+/// wait longer says so with a timeout of its own).
+pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The storage backends the suite runs against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
@@ -159,7 +172,10 @@ impl TestServer {
             server: Some(server),
             database,
             log,
-            client: reqwest::Client::new(),
+            client: reqwest::Client::builder()
+                .timeout(REQUEST_TIMEOUT)
+                .build()
+                .expect("an HTTP client"),
             idempotency_retention: retention,
         }
     }
@@ -222,10 +238,12 @@ impl TestServer {
     }
 
     /// Waits until a `GET path` with `key` gets a status `accepted` takes
-    /// (keys and their scopes reach a running server within 2 s).
+    /// (keys and their scopes reach a running server within 2 s; the wait's
+    /// deadline is [`KEY_CHANGE`]).
     pub async fn key_answers(&self, key: &str, path: &str, accepted: impl Fn(u16) -> bool) {
         let url = self.url(path);
-        eventually_async(&format!("GET {path} answered as expected"), || {
+        let what = format!("GET {path} answered as expected");
+        petstore_support::eventually_async_within(&what, KEY_CHANGE, || {
             let request = self.client.get(&url).bearer_auth(key).send();
             let accepted = &accepted;
             async move {
@@ -369,7 +387,8 @@ impl TestServer {
 
     /// Every item of a list, following `Link: rel="next"` from `first` (a
     /// path under `/v1`, with its query); checks that each page holds at
-    /// most `limit` items and that each link follows its page's last `id`.
+    /// most `limit` items, that each link follows its page's last `id`, and
+    /// that ids ascend throughout (so that the walk moves on, and ends).
     pub async fn walk(&self, first: &str, limit: usize) -> Vec<Value> {
         self.walk_as(KEY, first, limit).await
     }
@@ -390,6 +409,13 @@ impl TestServer {
                 let last = &items.last().expect("a next link after an empty page")["id"];
                 assert!(link.ends_with(&format!("&after={last}")), "{link}");
             }
+            let ids = seen
+                .last()
+                .into_iter()
+                .chain(&items)
+                .map(|item| item["id"].as_i64());
+            let ids: Vec<i64> = ids.map(|id| id.expect("an id")).collect();
+            assert!(ids.is_sorted_by(|a, b| a < b), "{target}: ids {ids:?}");
             seen.extend(items);
         }
         seen
@@ -399,7 +425,10 @@ impl TestServer {
     /// labels) in `/metrics`.
     pub async fn metric(&self, metric: &str) -> f64 {
         let admin = self.admin_addr().expect("the management listener is on");
-        let text = reqwest::get(format!("http://{admin}/metrics"))
+        let text = self
+            .client
+            .get(format!("http://{admin}/metrics"))
+            .send()
             .await
             .expect("request sent")
             .text()
@@ -418,8 +447,8 @@ impl TestServer {
     }
 
     /// Waits until the log contains `needle` (the asynchronous drain writes
-    /// records a moment after they are made); returns the log. Fails only
-    /// if it never does, after a wait long enough to mean a hang.
+    /// records a moment after they are made); returns the log. Fails if it
+    /// does not within [`petstore_support::SOON`].
     pub async fn log_eventually_contains(&self, needle: &str) -> String {
         eventually(&format!("the log contains {needle:?}"), || {
             self.log_text().contains(needle)

@@ -1,15 +1,20 @@
 //! When PostgreSQL goes away under traffic, the server answers 503 with the
 //! Error body, keeps running, and serves normally again once the database is
 //! back — without a restart. Every step waits for a condition, never for a
-//! length of time.
+//! length of time, and every wait has its deadline.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use petstore_support::{eventually_some, eventually_within, within};
 use petstore_tests::blocking;
 use petstore_tests::postgres::{Cluster, own_cluster};
-use petstore_tests::{KEY, TestDatabase, TestServer, assert_error, eventually};
+use petstore_tests::{KEY, OUTAGE, REQUEST_TIMEOUT, TestDatabase, TestServer, assert_error};
+
+/// How long the traffic may take to get going on a server just started,
+/// or to meet the outage once the database is stopped.
+const TRAFFIC: Duration = Duration::from_secs(60);
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -22,7 +27,10 @@ async fn a_database_outage_gives_503_and_the_server_recovers_by_itself() {
     // Traffic that runs across the whole outage.
     let traffic = Traffic::default();
     let creating = tokio::spawn(traffic.clone().create_until_stopped(server.url("/pets")));
-    eventually("the traffic gets going", || traffic.acknowledged() >= 5).await;
+    eventually_within("the traffic gets going", TRAFFIC, || {
+        traffic.acknowledged() >= 5
+    })
+    .await;
 
     // Returns once PostgreSQL and all its backends have exited.
     blocking({
@@ -58,7 +66,10 @@ async fn a_database_outage_gives_503_and_the_server_recovers_by_itself() {
     // Client errors are still client errors: they never touch the database.
     let bad = server.get("/pets?limit=0").send();
     assert_error(bad.await.unwrap(), StatusCode::BAD_REQUEST, "bad_request").await;
-    eventually("the traffic sees the outage", || traffic.refused() >= 1).await;
+    eventually_within("the traffic sees the outage", TRAFFIC, || {
+        traffic.refused() >= 1
+    })
+    .await;
     let acknowledged_during_outage = traffic.acknowledged();
 
     // Returns once PostgreSQL accepts sessions again.
@@ -71,12 +82,14 @@ async fn a_database_outage_gives_503_and_the_server_recovers_by_itself() {
     // The same server process recovers on its own: broken connections are
     // replaced when next needed.
     until_served_again(&server).await;
-    eventually("the traffic gets through again", || {
+    eventually_within("the traffic gets through again", OUTAGE, || {
         traffic.acknowledged() > acknowledged_during_outage
     })
     .await;
     traffic.stop();
-    let acknowledged = creating.await.unwrap();
+    // Its last request, then it returns.
+    let stopped = within("the traffic stops", REQUEST_TIMEOUT * 2, creating).await;
+    let acknowledged = stopped.unwrap();
 
     let after = server
         .create(json!({"name": "After", "categoryId": 3}))
@@ -159,12 +172,12 @@ async fn server_on_a_cluster_of_its_own() -> Option<(Arc<Cluster>, TestServer, V
 }
 
 /// Lists until the server answers 200 again (each 503 on the way in the
-/// contract's Error body); the first page.
+/// contract's Error body), within [`OUTAGE`]; the first page.
 async fn until_served_again(server: &TestServer) -> Vec<Value> {
-    loop {
+    eventually_some("the server serves again", OUTAGE, || async {
         let response = server.get("/pets").send().await.unwrap();
         if response.status() == StatusCode::OK {
-            return response.json().await.unwrap();
+            return Some(response.json().await.unwrap());
         }
         assert_error(
             response,
@@ -172,11 +185,15 @@ async fn until_served_again(server: &TestServer) -> Vec<Value> {
             "service_unavailable",
         )
         .await;
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        None
+    })
+    .await
 }
 
 /// Creates pets until stopped, counting what was acknowledged and refused.
+/// The test stops it after its last wait, each with its deadline (or ends
+/// first, failed, and its runtime cancels the task); each request has the
+/// client's timeout.
 #[derive(Clone, Default)]
 struct Traffic {
     stopped: Arc<AtomicBool>,
@@ -199,7 +216,10 @@ impl Traffic {
 
     /// Returns the acknowledged pets. Any answer but 201 or 503 fails.
     async fn create_until_stopped(self, url: String) -> Vec<Value> {
-        let client = reqwest::Client::new();
+        let client = reqwest::Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .build()
+            .unwrap();
         let mut acknowledged = Vec::new();
         for i in 0.. {
             if self.stopped.load(Ordering::SeqCst) {

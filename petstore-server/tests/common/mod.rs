@@ -10,14 +10,32 @@ use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use petstore_support::ChildGuard;
+use petstore_support::{ChildGuard, Deadline};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_petstore-server");
 pub const KEY: &str = "cli-test-key-3b9e";
 
-/// How long a process may take to log an expected line. Only a hang guard:
-/// the wait ends as soon as the line comes.
+/// How long a process may take to log an expected line (starting to
+/// serve included), to exit once it should, or a command to run. Only a
+/// hang guard: each wait ends as soon as its condition holds.
 const LOG_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How long every instance may take to honour a key or a change of its
+/// scopes. They promise 2 s (the keyring's unit test holds them to it, in
+/// virtual time); here, in real time on a shared machine, a wide margin.
+pub const KEY_CHANGE: Duration = Duration::from_secs(30);
+
+/// How long a server may take to notice a database outage, or to serve
+/// again once the database is back.
+pub const OUTAGE: Duration = Duration::from_secs(120);
+
+/// How long clients may retry through a server killed and started again,
+/// or a database restarted, until every one of them is answered.
+pub const THROUGH_A_RESTART: Duration = Duration::from_secs(300);
+
+/// How long one request may take: only a hang guard, these machines are
+/// shared, so nothing here measures speed.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The binary with a clean environment: none of the operator's `PETSTORE_*`
 /// settings leak in.
@@ -27,8 +45,10 @@ pub fn petstore(dir: &Path) -> Command {
     command
 }
 
+/// Runs `command` to its end (within [`LOG_TIMEOUT`]); its output and
+/// the text of its stdout and stderr.
 pub fn run(command: &mut Command) -> (Output, String, String) {
-    let output = command.output().expect("the binary runs");
+    let output = petstore_support::output_within(command, LOG_TIMEOUT).expect("the binary runs");
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     assert!(
@@ -95,26 +115,47 @@ impl Served {
     }
 
     /// The first stderr line containing `needle`; fails if the process
-    /// closes stderr (exits) first.
+    /// closes stderr (exits) first, or logs no such line within
+    /// [`LOG_TIMEOUT`].
     pub fn wait_for(&mut self, needle: &str) -> String {
-        loop {
-            match self.lines.recv_timeout(LOG_TIMEOUT) {
-                Ok(line) => {
-                    self.seen.push(line.clone());
-                    if line.contains(needle) {
-                        return line;
-                    }
-                }
-                Err(_) => panic!("no {needle:?} in the log:\n{}", self.seen.join("\n")),
+        let deadline = Deadline::after(LOG_TIMEOUT);
+        let what = format!("{needle:?} in the log");
+        while let Some(line) = self.next_line(deadline, &what) {
+            if line.contains(needle) {
+                return line;
             }
+        }
+        panic!("no {what} before it closed:\n{}", self.seen.join("\n"))
+    }
+
+    /// The next stderr line, kept in `seen`; `None` once stderr is closed.
+    /// Fails at `deadline`, saying it waited for `what`.
+    fn next_line(&mut self, deadline: Deadline, what: &str) -> Option<String> {
+        match self.lines.recv_timeout(deadline.remaining()) {
+            Ok(line) => {
+                self.seen.push(line.clone());
+                Some(line)
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => None,
+            Err(mpsc::RecvTimeoutError::Timeout) => panic!(
+                "no {what} within {LOG_TIMEOUT:?}; the log:\n{}",
+                self.seen.join("\n")
+            ),
         }
     }
 
-    /// Waits for the process to exit on its own; returns its status and
-    /// everything it logged.
+    /// Waits for the process to exit on its own (within [`LOG_TIMEOUT`]);
+    /// returns its status and everything it logged.
     pub fn wait_for_exit(mut self) -> (std::process::ExitStatus, String) {
-        let status = self.child.wait().expect("waiting for the server");
-        self.seen.extend(self.lines.iter());
+        let deadline = Deadline::after(LOG_TIMEOUT);
+        let exited = self.child.wait_timeout(deadline.remaining());
+        let Some(status) = exited.expect("waiting for the server") else {
+            panic!(
+                "the server did not exit within {LOG_TIMEOUT:?}; the log:\n{}",
+                self.seen.join("\n")
+            );
+        };
+        while self.next_line(deadline, "the end of the log").is_some() {}
         (status, self.seen.join("\n"))
     }
 
@@ -149,6 +190,8 @@ pub fn raw_request(
     body: &str,
 ) -> (String, String) {
     let mut stream = TcpStream::connect(address).unwrap();
+    stream.set_read_timeout(Some(REQUEST_TIMEOUT)).unwrap();
+    stream.set_write_timeout(Some(REQUEST_TIMEOUT)).unwrap();
     let auth = key.map_or(String::new(), |key| {
         format!("Authorization: Bearer {key}\r\n")
     });
@@ -207,11 +250,10 @@ impl Served {
     }
 }
 
-/// A client whose timeout only guards against hangs: these machines are
-/// shared, so nothing here measures speed.
+/// A client whose timeout ([`REQUEST_TIMEOUT`]) only guards against hangs.
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder()
-        .timeout(Duration::from_secs(60))
+        .timeout(REQUEST_TIMEOUT)
         .build()
         .unwrap()
 }
@@ -329,7 +371,9 @@ pub fn tool(path: &str) -> Option<&str> {
 
 /// Retrying through a server killed and restarted, or a database restarted:
 /// short waits, and attempts enough to outlast any restart (a bound all the
-/// same, so that a real failure ends the test).
+/// same, so that a real failure ends the test). Attempts are no deadline
+/// (each may wait for a client's timeout): whoever awaits retrying clients
+/// does it [`petstore_support::within`] [`THROUGH_A_RESTART`].
 pub fn patient() -> petstore_client::RetryPolicy {
     petstore_client::RetryPolicy::with_max_attempts(20_000)
         .backoff(Duration::from_millis(5), Duration::from_millis(200))
@@ -368,7 +412,7 @@ pub async fn restart_postgres_under(
     let stopping = std::sync::Arc::clone(cluster);
     petstore_support::blocking(move || stopping.stop()).await;
     let readyz = format!("http://{}/readyz", served.admin_address.as_ref().unwrap());
-    petstore_support::eventually_async("the server reports the outage", || async {
+    petstore_support::eventually_async_within("the server reports the outage", OUTAGE, || async {
         client().get(&readyz).send().await.unwrap().status() == 503
     })
     .await;
@@ -377,9 +421,11 @@ pub async fn restart_postgres_under(
 }
 
 /// Waits until another session waits for a lock `pg`'s session holds
-/// (other tests share the cluster, so any other waiting lock says nothing).
+/// (other tests share the cluster, so any other waiting lock says nothing):
+/// a request sent just before, on its way to the database.
 pub async fn until_a_session_waits_on(pg: &tokio_postgres::Client, what: &str) {
-    petstore_support::eventually_async(what, || async {
+    let deadline = Duration::from_secs(60);
+    petstore_support::eventually_async_within(what, deadline, || async {
         let row = pg
             .query_one(
                 "SELECT count(*) FROM pg_stat_activity

@@ -4,8 +4,8 @@
 //! - [`free_loopback_addr`]: a port to listen on.
 //! - [`generate_key`]: a fresh API key for one run.
 //! - [`ChildGuard`]: a child process that never outlives its owner.
-//! - [`eventually`], [`eventually_async`]: waiting for a condition instead
-//!   of for time.
+//! - [`eventually`], [`eventually_async`] and their kin: waiting for a
+//!   condition instead of for time, each wait with a deadline.
 //! - [`Tmpfs`]: a small file system to fill up or make read-only.
 //! - [`FaultProxy`]: a TCP proxy that loses responses and follows a
 //!   restarted server.
@@ -17,39 +17,18 @@ mod mount;
 pub mod postgres;
 mod process;
 mod proxy;
+mod wait;
 
 pub use mount::Tmpfs;
-pub use process::ChildGuard;
+pub use process::{ChildGuard, output_within};
 pub use proxy::FaultProxy;
+pub use wait::{
+    Deadline, SOON, eventually, eventually_async, eventually_async_within, eventually_some,
+    eventually_within, poll_until, within,
+};
 
 use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
-use std::time::{Duration, Instant};
-
-/// How long [`eventually`] waits before it calls the wait a hang.
-const HANG: Duration = Duration::from_secs(300);
-
-/// Waits until `condition` holds, checking it every few milliseconds. Fails
-/// only if it never does, after a wait long enough to mean a hang (not a
-/// slow machine): tests order their steps by conditions, never by time.
-pub async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    eventually_async(what, || std::future::ready(condition())).await;
-}
-
-/// [`eventually`] for a condition that must await (a request, a query).
-pub async fn eventually_async<F: Future<Output = bool>>(
-    what: &str,
-    mut condition: impl FnMut() -> F,
-) {
-    let deadline = Instant::now() + HANG;
-    while !condition().await {
-        assert!(
-            Instant::now() < deadline,
-            "{what}: still not so after {HANG:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
 
 /// A free port on 127.0.0.1. The OS picks it; the listener is closed before
 /// the caller binds it, and should another process take it in between, the

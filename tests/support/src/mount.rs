@@ -9,6 +9,7 @@ use std::process::Command;
 /// saying so.
 pub struct Tmpfs {
     dir: tempfile::TempDir,
+    size_kib: u64,
 }
 
 impl Tmpfs {
@@ -22,7 +23,12 @@ impl Tmpfs {
             .args(["-t", "tmpfs", "-o", &format!("size={size_kib}k,mode=0755")])
             .arg("tmpfs")
             .arg(dir.path()));
-        Tmpfs { dir }
+        Tmpfs { dir, size_kib }
+    }
+
+    /// Its size, in bytes.
+    pub fn size(&self) -> u64 {
+        self.size_kib * 1024
     }
 
     /// Where it is mounted.

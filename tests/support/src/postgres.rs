@@ -15,11 +15,11 @@ use std::path::{Path, PathBuf};
 use std::process::{ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio_postgres::NoTls;
 
-use crate::{ChildGuard, blocking, free_loopback_addr, is_root};
+use crate::{ChildGuard, Deadline, blocking, free_loopback_addr, is_root, poll_until};
 
 /// How long a cluster may take to accept sessions after it is started. Only
 /// a hang guard: the wait ends as soon as the server is ready.
@@ -370,26 +370,30 @@ impl Cluster {
     /// Waits until the server accepts sessions (`pg_isready`), not only TCP
     /// connections: a starting server refuses sessions for a while.
     fn wait_until_ready(&self) -> Result<(), String> {
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            let ready = Command::new(self.bin.join("pg_isready"))
-                .args(["-q", "-h", "127.0.0.1", "-p", &self.port.to_string()])
-                .status()
-                .is_ok_and(|status| status.success());
-            if ready {
-                return Ok(());
-            }
-            if let Ok(Some(status)) = self.supervisor.lock().expect("lock").try_wait() {
+        let ready = poll_until(
+            Deadline::after(READY_TIMEOUT),
+            Duration::from_millis(50),
+            || {
+                let ready = Command::new(self.bin.join("pg_isready"))
+                    .args(["-q", "-h", "127.0.0.1", "-p", &self.port.to_string()])
+                    .status()
+                    .is_ok_and(|status| status.success());
+                if ready {
+                    return Some(Ok(()));
+                }
+                let exited = self.supervisor.lock().expect("lock").try_wait();
+                let Ok(Some(status)) = exited else {
+                    return None;
+                };
                 let log = std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default();
-                return Err(format!("postgres exited ({status}):\n{log}"));
-            }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "postgres did not accept sessions within {READY_TIMEOUT:?}"
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+                Some(Err(format!("postgres exited ({status}):\n{log}")))
+            },
+        );
+        ready.unwrap_or_else(|| {
+            Err(format!(
+                "postgres did not accept sessions within {READY_TIMEOUT:?}"
+            ))
+        })
     }
 }
 

@@ -70,6 +70,8 @@ impl Drop for FaultProxy {
     }
 }
 
+/// Serves until the proxy is dropped, which aborts it: it waits for no
+/// condition of a test's (each client's request has its own deadline).
 async fn accept(listener: TcpListener, state: Arc<State>) {
     while let Ok((client, _)) = listener.accept().await {
         let swallow = state

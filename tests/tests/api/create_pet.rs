@@ -200,6 +200,12 @@ on_every_backend! {
 /// response and its body (as long as its `Content-Length` says), without
 /// waiting for the connection to close.
 async fn raw_exchange(addr: std::net::SocketAddr, request: &[u8]) -> (u16, String) {
+    let exchange = raw_exchange_unbounded(addr, request);
+    petstore_support::within("a raw exchange", petstore_tests::REQUEST_TIMEOUT, exchange).await
+}
+
+/// [`raw_exchange`], however long the server takes.
+async fn raw_exchange_unbounded(addr: std::net::SocketAddr, request: &[u8]) -> (u16, String) {
     use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     stream.write_all(request).await.unwrap();
@@ -212,6 +218,8 @@ async fn raw_exchange(addr: std::net::SocketAddr, request: &[u8]) -> (u16, Strin
         .and_then(|code| code.parse().ok())
         .unwrap_or_else(|| panic!("no status line: {status_line:?}"));
     let mut length = 0;
+    // To the blank line that ends the head, or the end of the stream (an
+    // empty line too).
     loop {
         let mut line = String::new();
         reader.read_line(&mut line).await.unwrap();

@@ -8,12 +8,16 @@
 
 use std::time::Duration;
 
+use petstore_support::eventually_async_within;
 use petstore_tests::{
-    Backend, KEY, OTHER_KEY, TestServer, assert_error, eventually_async, fresh_database,
-    on_every_backend,
+    Backend, KEY, OTHER_KEY, TestServer, assert_error, fresh_database, on_every_backend,
 };
 use reqwest::{Method, Response, StatusCode};
 use serde_json::{Value, json};
+
+/// How long the tests of expiry wait for a record kept 1 s to expire, and
+/// for a purge (every second at that retention) to delete it: a wide margin.
+const EXPIRY: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// `POST /pets` with `body` sent as it is and `Idempotency-Key: key`, with
 /// the API key `api_key`.
@@ -197,7 +201,7 @@ async fn an_expired_key_is_free_again_and_its_record_is_purged(backend: Backend)
     // Until the record expires, another body is a reuse; then it creates.
     let max = r#"{"name": "Max", "categoryId": 1}"#;
     let second = std::cell::RefCell::new(None);
-    eventually_async("the expired key is free", || async {
+    eventually_async_within("the expired key is free", EXPIRY, || async {
         let response = post(&server, "short-lived", max).await;
         match response.status() {
             StatusCode::UNPROCESSABLE_ENTITY => false,
@@ -215,7 +219,7 @@ async fn an_expired_key_is_free_again_and_its_record_is_purged(backend: Backend)
     assert_ne!(second, first);
 
     // The purge deletes the record nobody renewed.
-    eventually_async("an expired record is purged", || async {
+    eventually_async_within("an expired record is purged", EXPIRY, || async {
         server
             .metric("petstore_idempotency_records_purged_total")
             .await

@@ -18,7 +18,8 @@ async fn page(server: &TestServer, path_and_query: &str) -> (Vec<Value>, Option<
 }
 
 /// Follows `next` links from `first` to the last page; every page holds at
-/// most `limit` pets and every link keeps `limit` and `status`.
+/// most `limit` pets, every link keeps `limit` and `status`, and ids
+/// ascend throughout (so that the walk moves on, and ends).
 async fn follow(
     server: &TestServer,
     first: &str,
@@ -38,6 +39,13 @@ async fn follow(
                 &format!("/v1/pets?limit={limit}{status}&after={last}")
             );
         }
+        let ids = seen
+            .last()
+            .into_iter()
+            .chain(&pets)
+            .map(|pet| pet["id"].as_i64());
+        let ids: Vec<i64> = ids.map(Option::unwrap).collect();
+        assert!(ids.is_sorted_by(|a, b| a < b), "{target}: ids {ids:?}");
         seen.extend(pets);
         next = link;
     }

@@ -8,12 +8,16 @@
 
 use std::collections::BTreeMap;
 
+use petstore_support::eventually_async_within;
 use petstore_tests::{
-    Backend, KEY, OTHER_KEY, TestServer, assert_error, eventually_async, fresh_database,
-    on_every_backend,
+    Backend, KEY, OTHER_KEY, TestServer, assert_error, fresh_database, on_every_backend,
 };
 use reqwest::{Method, Response, StatusCode};
 use serde_json::{Value, json};
+
+/// How long the tests of expiry wait for a record kept 1 s to expire, and
+/// for a purge (every second at that retention) to delete it: a wide margin.
+const EXPIRY: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Creates an animal with `status` (none when `None`); returns its id.
 async fn animal(server: &TestServer, status: Option<&str>) -> Value {
@@ -416,7 +420,7 @@ async fn an_expired_order_key_is_free_again_and_its_record_is_purged(backend: Ba
 
     // Until the record expires, another animal is a reuse; then it orders.
     let second = animal(&server, Some("available")).await;
-    eventually_async("the expired order key is free", || async {
+    eventually_async_within("the expired order key is free", EXPIRY, || async {
         let response = post_order_once(&server, KEY, "short-lived", &second).await;
         match response.status() {
             StatusCode::UNPROCESSABLE_ENTITY => false,
@@ -431,7 +435,7 @@ async fn an_expired_order_key_is_free_again_and_its_record_is_purged(backend: Ba
     assert_eq!(status_of(&server, &second).await, "pending");
 
     // Only order keys were used: a purged record is one of theirs.
-    eventually_async("an expired order record is purged", || async {
+    eventually_async_within("an expired order record is purged", EXPIRY, || async {
         server
             .metric("petstore_idempotency_records_purged_total")
             .await

@@ -8,6 +8,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+/// How long a client may take to send its request.
+const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// A request as the stub received it.
 #[derive(Clone, Debug)]
 pub struct Received {
@@ -44,6 +47,8 @@ impl Stub {
         let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
         let received = Arc::new(Mutex::new(Vec::new()));
         let log = Arc::clone(&received);
+        // Serves until the stub is dropped, which aborts it; each request
+        // is read within a deadline.
         let task = tokio::spawn(async move {
             loop {
                 let Ok((mut socket, _)) = listener.accept().await else {
@@ -52,7 +57,9 @@ impl Stub {
                 let log = Arc::clone(&log);
                 let body = body.clone();
                 tokio::spawn(async move {
-                    let Some(request) = read_request(&mut socket).await else {
+                    let reading = read_request(&mut socket);
+                    let Ok(Some(request)) = tokio::time::timeout(READ_TIMEOUT, reading).await
+                    else {
                         return;
                     };
                     log.lock().unwrap().push(request);
@@ -90,7 +97,8 @@ impl Drop for Stub {
     }
 }
 
-/// Reads one HTTP/1.1 request (head and `content-length` body).
+/// Reads one HTTP/1.1 request (head and `content-length` body): to the end
+/// of the head (at most 64 KiB) and of the body, or of the stream.
 async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<Received> {
     let mut data = Vec::new();
     let mut chunk = [0u8; 4096];
