@@ -295,12 +295,12 @@ mod tests {
     }
 
     #[async_trait::async_trait]
-    impl KeyStore for StubKeys {
-        async fn create_key(&self, _: StoredKey) -> Result<(), crate::store::KeyError> {
+    impl KeyStorage for StubKeys {
+        async fn create_key(&self, _: StoredKey) -> Result<(), crate::storage::KeyError> {
             unreachable!("the keyring only reads keys")
         }
 
-        async fn list_keys(&self) -> Result<Vec<StoredKey>, StoreError> {
+        async fn list_keys(&self) -> Result<Vec<StoredKey>, StorageError> {
             let keys = self.keys.lock().unwrap().clone();
             self.reads.send_modify(|reads| *reads += 1);
             tokio::time::sleep(READ).await;
@@ -311,7 +311,7 @@ mod tests {
             &self,
             _: &str,
             _: i64,
-        ) -> Result<crate::store::Revoked, crate::store::KeyError> {
+        ) -> Result<crate::storage::Revoked, crate::storage::KeyError> {
             unreachable!("the keyring only reads keys")
         }
 
@@ -319,11 +319,11 @@ mod tests {
             &self,
             _: &str,
             _: Scopes,
-        ) -> Result<Scopes, crate::store::KeyError> {
+        ) -> Result<Scopes, crate::storage::KeyError> {
             unreachable!("the keyring only reads keys")
         }
 
-        async fn record_key_use(&self, _: Vec<(String, i64)>) -> Result<(), StoreError> {
+        async fn record_key_use(&self, _: Vec<(String, i64)>) -> Result<(), StorageError> {
             Ok(())
         }
     }
@@ -366,15 +366,16 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_key_created_changed_or_revoked_in_the_store_is_honoured_within_2_s() {
+    async fn a_key_created_changed_or_revoked_in_storage_is_honoured_within_2_s() {
         let stub = Arc::new(StubKeys {
             keys: Default::default(),
             reads: tokio::sync::watch::channel(0).0,
         });
         let keyring = Arc::new(Keyring::new(ApiKeys::default(), &[]));
-        let store: Arc<dyn KeyStore> = Arc::clone(&stub) as _;
+        let storage: Arc<dyn KeyStorage> = Arc::clone(&stub) as _;
         let log = slog::Logger::root(slog::Discard, slog::o!());
-        let refresh = tokio::spawn(Arc::clone(&keyring).refresh(store, log, None));
+        let metrics = Arc::new(Metrics::new(Default::default()));
+        let refresh = tokio::spawn(Arc::clone(&keyring).refresh(storage, log, metrics));
         let caller = |keyring: &Keyring| keyring.authenticate(&bearer("k-ci"));
 
         let created = |keys: &mut Vec<StoredKey>| keys.push(stored("ci", "k-ci", false));
