@@ -386,7 +386,7 @@ pub struct PoolStats {
 /// What a backend measures as it works, recorded into these metrics.
 #[derive(Clone, Debug)]
 pub struct StorageMetrics {
-    /// Creates per SQLite commit (group commit).
+    /// Writes per SQLite commit (group commit: creates and orders).
     pub commit_group_size: prometheus_client::metrics::histogram::Histogram,
 }
 

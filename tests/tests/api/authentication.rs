@@ -1,4 +1,4 @@
-//! §5: every operation requires `Authorization: Bearer <API_KEY>`; a missing
+//! `security`: every operation requires `Authorization: Bearer <API_KEY>`; a missing
 //! or invalid key gets 401 with the Error body — before anything else about
 //! the request is looked at.
 

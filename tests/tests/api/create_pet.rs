@@ -1,4 +1,4 @@
-//! §4.2 `POST /pets`: 201 with the stored pet and its assigned id; 400 for a
+//! `createPet` (`POST /pets`): 201 with the stored pet and its assigned id; 400 for a
 //! body that is missing fields or holds invalid values; 413 for a body over
 //! 16384 bytes.
 

@@ -1,4 +1,4 @@
-//! §4.3 `GET /pets/{petId}` (deprecated): 200 with the pet and the
+//! `getPet` (`GET /pets/{petId}`, deprecated): 200 with the pet and the
 //! deprecation headers; 404 when no pet has the id; 400 when the id is not
 //! an int64.
 

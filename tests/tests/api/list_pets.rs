@@ -1,4 +1,4 @@
-//! §4.1 `GET /pets`: a plain array of at most `limit` pets (default 20,
+//! `listPets` (`GET /pets`): a plain array of at most `limit` pets (default 20,
 //! bounds 1..100), filtered by `status`, in ascending id order; 400 for an
 //! invalid `limit` or `status`.
 

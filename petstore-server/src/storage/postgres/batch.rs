@@ -6,17 +6,18 @@
 //! arrays — for creates an `INSERT … SELECT FROM unnest(…)` — in
 //! autocommit: one statement, one commit, one WAL flush for the whole
 //! batch (with `synchronous_commit = on`, the rows are on disk when it
-//! returns), then answers each write (a create with its pet and id). While a batch commits
-//! the next one gathers, so batches grow with the load and a lone create
-//! waits for nobody. [`WRITERS`] batches may commit at once, on shared
+//! returns), then answers each write (a create with its pet and id, an
+//! order with what became of it). While a batch commits the next one
+//! gathers, so batches grow with the load and a lone write waits for
+//! nobody. [`WRITERS`] batches may commit at once, on shared
 //! connections of their own (a commit holds its connection until the flush
 //! is done, so reads never share these; each batch goes to the connection
 //! with the fewest in flight). A batch that fails for want of the database
-//! fails every create in it with 503, and may have been stored (as any
-//! create whose connection is lost mid-commit).
+//! fails every write in it with 503, and may have been stored (as any
+//! write whose connection is lost mid-commit).
 //!
 //! The queue is bounded ([`QUEUE_MAX`]): when the database falls that far
-//! behind, a create is refused at once with 503 (nothing stored) rather than
+//! behind, a write is refused at once with 503 (nothing stored) rather than
 //! queued, so memory never grows without bound and a client learns to
 //! back off instead of waiting for an answer that may come too late.
 
@@ -30,13 +31,14 @@ use super::shared::SharedConnections;
 use crate::storage::{PostgresFailure, StorageError};
 use petstore_api::model::{NewPet, Pet, PetStatus};
 
-/// The most creates stored by one statement.
+/// The most writes of a kind one statement stores.
 pub(super) const BATCH_MAX: usize = 512;
 
 /// Batches committing at once (and connections for them).
 pub(super) const WRITERS: usize = 2;
 
-/// The most creates waiting for a batch: four rounds of full batches.
+/// The most writes of a kind waiting for a batch: four rounds of full
+/// batches.
 pub(super) const QUEUE_MAX: usize = 4 * WRITERS * BATCH_MAX;
 
 /// A kind of request done many at once: writes stored together, reads

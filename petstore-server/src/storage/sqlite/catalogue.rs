@@ -13,6 +13,12 @@
 //! there: O(log n + limit) at any depth, for any status, however rare.
 //! Counting a status's pets is counting its bitmap: a sum over its
 //! containers (one per 65,536 positions), exact and cheap at any size.
+//!
+//! No operation deletes a pet. Should one ever, the columns could stay
+//! append-only: the deleted positions would leave every status's bitmap
+//! (so pages, counts and the inventory skip them) and go into a bitmap of
+//! their own that `get` checks; the ids stay sorted, so a cursor is still
+//! found by binary search.
 
 use roaring::RoaringBitmap;
 
