@@ -70,7 +70,7 @@ fn service(rqctx: &RequestContext<ApiContext>) -> Result<&Service, ApiError> {
 /// A storage failure as the client sees it: 503 when retrying later is
 /// right, 500 when it is a bug or corrupt data (the cause is logged either
 /// way, in the access log's `error_message_internal`, and counted).
-fn store_failure(context: &Service) -> impl Fn(StorageError) -> ApiError + '_ {
+fn storage_failure(context: &Service) -> impl Fn(StorageError) -> ApiError + '_ {
     move |error| {
         let unavailable = error.is_unavailable();
         context.metrics.database_error(unavailable);
@@ -101,7 +101,7 @@ impl PetstoreApi for PetstoreImpl {
                 after: params.after,
             })
             .await
-            .map_err(store_failure(context))?;
+            .map_err(storage_failure(context))?;
         let headers = match page.pets.last_id() {
             Some(last_id) if page.more => PageHeaders::next(limit, params.status, last_id),
             _ => PageHeaders::default(),
@@ -127,7 +127,7 @@ impl PetstoreApi for PetstoreImpl {
                 .storage
                 .create(pet)
                 .await
-                .map_err(store_failure(context))?;
+                .map_err(storage_failure(context))?;
             return created(pet, CreatedHeaders::default());
         };
         let once = Idempotency::new(
@@ -141,7 +141,7 @@ impl PetstoreApi for PetstoreImpl {
             .storage
             .create_idempotent(pet, once)
             .await
-            .map_err(store_failure(context))?;
+            .map_err(storage_failure(context))?;
         let count = |outcome| context.count_idempotent(Keyed::CreatePet, outcome);
         match outcome {
             CreateOutcome::Created(pet) => {
@@ -174,7 +174,7 @@ impl PetstoreApi for PetstoreImpl {
             .storage
             .get(id)
             .await
-            .map_err(store_failure(context))?
+            .map_err(storage_failure(context))?
         {
             Some(pet) => Ok(HttpResponseHeaders::new(
                 HttpResponseOk(pet),
@@ -203,7 +203,7 @@ impl PetstoreApi for PetstoreImpl {
                 owner: only_own(&auth),
             })
             .await
-            .map_err(store_failure(context))?;
+            .map_err(storage_failure(context))?;
         let headers = match page.orders.last() {
             Some(last) if page.more => OrdersPageHeaders::next(
                 limit,
@@ -248,7 +248,7 @@ impl PetstoreApi for PetstoreImpl {
             .storage
             .place_order(pet_id, owner, once)
             .await
-            .map_err(store_failure(context))?;
+            .map_err(storage_failure(context))?;
         // Who placed it is the key asking: nothing to show.
         let as_placed = |order: StoredOrder| order.answered(PlacedBy::Hidden);
         // Only what a key decided is counted: a refusal of the animal is not.
@@ -301,7 +301,7 @@ impl PetstoreApi for PetstoreImpl {
             .storage
             .get_order(id, only_own(&auth))
             .await
-            .map_err(store_failure(context))?
+            .map_err(storage_failure(context))?
         {
             Some(order) => Ok(HttpResponseOk(order.answered(placed_by))),
             None => Err(no_such_order(id)),
@@ -332,7 +332,7 @@ impl PetstoreApi for PetstoreImpl {
                 .storage
                 .get_order(id, Some(owner))
                 .await
-                .map_err(store_failure(context))?;
+                .map_err(storage_failure(context))?;
             if own.is_none() {
                 return Err(no_such_order(id));
             }
@@ -341,7 +341,7 @@ impl PetstoreApi for PetstoreImpl {
             .storage
             .update_order(id, to)
             .await
-            .map_err(store_failure(context))?
+            .map_err(storage_failure(context))?
         {
             UpdateOutcome::Done(order) => Ok(HttpResponseOk(order.answered(PlacedBy::Hidden))),
             UpdateOutcome::NoSuchOrder => Err(no_such_order(id)),
@@ -362,7 +362,7 @@ impl PetstoreApi for PetstoreImpl {
             .storage
             .inventory()
             .await
-            .map_err(store_failure(context))?;
+            .map_err(storage_failure(context))?;
         Ok(HttpResponseOk(inventory))
     }
 }
