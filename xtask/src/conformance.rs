@@ -60,8 +60,8 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
+use petstore_support::Service;
 
-use crate::service::{self, Service};
 use crate::{openapi, python, workspace_root};
 
 /// The schemathesis release the run is pinned to.
@@ -129,7 +129,12 @@ fail-on = true
 pub fn run() -> anyhow::Result<()> {
     let started = Instant::now();
     let venv = python::venv(&[SCHEMATHESIS])?;
-    let binary = service::build(&[], &[("petstore-server", "petstore-server")])?.remove(0);
+    let binary = escargot::CargoBuild::new()
+        .manifest_path(workspace_root().join("Cargo.toml"))
+        .package("petstore-server")
+        .bin("petstore-server")
+        .run()
+        .context("cargo build -p petstore-server")?;
     let out = workspace_root().join("target/conformance");
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let config = out.join("schemathesis.toml");
@@ -139,7 +144,7 @@ pub fn run() -> anyhow::Result<()> {
     let key = petstore_support::generate_key("conformance")?;
     let addr = petstore_support::free_loopback_addr()?;
     let database = format!("sqlite://{}", scratch.path().join("petstore.db").display());
-    let mut command = Command::new(binary);
+    let mut command = Command::new(binary.path());
     // Only what is given here counts, not the caller's PETSTORE_* settings.
     petstore_support::without_petstore_settings(&mut command)
         .arg("serve")
@@ -159,7 +164,7 @@ pub fn run() -> anyhow::Result<()> {
     println!("conformance: server listening on http://{addr}/v1");
     let stocked = tokio::runtime::Runtime::new()
         .context("starting a tokio runtime")?
-        .block_on(service::create_available(addr, &key, STOCK))?;
+        .block_on(petstore_support::create_available(addr, &key, STOCK))?;
     let ids: Vec<String> = stocked.iter().map(i64::to_string).collect();
     let text = CONFIG
         .replace("STOCKED_IDS", &ids.join(", "))

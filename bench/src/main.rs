@@ -1,5 +1,6 @@
-//! `cargo xtask bench`: throughput, latency, CPU and memory of the release
-//! server under wrk, each number next to a ceiling measured the same way.
+//! `petstore-bench` (`cargo xtask bench` runs it): throughput, latency, CPU
+//! and memory of the release server under wrk, each number next to a ceiling
+//! measured the same way.
 //!
 //! For each dataset — 1k pets on SQLite (every scenario), the scaling
 //! dataset (1M pets, reads only) and, with `--postgres`, 1k pets on a
@@ -17,18 +18,16 @@
 //! a failure midway leaves no server, ceiling, wrk or cluster behind.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, ExitCode};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use clap::ValueEnum;
+use clap::{Parser, ValueEnum};
 use petstore_server::store::DatabaseUrl;
 use petstore_support::postgres::Cluster;
-use petstore_support::{free_loopback_addr, generate_key};
-
-use crate::workspace_root;
+use petstore_support::{Service, free_loopback_addr, generate_key};
 
 mod canned;
 mod capture;
@@ -39,9 +38,7 @@ mod scenario;
 mod seed;
 mod wrk;
 
-use crate::service::{self, Service};
-pub use options::Options;
-use options::Switch;
+use options::{Options, Switch};
 use report::{Round, Row, Sample, pets_label};
 use scenario::Scenario;
 
@@ -52,8 +49,18 @@ const WARM_UP: Duration = Duration::from_secs(1);
 /// closing connections) is not measured.
 const SETTLE: Duration = Duration::from_millis(300);
 
-/// Runs `cargo xtask bench` with `options`.
-pub fn run(options: Options) -> anyhow::Result<()> {
+fn main() -> ExitCode {
+    match run(Options::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("petstore-bench: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the bench with `options`.
+fn run(options: Options) -> anyhow::Result<()> {
     wrk::ensure_installed()?;
     let binaries = Binaries::build()?;
     let machine = machine::Machine::describe();
@@ -112,14 +119,20 @@ impl Binaries {
     /// `cargo build --release` of the server and the ceiling.
     fn build() -> anyhow::Result<Binaries> {
         println!("bench: building the release server and ceiling");
-        let bins = [
-            ("petstore-server", "petstore-server"),
-            ("xtask", "bench-ceiling"),
-        ];
-        let [server, ceiling]: [PathBuf; 2] = service::build(&["--release"], &bins)?
-            .try_into()
-            .expect("two");
-        Ok(Binaries { server, ceiling })
+        let build = |package: &str, bin: &str| -> anyhow::Result<PathBuf> {
+            let built = escargot::CargoBuild::new()
+                .manifest_path(workspace_dir().join("Cargo.toml"))
+                .package(package)
+                .bin(bin)
+                .release()
+                .run()
+                .with_context(|| format!("cargo build --release -p {package} --bin {bin}"))?;
+            Ok(built.path().to_owned())
+        };
+        Ok(Binaries {
+            server: build("petstore-server", "petstore-server")?,
+            ceiling: build("petstore-bench", "bench-ceiling")?,
+        })
     }
 }
 
@@ -469,7 +482,7 @@ impl Bench {
             (1..=count as i64).collect()
         } else {
             self.runtime
-                .block_on(service::create_available(target.addr, key, count))?
+                .block_on(petstore_support::create_available(target.addr, key, count))?
         };
         let lines: String = ids.iter().map(|id| format!("{id}\n")).collect();
         std::fs::write(path, lines).with_context(|| format!("writing {}", path.display()))
@@ -546,15 +559,15 @@ fn measure(
     out: &Path,
 ) -> anyhow::Result<Sample> {
     std::thread::sleep(SETTLE);
-    let cpu_before = target.cpu_time()?;
+    let cpu_before = machine::cpu_time(target.pid())?;
     let run = wrk::run(script, target.addr, duration, out)?;
-    let cpu = target.cpu_time()?.saturating_sub(cpu_before);
+    let cpu = machine::cpu_time(target.pid())?.saturating_sub(cpu_before);
     Ok(Sample {
         rate: run.rate(),
         p50: run.p50,
         p99: run.p99,
         cpu_per_request: cpu.div_f64(run.requests.max(1) as f64),
-        peak_rss_kib: target.peak_rss_kib()?,
+        peak_rss_kib: machine::peak_rss_kib(target.pid())?,
         error: run.error(),
     })
 }
@@ -588,7 +601,7 @@ fn print_round(label: &str, scenario: Scenario, round: u64, rounds: u64, r: &Rou
 
 /// Prints the table and writes `target/bench/results.{tsv,md}`.
 fn write_results(rows: &[Row], preamble: &str) -> anyhow::Result<()> {
-    let out = workspace_root().join("target/bench");
+    let out = workspace_dir().join("target/bench");
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let table = report::markdown_table(rows);
     let markdown = format!("{preamble}\n{table}");
@@ -611,4 +624,12 @@ fn fail_on_errors(rows: &[Row]) -> anyhow::Result<()> {
         bail!("{errors} runs had errors (non-2xx responses or socket errors); see the table");
     }
     Ok(())
+}
+
+/// The workspace root (the parent of this crate's directory).
+fn workspace_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the bench lives in the workspace")
+        .to_owned()
 }
