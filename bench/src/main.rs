@@ -119,19 +119,9 @@ impl Binaries {
     /// `cargo build --release` of the server and the ceiling.
     fn build() -> anyhow::Result<Binaries> {
         println!("bench: building the release server and ceiling");
-        let build = |package: &str, bin: &str| -> anyhow::Result<PathBuf> {
-            let built = escargot::CargoBuild::new()
-                .manifest_path(workspace_dir().join("Cargo.toml"))
-                .package(package)
-                .bin(bin)
-                .release()
-                .run()
-                .with_context(|| format!("cargo build --release -p {package} --bin {bin}"))?;
-            Ok(built.path().to_owned())
-        };
         Ok(Binaries {
-            server: build("petstore-server", "petstore-server")?,
-            ceiling: build("petstore-bench", "bench-ceiling")?,
+            server: petstore_support::build("petstore-server", "petstore-server", true)?,
+            ceiling: petstore_support::build("petstore-bench", "bench-ceiling", true)?,
         })
     }
 }
@@ -601,7 +591,8 @@ fn print_round(label: &str, scenario: Scenario, round: u64, rounds: u64, r: &Rou
 
 /// Prints the table and writes `target/bench/results.{tsv,md}`.
 fn write_results(rows: &[Row], preamble: &str) -> anyhow::Result<()> {
-    let out = workspace_dir().join("target/bench");
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent();
+    let out = workspace.expect("in the workspace").join("target/bench");
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let table = report::markdown_table(rows);
     let markdown = format!("{preamble}\n{table}");
@@ -624,12 +615,4 @@ fn fail_on_errors(rows: &[Row]) -> anyhow::Result<()> {
         bail!("{errors} runs had errors (non-2xx responses or socket errors); see the table");
     }
     Ok(())
-}
-
-/// The workspace root (the parent of this crate's directory).
-fn workspace_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the bench lives in the workspace")
-        .to_owned()
 }

@@ -129,12 +129,8 @@ fail-on = true
 pub fn run() -> anyhow::Result<()> {
     let started = Instant::now();
     let venv = python::venv(&[SCHEMATHESIS])?;
-    let binary = escargot::CargoBuild::new()
-        .manifest_path(workspace_root().join("Cargo.toml"))
-        .package("petstore-server")
-        .bin("petstore-server")
-        .run()
-        .context("cargo build -p petstore-server")?;
+    println!("conformance: building the server");
+    let binary = petstore_support::build("petstore-server", "petstore-server", false)?;
     let out = workspace_root().join("target/conformance");
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let config = out.join("schemathesis.toml");
@@ -144,7 +140,7 @@ pub fn run() -> anyhow::Result<()> {
     let key = petstore_support::generate_key("conformance")?;
     let addr = petstore_support::free_loopback_addr()?;
     let database = format!("sqlite://{}", scratch.path().join("petstore.db").display());
-    let mut command = Command::new(binary.path());
+    let mut command = Command::new(binary);
     // Only what is given here counts, not the caller's PETSTORE_* settings.
     petstore_support::without_petstore_settings(&mut command)
         .arg("serve")

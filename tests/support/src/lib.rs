@@ -4,8 +4,9 @@
 //! - [`free_loopback_addr`]: a port to listen on.
 //! - [`generate_key`]: a fresh API key for one run.
 //! - [`ChildGuard`]: a child process that never outlives its owner.
-//! - [`Service`]: a server started as a child process, waited for until it
-//!   answers, and [`create_available`] animals to order from it.
+//! - [`Service`]: a server started as a child process (built with
+//!   [`build`]), waited for until it answers, and [`create_available`]
+//!   animals to order from it.
 //! - [`eventually`], [`eventually_async`]: waiting for a condition instead
 //!   of for time.
 //! - [`Tmpfs`]: a small file system to fill up or make read-only.
@@ -24,7 +25,7 @@ mod service;
 pub use mount::Tmpfs;
 pub use process::ChildGuard;
 pub use proxy::FaultProxy;
-pub use service::{Service, create_available};
+pub use service::{Service, build, create_available};
 
 use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};

@@ -1,10 +1,11 @@
 //! Servers started as child processes (by `cargo xtask conformance` and the
-//! bench): started, waited for until they answer, stopped; and animals
-//! created through their API.
+//! bench): built, started, waited for until they answer, stopped; and
+//! animals created through their API.
 
 use std::collections::VecDeque;
 use std::io::{PipeReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -133,6 +134,25 @@ impl Service {
             format!("; the end of its output:\n{}", text.trim_end())
         }
     }
+}
+
+/// Builds the binary `bin` of the workspace's `package` (`--release` or
+/// not) and returns where cargo put it (so a custom target directory is no
+/// problem). Should the build fail, the error holds the compiler's
+/// diagnostics.
+pub fn build(package: &str, bin: &str, release: bool) -> anyhow::Result<PathBuf> {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.toml");
+    let build = escargot::CargoBuild::new()
+        .manifest_path(workspace)
+        .package(package)
+        .bin(bin)
+        // Rendered on stderr too, which escargot keeps for its error.
+        .arg("--message-format=json-render-diagnostics");
+    let build = if release { build.release() } else { build };
+    let built = build
+        .run()
+        .with_context(|| format!("cargo build -p {package} --bin {bin}"))?;
+    Ok(built.path().to_owned())
 }
 
 /// The status an authenticated `GET /v1/pets?limit=20` gets from `addr`, if
