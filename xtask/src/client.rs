@@ -74,40 +74,27 @@ pub fn generate() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Fails when a committed file differs from what the contract generates.
+/// Fails when a committed file differs from what the contract generates,
+/// showing how (a unified diff).
 pub fn check() -> anyhow::Result<()> {
     for (file, expected) in rendered()? {
         let path = workspace_root().join(file);
         let committed = std::fs::read_to_string(&path)
             .with_context(|| format!("reading {}", path.display()))?;
         if committed != expected {
-            let (line, ours, theirs) = first_difference(&committed, &expected);
+            let diff = similar::TextDiff::from_lines(&committed, &expected);
+            let diff = diff
+                .unified_diff()
+                .header("committed", "generated")
+                .to_string();
             bail!(
-                "{file} is stale: it is not what openapi/petstore.yaml generates \
-                 (first difference at line {line}:\n  committed: {ours}\n  generated: \
-                 {theirs})\nrun `cargo xtask client generate` and commit the result"
+                "{file} is stale: it is not what openapi/petstore.yaml generates\n{diff}\n\
+                 run `cargo xtask client generate` and commit the result"
             );
         }
         println!("{file} matches openapi/petstore.yaml");
     }
     Ok(())
-}
-
-/// The 1-based number of the first line where `a` and `b` differ, and that
-/// line in each (`<end of file>` past the end).
-fn first_difference(a: &str, b: &str) -> (usize, String, String) {
-    let mut a_lines = a.lines();
-    let mut b_lines = b.lines();
-    let mut line = 1;
-    loop {
-        match (a_lines.next(), b_lines.next()) {
-            (Some(x), Some(y)) if x == y => line += 1,
-            (x, y) => {
-                let show = |l: Option<&str>| l.unwrap_or("<end of file>").trim().to_owned();
-                return (line, show(x), show(y));
-            }
-        }
-    }
 }
 
 /// The contract, parsed.
@@ -454,21 +441,4 @@ fn space_out(code: &str) -> String {
         }
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn first_difference_reports_the_line() {
-        assert_eq!(
-            first_difference("a\nb\nc\n", "a\nx\nc\n"),
-            (2, "b".to_owned(), "x".to_owned())
-        );
-        assert_eq!(
-            first_difference("a\n", "a\nb\n"),
-            (2, "<end of file>".to_owned(), "b".to_owned())
-        );
-    }
 }

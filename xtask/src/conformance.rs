@@ -60,8 +60,8 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
+use petstore_support::Service;
 
-use crate::service::{self, Service};
 use crate::{openapi, python, workspace_root};
 
 /// The schemathesis release the run is pinned to.
@@ -129,7 +129,8 @@ fail-on = true
 pub fn run() -> anyhow::Result<()> {
     let started = Instant::now();
     let venv = python::venv(&[SCHEMATHESIS])?;
-    let binary = service::build(&[], &[("petstore-server", "petstore-server")])?.remove(0);
+    println!("conformance: building the server");
+    let binary = petstore_support::build("petstore-server", "petstore-server", false)?;
     let out = workspace_root().join("target/conformance");
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let config = out.join("schemathesis.toml");
@@ -159,7 +160,7 @@ pub fn run() -> anyhow::Result<()> {
     println!("conformance: server listening on http://{addr}/v1");
     let stocked = tokio::runtime::Runtime::new()
         .context("starting a tokio runtime")?
-        .block_on(service::create_available(addr, &key, STOCK))?;
+        .block_on(petstore_support::create_available(addr, &key, STOCK))?;
     let ids: Vec<String> = stocked.iter().map(i64::to_string).collect();
     let text = CONFIG
         .replace("STOCKED_IDS", &ids.join(", "))

@@ -8,10 +8,11 @@
 //!   meaning is left: no descriptions, no key order, references resolved) and
 //!   compared facet by facet by [`diff`].
 //! - [`probe`]: what the emitted document cannot carry and schemathesis
-//!   does not check — query defaults, security, which error statuses each
-//!   operation answers, `null` for optional properties, the error body's
-//!   `status` — is asked of a real server started in-process, every expected
-//!   answer read from the YAML (the module says what is kept, and why).
+//!   does not check — query defaults, an open operation answering without a
+//!   key, 413 and 503 declared, `null` for optional properties, the error
+//!   body's `status` — is asked of a real server started in-process, every
+//!   expected answer read from the YAML (the module says what is kept, and
+//!   why).
 //!
 //! [`check_contract`] takes the YAML as text, so the mutation table
 //! (`mutations`) can feed it edited copies.

@@ -4,6 +4,9 @@
 //! - [`free_loopback_addr`]: a port to listen on.
 //! - [`generate_key`]: a fresh API key for one run.
 //! - [`ChildGuard`]: a child process that never outlives its owner.
+//! - [`Service`]: a server started as a child process (built with
+//!   [`build`]), waited for until it answers, and [`create_available`]
+//!   animals to order from it.
 //! - [`eventually`], [`eventually_async`] and their kin: waiting for a
 //!   condition instead of for time, each wait with a deadline.
 //! - [`Tmpfs`]: a small file system to fill up or make read-only.
@@ -17,11 +20,13 @@ mod mount;
 pub mod postgres;
 mod process;
 mod proxy;
+mod service;
 mod wait;
 
 pub use mount::Tmpfs;
 pub use process::{ChildGuard, output_within};
 pub use proxy::FaultProxy;
+pub use service::{Service, build, create_available};
 pub use wait::{
     Deadline, SOON, eventually, eventually_async, eventually_async_within, eventually_some,
     eventually_within, poll_until, within,

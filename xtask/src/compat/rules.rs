@@ -8,17 +8,13 @@
 //! schema used both ways (`PetStatus` is a request filter and a response
 //! field) is judged both ways, and the stricter verdict stands.
 //!
-//! Where Oxide's `drift` crate judges a kind of change as these rules do —
-//! new operations; parameters added, removed, made required or optional;
-//! request bodies added, made required or optional — its judgment is taken
-//! ([`adopted`]) and these rules do not look. What it cannot judge, or judges
-//! otherwise, stays here: `docs/compatibility.md` has the measurement.
+//! Oxide's `drift` crate was measured against these rules on the catalogue
+//! and is not used: `docs/compatibility.md` has the measurement.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::SystemTime;
 
-use openapi_drift::{ChangeClass, ChangeDetails};
-use openapiv3::{OpenAPI, Parameter, ParameterSchemaOrContent, Response};
+use openapiv3::{Parameter, ParameterSchemaOrContent, Response};
 use serde_json::{Map, Value};
 
 use super::{Finding, Verdict};
@@ -43,11 +39,11 @@ enum Change {
 }
 
 /// Every change from `old` to `new`, sorted, each once.
-pub fn compare(old: &Side<'_>, new: &Side<'_>) -> anyhow::Result<Vec<Finding>> {
+pub fn compare(old: &Side<'_>, new: &Side<'_>) -> Vec<Finding> {
     let mut rules = Rules {
         old,
         new,
-        findings: adopted(old.api, new.api)?,
+        findings: Vec::new(),
         compared: HashSet::new(),
     };
     rules.operations();
@@ -55,87 +51,7 @@ pub fn compare(old: &Side<'_>, new: &Side<'_>) -> anyhow::Result<Vec<Finding>> {
     let mut findings = rules.findings;
     findings.sort();
     findings.dedup();
-    Ok(findings)
-}
-
-/// The changes `drift` judges as these rules would, judged by it. It is not
-/// shown any `content`: it stops (`todo!`) on a media type added or removed,
-/// and what it says of schemas is left to these rules anyway.
-fn adopted(old: &OpenAPI, new: &OpenAPI) -> anyhow::Result<Vec<Finding>> {
-    use {ChangeClass::*, ChangeDetails::*};
-    let (old, new) = (without_content(old)?, without_content(new)?);
-    let changes = match std::panic::catch_unwind(|| openapi_drift::compare(&old, &new)) {
-        Ok(Ok(changes)) => changes,
-        // It cannot read a document with a reference to nothing or an
-        // undeclared path parameter (it even panics on the latter): no
-        // valid contract, so no compatible one.
-        failed => {
-            let why = failed.map_or("it panicked".to_owned(), |e| {
-                format!("{:#}", e.unwrap_err())
-            });
-            let message =
-                format!("drift cannot compare the documents ({why}); are both valid OpenAPI?");
-            return Ok(vec![Finding::new("paths", message, Verdict::Breaking)]);
-        }
-    };
-    let mut findings = Vec::new();
-    for change in changes {
-        let Some(path) = change.paths.first() else {
-            continue;
-        };
-        for info in &change.changes {
-            // A change's direction is not told apart from the others' in its
-            // record (an operation's), so it is read from what changed.
-            let parameter = [&info.old_subpath, &info.new_subpath]
-                .iter()
-                .any(|p| p.starts_with("parameters/"));
-            let whole = info.old_subpath.is_empty() && info.new_subpath.is_empty();
-            let adopted = match (info.details, info.class) {
-                (Removed | Added | AddedRequired | MoreStrict | LessStrict, _) if parameter => true,
-                // A new operation or optional body; a new required body; a
-                // body made required, or optional. (A body or a response
-                // removed and a response added are judged otherwise here.)
-                (Added, ForwardIncompatible) | (AddedRequired, Incompatible) => whole,
-                (MoreStrict, BackwardIncompatible) | (LessStrict, ForwardIncompatible) => whole,
-                _ => false,
-            };
-            let verdict = match info.class {
-                ForwardIncompatible => Verdict::Compatible,
-                _ => Verdict::Breaking,
-            };
-            // A new operation's record is at the paths on the old side.
-            let pointer = match path.old.to_string() {
-                old if old == "#/paths" => path.new.to_string(),
-                old => old,
-            };
-            let keys = pointer.trim_start_matches("#/").split('/');
-            let keys: Vec<String> = keys
-                .map(|key| key.replace("~1", "/").replace("~0", "~"))
-                .collect();
-            if adopted {
-                let message = format!("drift: {}", info.message);
-                findings.push(Finding::new(keys.join("."), message, verdict));
-            }
-        }
-    }
-    Ok(findings)
-}
-
-/// `api` as JSON, every `content` emptied.
-fn without_content(api: &OpenAPI) -> anyhow::Result<Value> {
-    fn empty(value: &mut Value) {
-        match value {
-            Value::Object(map) => map.iter_mut().for_each(|(key, value)| match key.as_str() {
-                "content" => *value = Value::Object(Map::new()),
-                _ => empty(value),
-            }),
-            Value::Array(items) => items.iter_mut().for_each(empty),
-            _ => {}
-        }
-    }
-    let mut json = serde_json::to_value(api)?;
-    empty(&mut json);
-    Ok(json)
+    findings
 }
 
 struct Rules<'s, 'a> {
@@ -179,13 +95,15 @@ impl Rules<'_, '_> {
         self.found(location, format!("{what} ({how})"), verdict);
     }
 
-    /// Operations in both documents, and those removed (new ones are drift's).
+    /// Operations in both documents, removed, and new.
     fn operations(&mut self) {
-        let new_ops = self.new.operations();
-        for (key, old_op) in &self.old.operations() {
-            match new_ops.get(key) {
-                Some(new_op) => self.operation(&old_op.location(), old_op, new_op),
-                None => self.removed_operation(&old_op.location(), old_op),
+        let (old_ops, new_ops) = (self.old.operations(), self.new.operations());
+        for (_, a, b) in paired(&old_ops, &new_ops) {
+            match (a, b) {
+                (Some(a), Some(b)) => self.operation(&a.location(), a, b),
+                (Some(a), None) => self.removed_operation(&a.location(), a),
+                (None, Some(b)) => self.compatible(b.location(), "new operation"),
+                (None, None) => {}
             }
         }
     }
@@ -244,20 +162,25 @@ impl Rules<'_, '_> {
         self.responses(location, old, new);
     }
 
-    /// Parameters in both documents (those added or removed, and whether
-    /// each is required, are drift's).
+    /// Parameters removed, new, and in both documents.
     fn parameters(&mut self, location: &str, old: &Op<'_>, new: &Op<'_>) {
-        let key = |p: &Parameter| (canon::location(p), p.parameter_data_ref().name.clone());
-        for old_param in &old.parameters {
-            if let Some(new_param) = new.parameters.iter().find(|p| key(p) == key(old_param)) {
-                let here = format!("{location}.parameters.{}", key(old_param).1);
-                self.parameter(&here, old_param, new_param);
+        let (old_params, new_params) = (by_key(old), by_key(new));
+        for ((place, name), a, b) in paired(&old_params, &new_params) {
+            let here = format!("{location}.parameters.{name}");
+            match (a, b) {
+                (Some(a), Some(b)) => self.parameter(&here, a, b),
+                (Some(_), None) => self.breaking(here, format!("{place} parameter removed")),
+                (None, Some(b)) if b.parameter_data_ref().required => {
+                    self.breaking(here, format!("new required {place} parameter"))
+                }
+                (None, _) => self.compatible(here, format!("new optional {place} parameter")),
             }
         }
     }
 
     fn parameter(&mut self, location: &str, old: &Parameter, new: &Parameter) {
         let (old_data, new_data) = (old.parameter_data_ref(), new.parameter_data_ref());
+        self.required(location, old_data.required, new_data.required);
         let (a, b) = (
             old_data.deprecated.unwrap_or(false),
             new_data.deprecated.unwrap_or(false),
@@ -284,8 +207,7 @@ impl Rules<'_, '_> {
         }
     }
 
-    /// A request body removed, and the content of one in both documents (one
-    /// added, and whether it is required, are drift's).
+    /// A request body removed, new, or in both documents.
     fn request_body(&mut self, location: &str, old: &Op<'_>, new: &Op<'_>) {
         let here = format!("{location}.requestBody");
         let old_body = old
@@ -300,7 +222,10 @@ impl Rules<'_, '_> {
             .and_then(|b| self.new.body(b));
         match (old_body, new_body) {
             (Some(_), None) => self.breaking(here, "request body removed"),
+            (None, Some(body)) if body.required => self.breaking(here, "new required request body"),
+            (None, Some(_)) => self.compatible(here, "new optional request body"),
             (Some(a), Some(b)) => {
+                self.required(&here, a.required, b.required);
                 let (a, b) = (content(self.old, &a.content), content(self.new, &b.content));
                 self.content(
                     &format!("{here}.content"),
@@ -310,6 +235,16 @@ impl Rules<'_, '_> {
                     false,
                 );
             }
+            (None, None) => {}
+        }
+    }
+
+    /// A parameter or request body that became required (an older client
+    /// may leave it out), or optional.
+    fn required(&mut self, location: &str, old: bool, new: bool) {
+        match (old, new) {
+            (false, true) => self.breaking(format!("{location}.required"), "now required"),
+            (true, false) => self.compatible(format!("{location}.required"), "no longer required"),
             _ => {}
         }
     }
@@ -647,14 +582,20 @@ impl Rules<'_, '_> {
 }
 
 /// The entries of two maps paired by key, in key order: `(key, old, new)`.
-fn paired<'m, V>(
-    old: &'m BTreeMap<String, V>,
-    new: &'m BTreeMap<String, V>,
-) -> Vec<(&'m String, Option<&'m V>, Option<&'m V>)> {
-    let keys: BTreeSet<&String> = old.keys().chain(new.keys()).collect();
+fn paired<'m, K: Ord, V>(
+    old: &'m BTreeMap<K, V>,
+    new: &'m BTreeMap<K, V>,
+) -> Vec<(&'m K, Option<&'m V>, Option<&'m V>)> {
+    let keys: BTreeSet<&K> = old.keys().chain(new.keys()).collect();
     keys.into_iter()
         .map(|key| (key, old.get(key), new.get(key)))
         .collect()
+}
+
+/// An operation's parameters by location and name.
+fn by_key<'a>(op: &Op<'a>) -> BTreeMap<(&'static str, String), &'a Parameter> {
+    let key = |p: &Parameter| (canon::location(p), p.parameter_data_ref().name.clone());
+    op.parameters.iter().map(|p| (key(p), *p)).collect()
 }
 
 /// `a -> b`, `absent` for a missing side.

@@ -3,9 +3,12 @@
 //! directory, a key generated for the run), every expectation read from the
 //! YAML.
 //!
-//! Generic fuzzing — values at and beyond each bound, wrong types, missing
-//! and undeclared fields, response bodies against their schemas — is
-//! schemathesis's, in `cargo xtask conformance`. What stays here:
+//! What schemathesis checks in `cargo xtask conformance` is not probed here:
+//! values at and beyond each bound, wrong types, missing and undeclared
+//! fields, that a secured operation refuses a request without a key or with
+//! a wrong one (`ignored_auth`), that every status it meets — 401, a path
+//! parameter naming nothing (404), 400 — is declared (`status_code_conformance`)
+//! with a body of the declared media type and schema. What stays here:
 //!
 //! - **query defaults**: dropshot cannot write a parameter's `default` into
 //!   the emitted document, and schemathesis does not check what an omitted
@@ -16,15 +19,13 @@
 //!   the first value of each optional enum, and an integer property named
 //!   `xId` names a distinct seeded item of the collection `…/xs`, so that
 //!   one collection's items can refer to another's.
-//! - **security**: the emitted document has none. A secured operation must
-//!   answer 401 without a key and with a wrong one; an open one must not ask
-//!   for a key.
-//! - **which error statuses each operation answers**: the server declares
-//!   `4XX`/`5XX` ranges, so each status is provoked and must be declared for
-//!   the operation: 401 as above, 404 for a path parameter naming nothing, 413
-//!   for a 1 MiB body (schemathesis never sends one), 503 with the database
-//!   file deleted under the server (schemathesis cannot do that). A declared
-//!   status no probe tries is noted.
+//! - **an open operation**: the emitted document has no security, and
+//!   schemathesis takes a 401 as a fair answer to any request; an operation
+//!   the YAML leaves open must answer without a key.
+//! - **the error statuses schemathesis cannot provoke**: 413 for a 1 MiB body
+//!   (it never sends one) and 503 with the database file deleted under the
+//!   server; each must be declared for the operation (the server declares
+//!   `4XX`/`5XX` ranges). A declared status no probe tries is noted.
 //! - **`null` for an optional property**: schemars writes every `Option<T>`
 //!   as nullable, so the emitted document cannot say whether the server
 //!   takes `null`; it is sent, and must be refused (400) unless the YAML says
@@ -78,8 +79,7 @@ pub async fn run(yaml: &Side<'_>, prefix: &str, report: &mut Report) -> anyhow::
     prober.seed(&operations).await;
     for op in &operations {
         prober.defaults(op).await;
-        prober.security(op).await;
-        prober.not_found(op).await;
+        prober.open(op).await;
         prober.body(op).await;
     }
     std::fs::remove_file(&database).context("deleting the database under the server")?;
@@ -177,12 +177,11 @@ impl<'a> Op<'a> {
     }
 }
 
-/// Which key a request carries.
+/// Whether a request carries the key.
 #[derive(Clone, Copy)]
 enum Key {
     Valid,
     Missing,
-    Wrong,
 }
 
 /// What the YAML says a request must get.
@@ -252,7 +251,6 @@ impl Prober<'_, '_> {
             .query(&request.query);
         let key = match request.key {
             Key::Valid => self.key.clone(),
-            Key::Wrong => format!("{}-wrong", self.key),
             Key::Missing => String::new(),
         };
         let scheme = self
@@ -304,10 +302,10 @@ impl Prober<'_, '_> {
         })
     }
 
-    /// A request the YAML says is valid, but for the path parameter given in
-    /// `instead`: path parameters naming the first seeded item (its field of
-    /// that name, or `id`), required query parameters, a valid body.
-    fn request(&self, op: &Op<'_>, key: Key, instead: Option<(&str, &str)>) -> Request {
+    /// A request the YAML says is valid: path parameters naming the first
+    /// seeded item (its field of that name, or `id`), required query
+    /// parameters, a valid body.
+    fn request(&self, op: &Op<'_>, key: Key) -> Request {
         let (mut path, mut query) = (op.path.clone(), Vec::new());
         for param in &op.params {
             let data = param.parameter_data_ref();
@@ -315,15 +313,12 @@ impl Prober<'_, '_> {
             let schema = self.yaml.format_json(&data.format).1;
             let first = self.collection(&op.path).and_then(|items| items.first());
             let existing = first.and_then(|item| item.get(name).or(item.get("id")).cloned());
-            match (canon::location(param), instead) {
-                ("path", Some((replaced, value))) if replaced == name => {
-                    path = path.replace(&format!("{{{name}}}"), value);
-                }
-                ("path", _) => {
+            match canon::location(param) {
+                "path" => {
                     let value = existing.unwrap_or_else(|| valid(self.yaml, &schema, 0));
                     path = path.replace(&format!("{{{name}}}"), &text(&value));
                 }
-                ("query", _) if data.required => {
+                "query" if data.required => {
                     query.push((name.to_owned(), text(&valid(self.yaml, &schema, 0))));
                 }
                 _ => {}
@@ -506,7 +501,7 @@ impl Prober<'_, '_> {
         references: &[(String, String)],
         i: usize,
     ) -> Request {
-        let mut request = self.request(create, Key::Valid, None);
+        let mut request = self.request(create, Key::Valid);
         let Some(body) = body else {
             return request;
         };
@@ -572,7 +567,7 @@ impl Prober<'_, '_> {
                 self.differ(&location, format!("default: cannot be probed, {why}"));
                 continue;
             }
-            let answer = self.send(op, &self.request(op, Key::Valid, None)).await;
+            let answer = self.send(op, &self.request(op, Key::Valid)).await;
             let message = match answer.map(|a| (a.status, a.json)) {
                 Ok((200..300, Some(Value::Array(items)))) if items.len() as u64 == default => {
                     continue;
@@ -592,48 +587,16 @@ impl Prober<'_, '_> {
         }
     }
 
-    /// A secured operation answers 401 without a key and with a wrong one;
-    /// an open one does not ask for a key.
-    async fn security(&mut self, op: &Op<'_>) {
+    /// An operation the YAML leaves open answers without a key.
+    async fn open(&mut self, op: &Op<'_>) {
+        if op.secured {
+            return;
+        }
         let location = format!("{}.security", op.location);
-        if !op.secured {
-            let request = self.request(op, Key::Missing, None);
-            let what = "a request without credentials, which the yaml does not require";
-            return self
-                .probe(op, &location, what, request, Expect::Not(401))
-                .await;
-        }
-        for (key, what) in [
-            (Key::Missing, "without credentials"),
-            (Key::Wrong, "with a wrong key"),
-        ] {
-            let request = self.request(op, key, None);
-            let what = format!("a request {what}");
-            self.probe(op, &location, &what, request, Expect::Error(401))
-                .await;
-        }
-    }
-
-    /// A path parameter naming no item (the largest integer it allows) gets 404.
-    async fn not_found(&mut self, op: &Op<'_>) {
-        for param in op.params.iter().filter(|p| canon::location(p) == "path") {
-            let data = param.parameter_data_ref();
-            let schema = self.yaml.resolve(&self.yaml.format_json(&data.format).1);
-            let value = match (&schema["type"], &schema["maximum"], &schema["format"]) {
-                (Value::String(t), Value::Null, f) if t == "integer" && f == "int32" => {
-                    i32::MAX.to_string()
-                }
-                (Value::String(t), Value::Null, _) if t == "integer" => i64::MAX.to_string(),
-                (Value::String(t), maximum, _) if t == "integer" => maximum.to_string(),
-                (Value::String(t), _, _) if t == "string" => "zz-no-such-item".to_owned(),
-                _ => continue,
-            };
-            let request = self.request(op, Key::Valid, Some((&data.name, &value)));
-            let location = format!("{}.parameters.{}", op.location, data.name);
-            let what = format!("{}={value} (names no item)", data.name);
-            self.probe(op, &location, &what, request, Expect::Error(404))
-                .await;
-        }
+        let request = self.request(op, Key::Missing);
+        let what = "a request without credentials, which the yaml does not require";
+        self.probe(op, &location, what, request, Expect::Not(401))
+            .await;
     }
 
     /// A 1 MiB body gets 413; `null` for an optional property is refused
@@ -641,7 +604,7 @@ impl Prober<'_, '_> {
     async fn body(&mut self, op: &Op<'_>) {
         let Some((_, schema)) = &op.body else { return };
         let location = format!("{}.requestBody", op.location);
-        let mut request = self.request(op, Key::Valid, None);
+        let mut request = self.request(op, Key::Valid);
         request.body = Some(json!({ "zzPadding": "a".repeat(OVERSIZED_BODY) }).to_string());
         self.probe(op, &location, "a 1 MiB body", request, Expect::Error(413))
             .await;
@@ -651,7 +614,7 @@ impl Prober<'_, '_> {
         };
         let properties = schema["properties"].as_object().into_iter().flatten();
         for (name, property) in properties.filter(|(name, _)| !valid_body.contains_key(*name)) {
-            let mut request = self.request(op, Key::Valid, None);
+            let mut request = self.request(op, Key::Valid);
             let mut body = valid_body.clone();
             body.insert(name.clone(), Value::Null);
             request.body = Some(Value::Object(body).to_string());
@@ -673,7 +636,7 @@ impl Prober<'_, '_> {
         for op in operations {
             let location = format!("{}.responses", op.location);
             let what = "a valid request while the database is broken";
-            let answer = match self.send(op, &self.request(op, Key::Valid, None)).await {
+            let answer = match self.send(op, &self.request(op, Key::Valid)).await {
                 Ok(answer) => answer,
                 Err(e) => {
                     return self.differ(
@@ -711,8 +674,8 @@ impl Prober<'_, '_> {
     }
 
     /// Notes each declared error status that no probe made the operation
-    /// answer (400s are schemathesis's; the others cannot be provoked from
-    /// outside the server).
+    /// answer (400, 401, 404 and the like are schemathesis's; the others
+    /// cannot be provoked from outside the server).
     fn untried(&mut self, op: &Op<'_>) {
         let tried = self.tried.remove(&op.location).unwrap_or_default();
         for (key, _) in &op.errors {

@@ -1,11 +1,11 @@
-//! `bench-ceiling`: the baseline `cargo xtask bench` compares the pet store
-//! server with.
+//! `bench-ceiling`: the baseline the bench (`cargo xtask bench`) compares
+//! the pet store server with.
 //!
 //! A minimal hyper 1.x server that does what every request to the real server
 //! must do at the least — accept the connection, parse HTTP/1.1, check the
 //! bearer key, read the body — and then answers with the bytes the real
 //! server sent for the same request, captured once (see
-//! `xtask/src/bench/canned.rs`). It uses the same connection setup as
+//! `bench/src/canned.rs`). It uses the same connection setup as
 //! dropshot (hyper-util's `auto` builder with a tokio timer) and a
 //! multi-threaded tokio runtime with tokio's default worker count (one per
 //! core), as `petstore-server` does. So its throughput is what the machine,
@@ -29,12 +29,12 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::signal::unix::{SignalKind, signal};
 
-#[path = "../bench/canned.rs"]
+#[path = "../canned.rs"]
 mod canned;
 
 use canned::{Canned, CannedSet};
 
-/// Replays the pet store's captured answers: the baseline of `cargo xtask bench`.
+/// Replays the pet store's captured answers: the baseline of the bench.
 #[derive(clap::Parser)]
 struct Args {
     /// Where to listen

@@ -1,13 +1,14 @@
-//! The command line of `cargo xtask bench`.
+//! The command line of `petstore-bench` (and `cargo xtask bench`).
 
 use std::time::Duration;
 
-use clap::{Args, ValueEnum};
+use clap::{Parser, ValueEnum};
 
 use super::scenario::Scenario;
 
-/// What to run.
-#[derive(Args, Clone, Debug, PartialEq, Eq)]
+/// wrk load test of the release server next to a hyper ceiling (see BENCHMARKS.md)
+#[derive(Parser, Clone, Debug, PartialEq, Eq)]
+#[command(name = "petstore-bench", bin_name = "cargo xtask bench")]
 pub struct Options {
     /// Seconds wrk drives each run
     #[arg(long, value_name = "SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
@@ -80,19 +81,17 @@ impl Options {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
+    use clap::CommandFactory;
 
     use super::*;
 
-    #[derive(Parser)]
-    struct Bench {
-        #[command(flatten)]
-        options: Options,
+    fn parse(args: &[&str]) -> Result<Options, clap::Error> {
+        Options::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))
     }
 
-    fn parse(args: &[&str]) -> Result<Options, clap::Error> {
-        let args = std::iter::once("bench").chain(args.iter().copied());
-        Bench::try_parse_from(args).map(|bench| bench.options)
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Options::command().debug_assert();
     }
 
     #[test]

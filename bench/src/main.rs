@@ -1,5 +1,6 @@
-//! `cargo xtask bench`: throughput, latency, CPU and memory of the release
-//! server under wrk, each number next to a ceiling measured the same way.
+//! `petstore-bench` (`cargo xtask bench` runs it): throughput, latency, CPU
+//! and memory of the release server under wrk, each number next to a ceiling
+//! measured the same way.
 //!
 //! For each dataset — 1k pets on SQLite (every scenario), the scaling
 //! dataset (1M pets, reads only) and, with `--postgres`, 1k pets on a
@@ -17,18 +18,16 @@
 //! a failure midway leaves no server, ceiling, wrk or cluster behind.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, ExitCode};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use clap::ValueEnum;
+use clap::{Parser, ValueEnum};
 use petstore_server::storage::DatabaseUrl;
 use petstore_support::postgres::Cluster;
-use petstore_support::{free_loopback_addr, generate_key};
-
-use crate::workspace_root;
+use petstore_support::{Service, free_loopback_addr, generate_key};
 
 mod canned;
 mod capture;
@@ -39,9 +38,7 @@ mod scenario;
 mod seed;
 mod wrk;
 
-use crate::service::{self, Service};
-pub use options::Options;
-use options::Switch;
+use options::{Options, Switch};
 use report::{Round, Row, Sample, pets_label};
 use scenario::Scenario;
 
@@ -52,8 +49,18 @@ const WARM_UP: Duration = Duration::from_secs(1);
 /// closing connections) is not measured.
 const SETTLE: Duration = Duration::from_millis(300);
 
-/// Runs `cargo xtask bench` with `options`.
-pub fn run(options: Options) -> anyhow::Result<()> {
+fn main() -> ExitCode {
+    match run(Options::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("petstore-bench: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the bench with `options`.
+fn run(options: Options) -> anyhow::Result<()> {
     wrk::ensure_installed()?;
     let binaries = Binaries::build()?;
     let machine = machine::Machine::describe();
@@ -112,14 +119,10 @@ impl Binaries {
     /// `cargo build --release` of the server and the ceiling.
     fn build() -> anyhow::Result<Binaries> {
         println!("bench: building the release server and ceiling");
-        let bins = [
-            ("petstore-server", "petstore-server"),
-            ("xtask", "bench-ceiling"),
-        ];
-        let [server, ceiling]: [PathBuf; 2] = service::build(&["--release"], &bins)?
-            .try_into()
-            .expect("two");
-        Ok(Binaries { server, ceiling })
+        Ok(Binaries {
+            server: petstore_support::build("petstore-server", "petstore-server", true)?,
+            ceiling: petstore_support::build("petstore-bench", "bench-ceiling", true)?,
+        })
     }
 }
 
@@ -469,7 +472,7 @@ impl Bench {
             (1..=count as i64).collect()
         } else {
             self.runtime
-                .block_on(service::create_available(target.addr, key, count))?
+                .block_on(petstore_support::create_available(target.addr, key, count))?
         };
         let lines: String = ids.iter().map(|id| format!("{id}\n")).collect();
         std::fs::write(path, lines).with_context(|| format!("writing {}", path.display()))
@@ -546,15 +549,15 @@ fn measure(
     out: &Path,
 ) -> anyhow::Result<Sample> {
     std::thread::sleep(SETTLE);
-    let cpu_before = target.cpu_time()?;
+    let cpu_before = machine::cpu_time(target.pid())?;
     let run = wrk::run(script, target.addr, duration, out)?;
-    let cpu = target.cpu_time()?.saturating_sub(cpu_before);
+    let cpu = machine::cpu_time(target.pid())?.saturating_sub(cpu_before);
     Ok(Sample {
         rate: run.rate(),
         p50: run.p50,
         p99: run.p99,
         cpu_per_request: cpu.div_f64(run.requests.max(1) as f64),
-        peak_rss_kib: target.peak_rss_kib()?,
+        peak_rss_kib: machine::peak_rss_kib(target.pid())?,
         error: run.error(),
     })
 }
@@ -588,7 +591,8 @@ fn print_round(label: &str, scenario: Scenario, round: u64, rounds: u64, r: &Rou
 
 /// Prints the table and writes `target/bench/results.{tsv,md}`.
 fn write_results(rows: &[Row], preamble: &str) -> anyhow::Result<()> {
-    let out = workspace_root().join("target/bench");
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent();
+    let out = workspace.expect("in the workspace").join("target/bench");
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let table = report::markdown_table(rows);
     let markdown = format!("{preamble}\n{table}");

@@ -1,6 +1,10 @@
-//! What machine the numbers come from, and how busy it was.
+//! What machine the numbers come from, how busy it was, and what `/proc`
+//! says about each process measured.
 
 use std::process::Command;
+use std::time::Duration;
+
+use anyhow::Context;
 
 use procfs::Current;
 
@@ -42,7 +46,7 @@ impl Machine {
     /// The preamble of `results.md`: the command line and its options, the
     /// machine, the load before and `load_after`, how long `seeding` took.
     pub fn markdown(&self, o: &Options, load_after: &str, seeding: &[String]) -> String {
-        let command = std::iter::once("cargo xtask".to_owned())
+        let command = std::iter::once("cargo xtask bench".to_owned())
             .chain(std::env::args().skip(1))
             .collect::<Vec<_>>()
             .join(" ");
@@ -85,4 +89,23 @@ fn output(program: &str, args: &[&str]) -> String {
         .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
         .filter(|text| !text.is_empty())
         .unwrap_or_else(|| format!("{program}: unknown"))
+}
+
+/// CPU time the process `pid` has used so far (user + system, all threads).
+pub fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
+    let stat = process(pid)?.stat().context("reading /proc/PID/stat")?;
+    let ticks = (stat.utime + stat.stime) as f64;
+    Ok(Duration::from_secs_f64(
+        ticks / procfs::ticks_per_second() as f64,
+    ))
+}
+
+/// The most resident memory the process `pid` has had (`VmHWM`), in KiB.
+pub fn peak_rss_kib(pid: u32) -> anyhow::Result<u64> {
+    let status = process(pid)?.status().context("reading /proc/PID/status")?;
+    status.vmhwm.context("no VmHWM in /proc/PID/status")
+}
+
+fn process(pid: u32) -> anyhow::Result<procfs::process::Process> {
+    procfs::process::Process::new(pid as i32).with_context(|| format!("/proc/{pid}"))
 }

@@ -1,20 +1,19 @@
-//! Servers xtask starts as child processes (for `conformance` and `bench`):
-//! started, waited for until they answer, stopped, and what `/proc` says
-//! about them.
+//! Servers started as child processes (by `cargo xtask conformance` and the
+//! bench): built, started, waited for until they answer, stopped; and
+//! animals created through their API.
 
 use std::collections::VecDeque;
 use std::io::{PipeReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use futures::{StreamExt, TryStreamExt};
-use petstore_support::ChildGuard;
 
-use crate::workspace_root;
+use crate::ChildGuard;
 
 /// How long a server may take to answer after it is spawned (a 1M-pet
 /// SQLite file or a PostgreSQL pool takes a moment).
@@ -91,27 +90,9 @@ impl Service {
         }
     }
 
-    /// CPU time the process has used so far (user + system, all threads).
-    pub fn cpu_time(&self) -> anyhow::Result<Duration> {
-        let stat = self.process()?.stat().context("reading /proc/PID/stat")?;
-        let ticks = (stat.utime + stat.stime) as f64;
-        Ok(Duration::from_secs_f64(
-            ticks / procfs::ticks_per_second() as f64,
-        ))
-    }
-
-    /// The most resident memory the process has had (`VmHWM`), in KiB.
-    pub fn peak_rss_kib(&self) -> anyhow::Result<u64> {
-        let status = self
-            .process()?
-            .status()
-            .context("reading /proc/PID/status")?;
-        status.vmhwm.context("no VmHWM in /proc/PID/status")
-    }
-
-    fn process(&self) -> anyhow::Result<procfs::process::Process> {
-        let pid = self.guard.pid();
-        procfs::process::Process::new(pid as i32).with_context(|| format!("/proc/{pid}"))
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.guard.pid()
     }
 
     /// Stops it with SIGTERM; fails when it does not exit cleanly.
@@ -155,42 +136,23 @@ impl Service {
     }
 }
 
-/// Builds the binaries `bins` (`(package, binary)`) with `cargo build` and
-/// `flags`, and returns their paths as cargo reports them (so a custom target
-/// directory is no problem), in the same order.
-pub fn build(flags: &[&str], bins: &[(&str, &str)]) -> anyhow::Result<Vec<PathBuf>> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut command = Command::new(cargo);
-    command
-        .current_dir(workspace_root())
-        .args(["build", "--message-format=json-render-diagnostics"]);
-    for (package, bin) in bins {
-        command.args(["-p", package, "--bin", bin]);
-    }
-    let output = command
-        .args(flags)
-        .stderr(Stdio::inherit())
-        .output()
-        .context("running cargo build")?;
-    if !output.status.success() {
-        bail!("cargo build {} failed: {}", flags.join(" "), output.status);
-    }
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let messages: Vec<serde_json::Value> = stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
-    let executable = |(_, name): &(&str, &str)| {
-        let built = messages
-            .iter()
-            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == *name);
-        let path = built
-            .filter_map(|m| m["executable"].as_str())
-            .next()
-            .map(PathBuf::from);
-        path.with_context(|| format!("cargo build reported no {name} executable"))
-    };
-    bins.iter().map(executable).collect()
+/// Builds the binary `bin` of the workspace's `package` (`--release` or
+/// not) and returns where cargo put it (so a custom target directory is no
+/// problem). Should the build fail, the error holds the compiler's
+/// diagnostics.
+pub fn build(package: &str, bin: &str, release: bool) -> anyhow::Result<PathBuf> {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.toml");
+    let build = escargot::CargoBuild::new()
+        .manifest_path(workspace)
+        .package(package)
+        .bin(bin)
+        // Rendered on stderr too, which escargot keeps for its error.
+        .arg("--message-format=json-render-diagnostics");
+    let build = if release { build.release() } else { build };
+    let built = build
+        .run()
+        .with_context(|| format!("cargo build -p {package} --bin {bin}"))?;
+    Ok(built.path().to_owned())
 }
 
 /// The status an authenticated `GET /v1/pets?limit=20` gets from `addr`, if
