@@ -47,8 +47,9 @@ pub struct Options {
     /// measure what logging costs
     #[arg(long, value_name = "LEVEL")]
     pub log_level: Option<String>,
-    /// The server's metrics and management listener (on by default, as the
-    /// server's default); off to measure what metrics cost
+    /// The server's management listener, which serves its metrics (on by
+    /// default, as the server's default); off to measure what serving them
+    /// costs (the metrics themselves are always kept)
     #[arg(
         long,
         value_name = "on|off",
