@@ -8,12 +8,12 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use futures::{StreamExt, TryStreamExt};
 
-use crate::ChildGuard;
+use crate::{ChildGuard, Deadline, poll_until};
 
 /// How long a server may take to answer after it is spawned (a 1M-pet
 /// SQLite file or a PostgreSQL pool takes a moment).
@@ -67,26 +67,22 @@ impl Service {
     }
 
     fn wait_until_ready(&mut self, key: &str) -> anyhow::Result<()> {
-        let deadline = Instant::now() + STARTUP_TIMEOUT;
-        loop {
-            if let Some(status) = self.guard.try_wait()? {
-                bail!(
-                    "{} exited during start-up ({status}){}",
-                    self.guard.name(),
-                    self.log_tail()
-                );
+        let deadline = Deadline::after(STARTUP_TIMEOUT);
+        let ready = poll_until(deadline, Duration::from_millis(50), || {
+            match self.guard.try_wait() {
+                Ok(None) => (status(self.addr, key) == Some(200)).then_some(Ok(())),
+                Ok(Some(status)) => Some(Err(anyhow::anyhow!("exited during start-up ({status})"))),
+                Err(e) => Some(Err(e.into())),
             }
-            if status(self.addr, key) == Some(200) {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "{} did not answer within {STARTUP_TIMEOUT:?}{}",
-                    self.guard.name(),
-                    self.log_tail()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        });
+        match ready {
+            Some(Ok(())) => Ok(()),
+            Some(Err(e)) => bail!("{} {e:#}{}", self.guard.name(), self.log_tail()),
+            None => bail!(
+                "{} did not answer within {STARTUP_TIMEOUT:?}{}",
+                self.guard.name(),
+                self.log_tail()
+            ),
         }
     }
 

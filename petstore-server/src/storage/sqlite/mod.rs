@@ -4,7 +4,7 @@
 //!   `create` answers only after its commit returned.
 //! - **One writer, group commit.** All writes go to one thread that owns the
 //!   only writing connection, so writers never meet `SQLITE_BUSY`. It takes
-//!   every create that is waiting and commits them in one transaction — one
+//!   every write that is waiting and commits them in one transaction — one
 //!   fsync for the group instead of one each.
 //! - **Reads come from memory.** The committed catalogue and orders are
 //!   loaded at start-up and kept in memory, in id order and per status; the
@@ -178,14 +178,13 @@ impl SqliteStorage {
     }
 
     /// Hands a write to the writer and waits for its commit and outcome.
-    async fn write<W: Write>(
-        &self,
-        write: W,
-        kind: fn(Job<W>) -> GroupJob,
-    ) -> Result<W::Outcome, StorageError> {
+    async fn write<W: Write>(&self, write: W) -> Result<W::Outcome, StorageError>
+    where
+        GroupJob: From<Job<W>>,
+    {
         let (reply, answer) = oneshot::channel();
-        self.send(WriteJob::Group(kind(Job::new(write, reply))), answer)
-            .await
+        let job = GroupJob::from(Job::new(write, reply));
+        self.send(WriteJob::Group(job), answer).await
     }
 
     /// Sends the writer `job` and waits for its answer.
@@ -198,7 +197,7 @@ impl SqliteStorage {
         answer.await.map_err(|_| self.writer_gone())?
     }
 
-    /// Why a create could not reach the writer: it died, or the storage closed.
+    /// Why a write could not reach the writer: it died, or the storage closed.
     fn writer_gone(&self) -> StorageError {
         if self.closing.load(Ordering::SeqCst) {
             StorageError::Closed
@@ -221,7 +220,7 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 #[async_trait::async_trait]
 impl Storage for SqliteStorage {
     async fn create(&self, pet: NewPet) -> Result<Pet, StorageError> {
-        self.write(Create(pet), GroupJob::Create).await
+        self.write(Create(pet)).await
     }
 
     async fn create_idempotent(
@@ -237,8 +236,7 @@ impl Storage for SqliteStorage {
             once: idempotency,
             claim,
         };
-        self.write(write, |job| GroupJob::CreateOnce(Box::new(job)))
-            .await
+        self.write(write).await
     }
 
     async fn purge_idempotency(
@@ -286,8 +284,7 @@ impl Storage for SqliteStorage {
             owner,
             once,
         };
-        self.write(write, |job| GroupJob::Place(Box::new(job)))
-            .await
+        self.write(write).await
     }
 
     async fn update_order(
@@ -308,7 +305,7 @@ impl Storage for SqliteStorage {
         })?;
         match decided {
             Some(outcome) => Ok(outcome),
-            None => self.write(Update { id, to }, GroupJob::Update).await,
+            None => self.write(Update { id, to }).await,
         }
     }
 

@@ -49,6 +49,30 @@ pub(super) enum GroupJob {
     Update(Job<Update>),
 }
 
+impl From<Job<Create>> for GroupJob {
+    fn from(job: Job<Create>) -> GroupJob {
+        GroupJob::Create(job)
+    }
+}
+
+impl From<Job<CreateOnce>> for GroupJob {
+    fn from(job: Job<CreateOnce>) -> GroupJob {
+        GroupJob::CreateOnce(Box::new(job))
+    }
+}
+
+impl From<Job<Place>> for GroupJob {
+    fn from(job: Job<Place>) -> GroupJob {
+        GroupJob::Place(Box::new(job))
+    }
+}
+
+impl From<Job<Update>> for GroupJob {
+    fn from(job: Job<Update>) -> GroupJob {
+        GroupJob::Update(job)
+    }
+}
+
 /// One write and the request waiting for its outcome.
 pub(super) struct Job<W: Write> {
     write: W,
@@ -79,14 +103,10 @@ impl<W: Write> Job<W> {
 impl GroupJob {
     fn apply(self, tx: &Connection) -> Result<Box<dyn Applied>, (GroupJob, rusqlite::Error)> {
         match self {
-            GroupJob::Create(job) => job.apply(tx).map_err(|(j, e)| (GroupJob::Create(j), e)),
-            GroupJob::CreateOnce(job) => job
-                .apply(tx)
-                .map_err(|(j, e)| (GroupJob::CreateOnce(Box::new(j)), e)),
-            GroupJob::Place(job) => job
-                .apply(tx)
-                .map_err(|(j, e)| (GroupJob::Place(Box::new(j)), e)),
-            GroupJob::Update(job) => job.apply(tx).map_err(|(j, e)| (GroupJob::Update(j), e)),
+            GroupJob::Create(job) => job.apply(tx).map_err(|(j, e)| (j.into(), e)),
+            GroupJob::CreateOnce(job) => job.apply(tx).map_err(|(j, e)| (j.into(), e)),
+            GroupJob::Place(job) => job.apply(tx).map_err(|(j, e)| (j.into(), e)),
+            GroupJob::Update(job) => job.apply(tx).map_err(|(j, e)| (j.into(), e)),
         }
     }
 
