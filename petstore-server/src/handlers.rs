@@ -41,7 +41,10 @@ fn only_own(auth: &Authenticated) -> Option<OwnerId> {
 
 /// Whether the answer shows who placed each order: when asked for
 /// (`include=placedBy`), which only a key with `orders:manage` may do.
-fn placed_by(auth: &Authenticated, include: Option<OrderInclude>) -> Result<PlacedBy, ApiError> {
+fn placed_by_shown_to(
+    auth: &Authenticated,
+    include: Option<OrderInclude>,
+) -> Result<PlacedBy, ApiError> {
     match include {
         None => Ok(PlacedBy::Hidden),
         Some(_) if auth.may(Scope::OrdersManage) => Ok(PlacedBy::Shown),
@@ -191,7 +194,7 @@ impl PetstoreApi for PetstoreImpl {
     ) -> Result<HttpResponseHeaders<HttpResponseOk<Vec<Order>>, OrdersPageHeaders>, ApiError> {
         let params = query.into_inner();
         let limit = params.limit.get();
-        let placed_by = placed_by(&auth, params.include)?;
+        let placed_by = placed_by_shown_to(&auth, params.include)?;
         let context = service(&rqctx)?;
         let page = context
             .storage
@@ -295,7 +298,7 @@ impl PetstoreApi for PetstoreImpl {
         query: Query<GetOrderParams>,
     ) -> Result<HttpResponseOk<Order>, ApiError> {
         let id = path.into_inner().order_id;
-        let placed_by = placed_by(&auth, query.into_inner().include)?;
+        let placed_by = placed_by_shown_to(&auth, query.into_inner().include)?;
         let context = service(&rqctx)?;
         match context
             .storage
