@@ -370,8 +370,12 @@ where
     fn from(e: E) -> Self {
         let message = e.to_string();
         let status = e.status_code();
+        let headers = e.headers();
         match e.to_response(Response::builder().status(status.as_status())) {
-            Ok(rsp) => Self::Handler { message, rsp },
+            Ok(mut rsp) => {
+                rsp.headers_mut().extend(headers);
+                Self::Handler { message, rsp }
+            }
             Err(e) => Self::Dropshot(e),
         }
     }
@@ -548,6 +552,17 @@ pub trait HttpResponseError:
 {
     /// Returns the status code for a response generated from this error.
     fn status_code(&self) -> ErrorStatusCode;
+
+    /// Returns headers to send with the response generated from this error,
+    /// such as `WWW-Authenticate` on a 401 or `Retry-After` on a 503.
+    ///
+    /// `HttpResponseContent` is not public, so a custom error type has no
+    /// other way to set a header; `HttpError` carries its own (see
+    /// [`HttpError::add_header`]), and this is the same for any error type.
+    /// The default is none. (dropshot#801)
+    fn headers(&self) -> http::HeaderMap {
+        http::HeaderMap::new()
+    }
 }
 
 /// Defines an implementation of the `HttpHandlerFunc` trait for functions

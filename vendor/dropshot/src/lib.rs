@@ -972,6 +972,8 @@ pub use pagination::WhichPage;
 pub use server::BuildError;
 pub use server::ServerBuilder;
 pub use server::ServerContext;
+pub use server::ServerRequestHandler;
+pub use server::ServerService;
 pub use server::ShutdownWaitFuture;
 pub use server::{HttpServer, HttpServerStarter};
 pub use versioning::ClientSpecifiesVersionInHeader;

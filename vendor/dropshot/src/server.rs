@@ -12,7 +12,9 @@ use super::compression::should_compress_response;
 use super::config::{CompressionConfig, ConfigDropshot, ConfigTls};
 #[cfg(feature = "usdt-probes")]
 use super::dtrace::probes;
+use super::error::HttpError;
 use super::handler::HandlerError;
+use super::handler::HttpResponseError;
 use super::handler::RequestContext;
 use super::http_util::HEADER_REQUEST_ID;
 use super::router::HttpRouter;
@@ -84,6 +86,9 @@ pub struct DropshotState<C: ServerContext> {
     pub(crate) handler_waitgroup_worker: DebugIgnore<waitgroup::Worker>,
     /// specifies how incoming requests are mapped to handlers based on versions
     pub(crate) version_policy: VersionPolicy,
+    /// presents the errors raised before an endpoint is chosen
+    /// (see [`ServerBuilder::unrouted_errors_as`])
+    pub(crate) unrouted_error: fn(HttpError) -> HandlerError,
 }
 
 impl<C: ServerContext> DropshotState<C> {
@@ -168,6 +173,7 @@ impl<C: ServerContext> HttpServerStarter<C> {
         log: &Logger,
         tls: Option<ConfigTls>,
         version_policy: VersionPolicy,
+        unrouted_error: fn(HttpError) -> HandlerError,
     ) -> Result<HttpServerStarter<C>, BuildError> {
         let tcp = {
             let std_listener = std::net::TcpListener::bind(
@@ -187,7 +193,41 @@ impl<C: ServerContext> HttpServerStarter<C> {
         let local_addr = tcp.local_addr().map_err(|e| {
             BuildError::generic_system(e, "getting local TCP address")
         })?;
+        let (app_state, handler_waitgroup) = Self::new_state(
+            config,
+            api,
+            private,
+            log,
+            tls,
+            version_policy,
+            unrouted_error,
+            local_addr,
+        )?;
+        let tls_acceptor = app_state.tls_acceptor.clone();
+        let http_acceptor = HttpAcceptor { tcp, log: app_state.log.clone() };
 
+        Ok(HttpServerStarter {
+            app_state,
+            local_addr,
+            handler_waitgroup,
+            http_acceptor,
+            tls_acceptor,
+        })
+    }
+
+    // Everything but the listening socket, which `ServerService` leaves to
+    // its caller.
+    #[allow(clippy::too_many_arguments)]
+    fn new_state(
+        config: &ConfigDropshot,
+        api: ApiDescription<C>,
+        private: C,
+        log: &Logger,
+        tls: Option<ConfigTls>,
+        version_policy: VersionPolicy,
+        unrouted_error: fn(HttpError) -> HandlerError,
+        local_addr: SocketAddr,
+    ) -> Result<(Arc<DropshotState<C>>, WaitGroup), BuildError> {
         let log = log.new(o!("local_addr" => local_addr));
 
         let server_config = ServerConfig {
@@ -227,6 +267,7 @@ impl<C: ServerContext> HttpServerStarter<C> {
             tls_acceptor: tls_acceptor.clone(),
             handler_waitgroup_worker: DebugIgnore(handler_waitgroup.worker()),
             version_policy,
+            unrouted_error,
         });
 
         for (path, method, endpoint) in app_state.router.endpoints(None) {
@@ -237,15 +278,7 @@ impl<C: ServerContext> HttpServerStarter<C> {
             );
         }
 
-        let http_acceptor = HttpAcceptor { tcp, log: log.clone() };
-
-        Ok(HttpServerStarter {
-            app_state,
-            local_addr,
-            handler_waitgroup,
-            http_acceptor,
-            tls_acceptor,
-        })
+        Ok((app_state, handler_waitgroup))
     }
 
     pub fn start(self) -> HttpServer<C> {
@@ -917,13 +950,14 @@ async fn http_request_handle<C: ServerContext>(
     let request = request.map(crate::Body::wrap);
     let method = request.method().clone();
     let uri = request.uri();
-    let found_version =
-        server.version_policy.request_version(&request, &request_log)?;
-    let lookup_result = server.router.lookup_route(
-        &method,
-        uri.path().into(),
-        found_version.as_ref(),
-    )?;
+    let found_version = server
+        .version_policy
+        .request_version(&request, &request_log)
+        .map_err(server.unrouted_error)?;
+    let lookup_result = server
+        .router
+        .lookup_route(&method, uri.path().into(), found_version.as_ref())
+        .map_err(server.unrouted_error)?;
     let rqctx = RequestContext {
         server: Arc::clone(&server),
         request: RequestInfo::new(&request, remote_addr),
@@ -1158,6 +1192,7 @@ pub struct ServerBuilder<C: ServerContext> {
     config: ConfigDropshot,
     version_policy: VersionPolicy,
     tls: Option<ConfigTls>,
+    unrouted_error: fn(HttpError) -> HandlerError,
 }
 
 impl<C: ServerContext> ServerBuilder<C> {
@@ -1179,7 +1214,23 @@ impl<C: ServerContext> ServerBuilder<C> {
             config: Default::default(),
             version_policy: VersionPolicy::Unversioned,
             tls: Default::default(),
+            unrouted_error: HandlerError::Dropshot,
         }
+    }
+
+    /// Presents the errors raised before any endpoint is chosen (no route
+    /// for the path, a method the path does not allow, a path that cannot
+    /// be decoded, an unsupported version) as `E`, the error type of the
+    /// API's endpoints, through `E: From<HttpError>`, instead of as
+    /// `HttpError`: so that every error of an API has one body. The
+    /// `HttpError`'s headers (`Allow` on a 405) reach `E::from`.
+    /// (dropshot#39, dropshot#41)
+    pub fn unrouted_errors_as<E>(mut self) -> Self
+    where
+        E: HttpResponseError + Send + Sync + 'static,
+    {
+        self.unrouted_error = |error| HandlerError::from(E::from(error));
+        self
     }
 
     /// Specify the server configuration
@@ -1239,7 +1290,63 @@ impl<C: ServerContext> ServerBuilder<C> {
             &self.log,
             self.tls,
             self.version_policy,
+            self.unrouted_error,
         )
+    }
+
+    /// Builds the server's request handling without binding or accepting:
+    /// for a program that accepts connections itself (to cap them, to time
+    /// out a silent peer or a stalled TLS handshake, to set hyper's
+    /// options) and serves each with hyper through
+    /// [`ServerService::connection`]. `local_addr` is the address handlers
+    /// and logs are told. The TLS configuration, if any, is not used: the
+    /// caller terminates TLS. (dropshot#726)
+    ///
+    /// # Errors
+    ///
+    /// As [`ServerBuilder::build_starter()`], except for binding.
+    pub fn build_service(
+        self,
+        local_addr: SocketAddr,
+    ) -> Result<ServerService<C>, BuildError> {
+        let (app_state, handler_waitgroup) = HttpServerStarter::new_state(
+            &self.config,
+            self.api.0,
+            self.private,
+            &self.log,
+            None,
+            self.version_policy,
+            self.unrouted_error,
+            local_addr,
+        )?;
+        Ok(ServerService { app_state, handler_waitgroup })
+    }
+}
+
+/// A server's request handling for connections its caller accepts; see
+/// [`ServerBuilder::build_service`].
+pub struct ServerService<C: ServerContext> {
+    app_state: Arc<DropshotState<C>>,
+    handler_waitgroup: WaitGroup,
+}
+
+impl<C: ServerContext> ServerService<C> {
+    /// The hyper service for one connection, from `remote_addr`.
+    pub fn connection(&self, remote_addr: SocketAddr) -> ServerRequestHandler<C> {
+        ServerRequestHandler::new(Arc::clone(&self.app_state), remote_addr)
+    }
+
+    /// The private context handlers are given.
+    pub fn app_private(&self) -> &C {
+        &self.app_state.private
+    }
+
+    /// Resolves once every handler has finished, including detached ones
+    /// (`HandlerTaskMode::Detached`), after the caller has dropped the
+    /// services of its connections.
+    pub async fn wait_for_handlers(self) {
+        drop(self.app_state);
+        self.handler_waitgroup.wait().await;
     }
 }
 
