@@ -13,6 +13,9 @@
 use std::any::Any;
 use std::sync::Arc;
 
+use http::HeaderValue;
+use http::header::WWW_AUTHENTICATE;
+
 use dropshot::{
     ApiEndpointBodyContentType, ErrorStatusCode, ExtensionMode, ExtractorMetadata, HttpError,
     RequestContext, ServerContext, SharedExtractor,
@@ -83,6 +86,9 @@ pub struct Refusal {
     pub message: &'static str,
     /// What the log records (never the key).
     pub reason: &'static str,
+    /// Whether the request sent a credential at all (then it was wrong,
+    /// expired or revoked: RFC 6750's `invalid_token`).
+    pub credential_sent: bool,
 }
 
 /// The state dropshot hands every endpoint of the API: the implementation,
@@ -173,18 +179,31 @@ impl SharedExtractor for Authenticated {
                 } else {
                     let refused = ApiError::insufficient_scope(knock.operation_id, needed);
                     let logged = format!("key {:?} refused: {}", caller.name, refused.message);
-                    Err(ErrorCode::InsufficientScope.http_error(
+                    let mut error = ErrorCode::InsufficientScope.http_error(
                         ErrorStatusCode::FORBIDDEN,
                         refused.message,
                         logged,
-                    ))
+                    );
+                    error
+                        .headers_mut()
+                        .insert(WWW_AUTHENTICATE, insufficient_scope_challenge(needed));
+                    Err(error)
                 }
             }
-            Err(refusal) => Err(ErrorCode::Unauthorized.http_error(
-                ErrorStatusCode::UNAUTHORIZED,
-                refusal.message.into(),
-                format!("authentication failed: {}", refusal.reason),
-            )),
+            Err(refusal) => {
+                let mut error = ErrorCode::Unauthorized.http_error(
+                    ErrorStatusCode::UNAUTHORIZED,
+                    refusal.message.into(),
+                    format!("authentication failed: {}", refusal.reason),
+                );
+                let challenge = if refusal.credential_sent {
+                    HeaderValue::from_static(r#"Bearer realm="petstore", error="invalid_token""#)
+                } else {
+                    HeaderValue::from_static(r#"Bearer realm="petstore""#)
+                };
+                error.headers_mut().insert(WWW_AUTHENTICATE, challenge);
+                Err(error)
+            }
         }
     }
 
@@ -194,4 +213,16 @@ impl SharedExtractor for Authenticated {
             parameters: Vec::new(),
         }
     }
+}
+
+/// RFC 6750 §3's challenge on a `403 insufficient_scope`: the scopes any one
+/// of which would admit the operation, space-separated.
+fn insufficient_scope_challenge(needed: &[Scope]) -> HeaderValue {
+    let scopes: Vec<&str> = needed.iter().map(|scope| scope.as_str()).collect();
+    let challenge = format!(
+        r#"Bearer realm="petstore", error="insufficient_scope", scope="{}""#,
+        scopes.join(" ")
+    );
+    // Scope names are fixed ASCII tokens (`pets:read`), always a valid value.
+    HeaderValue::try_from(challenge).expect("scope names are header-safe")
 }

@@ -1,10 +1,15 @@
 //! The contract's one error body, `{code, message, status}`, for every error
 //! the operations return — including the ones dropshot's extractors raise
-//! (malformed JSON, bad query or path parameters, oversized bodies), which
-//! reach us through `From<HttpError>`.
+//! (malformed JSON, bad query or path parameters, oversized bodies) and its
+//! router's (no such path, a method the path does not allow, a path that
+//! cannot be decoded; through our dropshot patch 0002), which reach us
+//! through `From<HttpError>`, headers and all (`Allow`, `WWW-Authenticate`;
+//! patch 0001 sends them).
 
 use crate::scopes::Scope;
 use dropshot::{ErrorStatusCode, HttpError, HttpResponseError};
+use http::header::{ALLOW, RETRY_AFTER};
+use http::{HeaderMap, HeaderValue};
 use schemars::JsonSchema;
 use serde::Serialize;
 use strum::VariantArray;
@@ -14,9 +19,11 @@ use strum::VariantArray;
 #[schemars(rename = "Error")]
 pub struct ApiError {
     /// Machine-readable error code: `bad_request`, `unauthorized`,
-    /// `not_found`, `idempotency_key_in_use`, `pet_not_available`,
+    /// `insufficient_scope`, `not_found`, `method_not_allowed`,
+    /// `request_timeout`, `idempotency_key_in_use`, `pet_not_available`,
     /// `invalid_transition`, `payload_too_large`, `idempotency_key_reused`,
-    /// `pet_not_found`, `internal_error` or `service_unavailable`.
+    /// `pet_not_found`, `rate_limited`, `internal_error` or
+    /// `service_unavailable`.
     pub code: String,
     /// Human-readable description.
     pub message: String,
@@ -27,6 +34,11 @@ pub struct ApiError {
     internal_message: String,
     #[serde(skip)]
     status_code: ErrorStatusCode,
+    /// Sent with the body (patch 0001): `Allow`, `WWW-Authenticate`,
+    /// `Retry-After`. Boxed, as `HttpError`'s are: most errors have none,
+    /// and every `Result` of a handler is as large as its error.
+    #[serde(skip)]
+    headers: Option<Box<HeaderMap>>,
 }
 
 /// An operation an `Idempotency-Key` makes happen at most once; its keys
@@ -60,8 +72,13 @@ pub enum ErrorCode {
     Unauthorized,
     /// 403: the key lacks the operation's scope.
     InsufficientScope,
-    /// 404: no such resource.
+    /// 404: no such resource, or no operation at the path.
     NotFound,
+    /// 405: the path has operations, but none for this method (`Allow`
+    /// lists them).
+    MethodNotAllowed,
+    /// 408: the request body did not arrive in time.
+    RequestTimeout,
     /// 409: another request with the idempotency key is in progress.
     IdempotencyKeyInUse,
     /// 409: the animal cannot be ordered now.
@@ -74,6 +91,9 @@ pub enum ErrorCode {
     IdempotencyKeyReused,
     /// 422: an order names an animal that does not exist.
     PetNotFound,
+    /// 429: the key (or, without one, the client address) is over its
+    /// budget; `Retry-After` says when to try again.
+    RateLimited,
     /// 500: a bug in us or corrupt data.
     InternalError,
     /// 503: the database is unavailable.
@@ -96,6 +116,7 @@ impl ApiError {
             internal_message: message.clone(),
             message,
             status_code,
+            headers: None,
         }
     }
 
@@ -209,6 +230,10 @@ impl ApiError {
             "the database is unavailable; retry later",
         );
         error.internal_message = format!("database unavailable: {}", chain(cause));
+        error.headers.get_or_insert_default().insert(
+            RETRY_AFTER,
+            HeaderValue::from(SERVICE_UNAVAILABLE_RETRY_AFTER_SECS),
+        );
         error
     }
 
@@ -225,6 +250,11 @@ impl ApiError {
         error
     }
 }
+
+/// The `Retry-After` of a `503`, in seconds: how long a database failover
+/// or restart usually leaves us without one, and short enough that a client
+/// waiting it out loses little.
+pub const SERVICE_UNAVAILABLE_RETRY_AFTER_SECS: u16 = 2;
 
 /// `error: its source: that one's source …`, for the log.
 pub fn chain(error: &dyn std::error::Error) -> String {
@@ -250,7 +280,11 @@ fn extractor_code(error: &HttpError) -> ErrorCode {
             .find(|code| code.as_str() == name)
     });
     named.unwrap_or(match error.status_code.as_u16() {
+        404 => ErrorCode::NotFound,
+        405 => ErrorCode::MethodNotAllowed,
+        408 => ErrorCode::RequestTimeout,
         413 => ErrorCode::PayloadTooLarge,
+        429 => ErrorCode::RateLimited,
         503 => ErrorCode::ServiceUnavailable,
         500..=599 => ErrorCode::InternalError,
         _ => ErrorCode::BadRequest,
@@ -279,10 +313,35 @@ impl ErrorCode {
 impl From<HttpError> for ApiError {
     fn from(error: HttpError) -> ApiError {
         let code = extractor_code(&error);
-        let mut api_error = ApiError::new(error.status_code, code, error.external_message);
+        let headers = error.headers;
+        let message = match code {
+            // dropshot's router says only "Not Found" and "Method Not
+            // Allowed"; say what the client can do about it.
+            ErrorCode::NotFound if error.error_code.is_none() => {
+                "no operation of the API has this path; the contract (openapi.yaml) lists them"
+                    .to_owned()
+            }
+            ErrorCode::MethodNotAllowed => format!(
+                "this path has no operation for the method; it allows {}",
+                allowed(headers.as_deref())
+            ),
+            _ => error.external_message,
+        };
+        let mut api_error = ApiError::new(error.status_code, code, message);
         api_error.internal_message = error.internal_message;
+        api_error.headers = headers;
         api_error
     }
+}
+
+/// The methods an `Allow` header lists, for a message.
+fn allowed(headers: Option<&HeaderMap>) -> String {
+    let methods: Vec<&str> = headers
+        .into_iter()
+        .flat_map(|headers| headers.get_all(ALLOW))
+        .filter_map(|value| value.to_str().ok())
+        .collect();
+    methods.join(", ")
 }
 
 impl std::fmt::Display for ApiError {
@@ -296,6 +355,10 @@ impl std::error::Error for ApiError {}
 impl HttpResponseError for ApiError {
     fn status_code(&self) -> ErrorStatusCode {
         self.status_code
+    }
+
+    fn headers(&self) -> HeaderMap {
+        self.headers.as_deref().cloned().unwrap_or_default()
     }
 }
 
@@ -315,6 +378,34 @@ mod tests {
         );
         let error = ApiError::from(named);
         assert_eq!((error.status, error.code.as_str()), (401, "unauthorized"));
+    }
+
+    #[test]
+    fn a_router_405_keeps_its_allow_header_and_names_the_methods() {
+        let mut routed = HttpError::for_client_error_with_status(
+            None,
+            dropshot::ClientErrorStatusCode::METHOD_NOT_ALLOWED,
+        );
+        routed.add_header(ALLOW, "GET").unwrap();
+        routed.add_header(ALLOW, "POST").unwrap();
+        let error = ApiError::from(routed);
+        assert_eq!(error.code, "method_not_allowed");
+        assert!(
+            error.message.ends_with("it allows GET, POST"),
+            "{}",
+            error.message
+        );
+        let allow: Vec<_> = error.headers().get_all(ALLOW).iter().cloned().collect();
+        assert_eq!(allow, ["GET", "POST"]);
+    }
+
+    #[test]
+    fn a_503_says_when_to_retry() {
+        let error = ApiError::service_unavailable(&std::io::Error::other("down"));
+        assert_eq!(
+            error.headers().get(RETRY_AFTER),
+            Some(&HeaderValue::from(SERVICE_UNAVAILABLE_RETRY_AFTER_SECS))
+        );
     }
 
     #[derive(Debug, thiserror::Error)]

@@ -12,6 +12,7 @@ use tokio::task::JoinHandle;
 
 use petstore_api::REQUEST_BODY_MAX_BYTES;
 use petstore_api::auth::ApiContext;
+use petstore_api::error::ApiError;
 
 use crate::admin::{self, AdminContext};
 use crate::context::{Requests, Service};
@@ -286,6 +287,7 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
     let context = ApiContext::new(Arc::new(service));
     let http = match ServerBuilder::new(api, context, api_log)
         .config(dropshot_config)
+        .unrouted_errors_as::<ApiError>()
         .tls(tls)
         .start()
     {

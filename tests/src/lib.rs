@@ -237,6 +237,17 @@ impl TestServer {
         key
     }
 
+    /// Revokes the stored key named `name` (as `petstore-server keys revoke`
+    /// does); the server refuses it within 2 s.
+    pub async fn revoke_key(&self, name: &str) {
+        let keys = storage::open_keys(&self.database.url)
+            .await
+            .expect("the key store opens");
+        keys.revoke_key(name, petstore_server::keyring::unix_now())
+            .await
+            .expect("the key is revoked");
+    }
+
     /// Waits until a `GET path` with `key` gets a status `accepted` takes
     /// (keys and their scopes reach a running server within 2 s; the wait's
     /// deadline is [`KEY_CHANGE`]).
@@ -499,10 +510,34 @@ pub fn next_link(response: &Response) -> Option<String> {
 }
 
 /// Asserts that `response` is an error in the contract's shape — JSON, with
-/// exactly `code`, `message` and `status`, `status` equal to the HTTP status —
-/// and returns its body.
+/// exactly `code`, `message` and `status`, `status` equal to the HTTP status,
+/// and the headers its status promises (1.5.0: `Retry-After` on every 503
+/// and 429, `WWW-Authenticate` on every 401, `Allow` on every 405) — and
+/// returns its body.
 pub async fn assert_error(response: Response, status: StatusCode, code: &str) -> Value {
     assert_eq!(response.status(), status, "HTTP status");
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .map(|value| value.to_str().expect("an ASCII header").to_owned())
+    };
+    match status.as_u16() {
+        429 | 503 => {
+            let retry_after = header("retry-after").expect("a Retry-After");
+            let seconds: u64 = retry_after.parse().expect("Retry-After in seconds");
+            assert!(seconds >= 1, "Retry-After: {seconds}");
+        }
+        401 => {
+            let challenge = header("www-authenticate").expect("a WWW-Authenticate");
+            assert!(
+                challenge.starts_with(r#"Bearer realm="petstore""#),
+                "{challenge}"
+            );
+        }
+        405 => assert!(header("allow").is_some(), "a 405 without Allow"),
+        _ => {}
+    }
     let content_type = response.headers().get("content-type").cloned();
     assert_eq!(
         content_type.as_ref().map(|v| v.to_str().unwrap()),

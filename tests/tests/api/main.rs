@@ -8,6 +8,7 @@ mod docs;
 mod get_pet;
 mod idempotency;
 mod list_pets;
+mod outside_the_contract;
 mod pagination;
 mod persistence;
 mod scopes;
