@@ -15,7 +15,7 @@ use dropshot::{
     ApiEndpointBodyContentType, ErrorStatusCode, ExclusiveExtractor, ExtractorMetadata, HttpError,
     RequestContext, ServerContext, TypedBody,
 };
-use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderMap};
+use http::header::{CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, HeaderMap};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
@@ -46,6 +46,7 @@ where
         let (parts, body) = request.into_parts();
         check_declared_length(&parts.headers, max)?;
         check_content_type(&parts.headers)?;
+        check_content_encoding(&parts.headers)?;
         let bytes = Limited::new(body, max)
             .collect()
             .await
@@ -104,6 +105,29 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), HttpError> {
             format!("expected content type \"application/json\", got \"{mime_type}\""),
         ))
     }
+}
+
+/// The body must be sent as it is: a `Content-Encoding` (gzip, say) would
+/// otherwise be read as JSON text, and a body that happened to parse would
+/// be stored as something the client did not mean. `identity` is no coding.
+fn check_content_encoding(headers: &HeaderMap) -> Result<(), HttpError> {
+    for value in headers.get_all(CONTENT_ENCODING) {
+        let codings = value.to_str().unwrap_or("(not ASCII)");
+        let coded = codings
+            .split(',')
+            .map(str::trim)
+            .any(|coding| !coding.is_empty() && !coding.eq_ignore_ascii_case("identity"));
+        if coded {
+            return Err(HttpError::for_bad_request(
+                None,
+                format!(
+                    "Content-Encoding \"{codings}\" is not supported: send the JSON body \
+                     uncompressed"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// One JSON value of type `T`, with only whitespace after it.
@@ -176,5 +200,19 @@ mod tests {
                 .as_u16(),
             400
         );
+    }
+
+    #[test]
+    fn a_coded_body_is_refused_and_identity_is_no_coding() {
+        let mut headers = HeaderMap::new();
+        assert!(check_content_encoding(&headers).is_ok());
+        headers.insert(CONTENT_ENCODING, HeaderValue::from_static("identity"));
+        assert!(check_content_encoding(&headers).is_ok());
+        for coding in ["gzip", "identity, br", "x-unknown"] {
+            headers.insert(CONTENT_ENCODING, HeaderValue::from_static(coding));
+            let error = check_content_encoding(&headers).unwrap_err();
+            assert_eq!(error.status_code.as_u16(), 400, "{coding}");
+            assert!(error.external_message.contains(coding), "{coding}");
+        }
     }
 }

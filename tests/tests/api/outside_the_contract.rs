@@ -149,3 +149,19 @@ async fn a_403_names_the_scopes_that_would_admit_the_request() {
     );
     assert_error(response, StatusCode::FORBIDDEN, "insufficient_scope").await;
 }
+
+#[tokio::test]
+async fn a_compressed_body_is_refused_not_read_as_json() {
+    let server = TestServer::start().await;
+    let response = server
+        .request(Method::POST, "/pets")
+        .header("content-type", "application/json")
+        .header("content-encoding", "gzip")
+        .body(r#"{"name":"Rex","categoryId":1}"#)
+        .send()
+        .await
+        .unwrap();
+    let body = assert_error(response, StatusCode::BAD_REQUEST, "bad_request").await;
+    assert!(body["message"].as_str().unwrap().contains("gzip"), "{body}");
+    assert!(server.list("").await.is_empty(), "nothing was created");
+}
