@@ -12,6 +12,7 @@
 
 use std::any::Any;
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::HeaderValue;
 use http::header::WWW_AUTHENTICATE;
@@ -96,6 +97,7 @@ pub struct Refusal {
 pub struct ApiContext {
     gatekeeper: Arc<dyn Gatekeeper>,
     implementation: Arc<dyn Any + Send + Sync>,
+    body_read_timeout: Option<Duration>,
 }
 
 impl ApiContext {
@@ -104,7 +106,22 @@ impl ApiContext {
         ApiContext {
             gatekeeper: Arc::clone(&implementation) as Arc<dyn Gatekeeper>,
             implementation,
+            body_read_timeout: None,
         }
+    }
+
+    /// Bounds how long a request body may take to arrive: a body still
+    /// incomplete after `timeout` is refused with `408` (see
+    /// [`StrictJson`](crate::body::StrictJson)). Without it, a body may
+    /// take as long as its connection lasts.
+    pub fn with_body_read_timeout(mut self, timeout: Duration) -> ApiContext {
+        self.body_read_timeout = Some(timeout);
+        self
+    }
+
+    /// How long a request body may take to arrive, if bounded.
+    pub fn body_read_timeout(&self) -> Option<Duration> {
+        self.body_read_timeout
     }
 
     /// The implementation's state, if it is a `T`.

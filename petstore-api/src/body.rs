@@ -7,9 +7,16 @@
 //! - A body that grows past the limit while being read is 413 as well.
 //! - After the JSON value, only whitespace may follow: `{…}{…}` or
 //!   `{…} trailing` is 400, where `TypedBody` silently drops the rest.
+//! - A body that has not all arrived within the server's body-read timeout
+//!   ([`ApiContext::body_read_timeout`]) is 408 `request_timeout`: a client
+//!   that stalls mid-body does not hold its connection and its request
+//!   for ever.
 //!
 //! Its metadata is `TypedBody<T>`'s, so the emitted OpenAPI document (and
 //! the drift check) cannot tell the two apart.
+
+use std::any::Any;
+use std::time::Duration;
 
 use dropshot::{
     ApiEndpointBodyContentType, ErrorStatusCode, ExclusiveExtractor, ExtractorMetadata, HttpError,
@@ -20,6 +27,7 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 
+use crate::auth::ApiContext;
 use crate::error::ErrorCode;
 
 /// A request body parsed as JSON into `T`, with nothing after it.
@@ -47,9 +55,20 @@ where
         check_declared_length(&parts.headers, max)?;
         check_content_type(&parts.headers)?;
         check_content_encoding(&parts.headers)?;
-        let bytes = Limited::new(body, max)
-            .collect()
-            .await
+        let read = Limited::new(body, max).collect();
+        // The extractor is generic over the context: the timeout is found by
+        // downcasting to the API's.
+        let context: &dyn Any = rqctx.context();
+        let timeout = context
+            .downcast_ref::<ApiContext>()
+            .and_then(ApiContext::body_read_timeout);
+        let read = match timeout {
+            Some(timeout) => tokio::time::timeout(timeout, read)
+                .await
+                .map_err(|_| timed_out(timeout))?,
+            None => read.await,
+        };
+        let bytes = read
             .map_err(|e| {
                 if e.downcast_ref::<LengthLimitError>().is_some() {
                     too_large(max)
@@ -64,6 +83,14 @@ where
     fn metadata(content_type: ApiEndpointBodyContentType) -> ExtractorMetadata {
         <TypedBody<T> as ExclusiveExtractor>::metadata(content_type)
     }
+}
+
+fn timed_out(timeout: Duration) -> HttpError {
+    let message = format!(
+        "the request body did not arrive within {} s",
+        timeout.as_secs_f64()
+    );
+    ErrorCode::RequestTimeout.http_error(ErrorStatusCode::REQUEST_TIMEOUT, message.clone(), message)
 }
 
 fn too_large(max: usize) -> HttpError {
