@@ -7,6 +7,7 @@
 //!
 //! - [`handlers`]: the implementation of the API trait.
 //! - [`server`], [`tls`]: the running server, and its certificate.
+//! - [`edge`]: the API's connections, accepted, capped and timed.
 //! - [`keys`], [`keyring`]: API keys and the live set of accepted keys.
 //! - [`context`]: what every handler can reach; the interface's bearer
 //!   check (`petstore_api::auth::Gatekeeper`), answered from the keyring.
@@ -20,6 +21,7 @@
 pub mod admin;
 pub mod context;
 pub mod docs;
+pub mod edge;
 pub mod handlers;
 pub mod keyring;
 pub mod keys;
@@ -30,6 +32,7 @@ pub mod server;
 pub mod storage;
 pub mod tls;
 
+pub use edge::EdgeLimits;
 pub use server::{
     IDEMPOTENCY_RETENTION_MIN, RunningServer, ServerConfig, ShutdownError, ShutdownReport,
     StartError, start,

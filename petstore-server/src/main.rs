@@ -55,6 +55,9 @@ enum ConfigCommand {
 }
 
 fn main() -> ExitCode {
+    // Before the command line is read: the connection cap's default is
+    // sized from the raised limit.
+    let open_files = raise_open_file_limit();
     let matches = Cli::command().get_matches();
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
@@ -68,7 +71,7 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve(args) => serve(args.resolve(sub)?).await,
+            Command::Serve(args) => serve(args.resolve(sub)?, open_files).await,
             Command::Migrate(args) => migrate(args.resolve(sub)?).await,
             Command::Keys(command) => {
                 let (_, sub) = sub.subcommand().expect("clap requires a keys command");
@@ -92,12 +95,12 @@ fn fail(message: String) -> ExitCode {
     ExitCode::FAILURE
 }
 
-async fn serve(settings: ServeSettings) -> anyhow::Result<()> {
+async fn serve(settings: ServeSettings, open_files: OpenFiles) -> anyhow::Result<()> {
     // Taken first: SIGHUP's default action would end the process, and a
     // reload may come while a large catalogue is still loading.
     let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let log = logging::logger(settings.log(), std::io::stderr());
-    raise_open_file_limit(&log);
+    open_files.log(&log);
     let api_keys = ApiKeys::parse(&std::env::var("PETSTORE_API_KEYS").unwrap_or_default())?;
     let deadline = Duration::from_secs(settings.shutdown_timeout);
     let server = petstore_server::start(
@@ -112,6 +115,7 @@ async fn serve(settings: ServeSettings) -> anyhow::Result<()> {
             tls: settings.tls()?,
             idempotency_retention: settings.idempotency_retention,
             docs: settings.docs == Switch::On,
+            edge: settings.edge.limits(),
         },
         log.clone(),
     )
@@ -148,18 +152,34 @@ async fn serve(settings: ServeSettings) -> anyhow::Result<()> {
     }
 }
 
-/// Raises the soft open-file limit to the hard limit: every connection
-/// costs a descriptor, and dropshot cannot limit connections (see the
-/// README). Logs both limits.
-fn raise_open_file_limit(log: &slog::Logger) {
-    let before = rlimit::getrlimit(rlimit::Resource::NOFILE).map(|(soft, _)| soft);
-    match rlimit::increase_nofile_limit(u64::MAX) {
-        Ok(now) => {
-            let hard = rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(now, |(_, hard)| hard);
-            slog::info!(log, "open-file limit"; "soft_before" => before.unwrap_or(0),
-                "soft" => now, "hard" => hard);
+/// The open-file limit before and after [`raise_open_file_limit`].
+struct OpenFiles {
+    before: u64,
+    raised: std::io::Result<u64>,
+}
+
+impl OpenFiles {
+    /// Logs both limits, or why the limit was not raised.
+    fn log(self, log: &slog::Logger) {
+        match self.raised {
+            Ok(now) => {
+                let hard =
+                    rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(now, |(_, hard)| hard);
+                slog::info!(log, "open-file limit"; "soft_before" => self.before,
+                    "soft" => now, "hard" => hard);
+            }
+            Err(e) => slog::warn!(log, "cannot raise the open-file limit"; "error" => %e),
         }
-        Err(e) => slog::warn!(log, "cannot raise the open-file limit"; "error" => %e),
+    }
+}
+
+/// Raises the soft open-file limit to the hard limit: every connection
+/// costs a descriptor, and the connection cap is sized from the limit.
+/// Logged once there is a logger.
+fn raise_open_file_limit() -> OpenFiles {
+    OpenFiles {
+        before: rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(0, |(soft, _)| soft),
+        raised: rlimit::increase_nofile_limit(u64::MAX),
     }
 }
 

@@ -94,11 +94,47 @@ enum State {
     InUse,
 }
 
-label_values!(KeyedOutcome, DatabaseFailure, State, AuthReason);
+/// Why the server closed an API connection, or saw it closed.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum CloseReason {
+    /// The client closed it (or it ended after `Connection: close`).
+    ClientClosed,
+    /// It sent nothing for the idle timeout: no first request, or nothing
+    /// between keep-alive requests.
+    IdleTimeout,
+    /// It did not finish sending a request head within the header-read
+    /// timeout.
+    HeaderTimeout,
+    /// It did not finish its TLS handshake within the handshake timeout.
+    TlsHandshakeTimeout,
+    /// Its TLS handshake failed.
+    TlsHandshakeFailed,
+    /// The server was at its connection cap and this was the connection
+    /// idle the longest, closed to make room for a new one.
+    Evicted,
+    /// The server shut down.
+    Shutdown,
+    /// A protocol or I/O error.
+    Error,
+}
+
+label_values!(
+    KeyedOutcome,
+    DatabaseFailure,
+    State,
+    AuthReason,
+    CloseReason
+);
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     reason: AuthReason,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CloseLabels {
+    reason: CloseReason,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -146,6 +182,9 @@ pub struct Metrics {
     open_fds: Gauge,
     max_fds: Gauge,
     open_sockets: Gauge,
+    connections_open: Gauge,
+    connections_closed: Family<CloseLabels, Counter>,
+    connections_max: Gauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -312,6 +351,26 @@ impl Metrics {
                  connections",
                 Gauge::default(),
             ),
+            connections_open: registered(
+                r,
+                "http_connections",
+                "Open API connections (TLS handshakes in progress included)",
+                Gauge::default(),
+            ),
+            connections_closed: registered(
+                r,
+                "http_connections_closed",
+                "API connections closed, by reason (client_closed, idle_timeout, header_timeout, \
+                 tls_handshake_timeout, tls_handshake_failed, evicted: idle the longest when a \
+                 new connection came at the cap, shutdown, error)",
+                Family::default(),
+            ),
+            connections_max: registered(
+                r,
+                "http_max_connections",
+                "The most API connections the server holds open at once (--max-connections)",
+                Gauge::default(),
+            ),
             none: Arc::from("none"),
             registry,
         }
@@ -362,6 +421,25 @@ impl Metrics {
     /// Counts idempotency records purged.
     pub fn idempotency_purged(&self, records: usize) {
         self.idempotency_purged.inc_by(records as u64);
+    }
+
+    /// Sets the connection cap, as configured.
+    pub fn connection_cap(&self, cap: usize) {
+        self.connections_max
+            .set(i64::try_from(cap).unwrap_or(i64::MAX));
+    }
+
+    /// Counts an API connection accepted.
+    pub fn connection_opened(&self) {
+        self.connections_open.inc();
+    }
+
+    /// Counts an API connection closed, and why.
+    pub fn connection_closed(&self, reason: CloseReason) {
+        self.connections_open.dec();
+        self.connections_closed
+            .get_or_create(&CloseLabels { reason })
+            .inc();
     }
 
     /// Counts a failed reload of the stored keys.

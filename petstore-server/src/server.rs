@@ -1,12 +1,13 @@
 //! The running server: started from its configuration (addresses, TLS,
 //! database, keys, the management listener, background tasks) and shut
-//! down within a deadline. What it serves is `handlers.rs`.
+//! down within a deadline. What it serves is `handlers.rs`; how its
+//! connections are accepted, capped and timed is `edge/`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dropshot::{ConfigDropshot, HandlerTaskMode, HttpServer, ServerBuilder};
+use dropshot::{ConfigDropshot, HandlerTaskMode, HttpServer, ServerBuilder, ServerService};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -16,6 +17,7 @@ use petstore_api::error::ApiError;
 
 use crate::admin::{self, AdminContext};
 use crate::context::{Requests, Service};
+use crate::edge::{self, Edge, EdgeLimits, LimitsError};
 use crate::handlers::PetstoreImpl;
 use crate::keyring::{Keyring, unix_now};
 use crate::keys::ApiKeys;
@@ -47,6 +49,8 @@ pub struct ServerConfig {
     /// Serve the contract (`/openapi.yaml`, `/openapi.json`) and the
     /// interactive page (`/docs/`).
     pub docs: bool,
+    /// The API connections: how many, and how long each step may take.
+    pub edge: EdgeLimits,
 }
 
 /// The shortest retention of idempotency keys the contract allows, and the
@@ -82,6 +86,9 @@ pub enum StartError {
     /// The certificate or key is not usable.
     #[error(transparent)]
     Tls(#[from] TlsError),
+    /// The connection cap does not fit the open-file limit.
+    #[error(transparent)]
+    Limits(#[from] LimitsError),
     /// The API trait does not describe a valid API (a bug in us).
     #[error("invalid API description: {0}")]
     Api(String),
@@ -108,7 +115,10 @@ pub struct ShutdownReport {
 
 /// A server accepting requests.
 pub struct RunningServer {
-    http: HttpServer<ApiContext>,
+    api: Edge,
+    /// dropshot's request handling; the edge's connections hold its
+    /// per-connection services.
+    service: Arc<ServerService<ApiContext>>,
     admin: Option<HttpServer<AdminContext>>,
     storage: Arc<dyn Storage>,
     requests: Requests,
@@ -123,7 +133,7 @@ pub struct RunningServer {
 impl RunningServer {
     /// The address the server listens on.
     pub fn local_addr(&self) -> SocketAddr {
-        self.http.local_addr()
+        self.api.local_addr()
     }
 
     /// The management listener's address, when it is on.
@@ -138,16 +148,7 @@ impl RunningServer {
         let Some(files) = &self.tls else {
             return Ok(false);
         };
-        let config = files.load()?;
-        self.http
-            .refresh_tls(&config)
-            .await
-            .map_err(|reason| TlsError::Invalid {
-                cert: files.cert.clone(),
-                key: files.key.clone(),
-                reason,
-            })?;
-        Ok(true)
+        Ok(self.api.reload_tls(files.load()?))
     }
 
     /// Resolves when the server can no longer work at all (e.g. the SQLite
@@ -167,18 +168,29 @@ impl RunningServer {
     /// Stops accepting connections and lets in-flight requests finish for
     /// up to `deadline`; then drops the connections still open, closes the
     /// database and reports how many requests were cut.
-    pub async fn shutdown(self, deadline: Duration) -> Result<ShutdownReport, ShutdownError> {
-        let closed = tokio::time::timeout(deadline, self.http.close()).await;
-        // Past the deadline, dropping the close future leaves the remaining
-        // connections' tasks to be dropped with the runtime: their requests
-        // are cut.
+    pub async fn shutdown(mut self, deadline: Duration) -> Result<ShutdownReport, ShutdownError> {
+        let drained = tokio::time::timeout(deadline, self.api.drain()).await;
         let report = ShutdownReport {
-            deadline_passed: closed.is_err(),
-            requests_cut: if closed.is_err() {
+            deadline_passed: drained.is_err(),
+            requests_cut: if drained.is_err() {
                 self.requests.in_flight()
             } else {
                 0
             },
+        };
+        if drained.is_err() {
+            self.api.cut().await;
+        }
+        // Every connection is gone, and the accept loop with the last other
+        // holder of the service: what is left are handlers that outlive
+        // their connection (none, as configured: they run on it), waited
+        // for as dropshot's `close()` did.
+        let closed = match Arc::try_unwrap(self.service) {
+            Ok(service) => {
+                service.wait_for_handlers().await;
+                Ok(())
+            }
+            Err(_) => Err("the request handling is still held after every connection closed"),
         };
         if let Some(admin) = self.admin {
             let _ = tokio::time::timeout(Duration::from_secs(1), admin.close()).await;
@@ -192,8 +204,8 @@ impl RunningServer {
         let _ = recorded.await;
         self.storage.close().await;
         match closed {
-            Ok(Err(e)) => Err(ShutdownError::Http(e)),
-            _ => Ok(report),
+            Err(e) => Err(ShutdownError::Http(e.to_owned())),
+            Ok(()) => Ok(report),
         }
     }
 }
@@ -214,7 +226,8 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
             source: Box::new(source),
         }
     };
-    std::net::TcpListener::bind(config.bind).map_err(listen_error(API_LISTENER, config.bind))?;
+    config.edge.check(edge::limits::soft_nofile())?;
+    let listener = listen(config.bind).map_err(listen_error(API_LISTENER, config.bind))?;
     if let Some(admin) = config.admin_bind {
         std::net::TcpListener::bind(admin).map_err(listen_error(ADMIN_LISTENER, admin))?;
     }
@@ -264,7 +277,6 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
         slog::o!(),
     );
     let dropshot_config = ConfigDropshot {
-        bind_address: config.bind,
         default_request_body_max_bytes: REQUEST_BODY_MAX_BYTES,
         // Handlers run on the connection's task instead of a task of their
         // own (a spawn per request costs about 10 % of throughput). If a
@@ -284,32 +296,44 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
         requests: requests.clone(),
         idempotency_retention: Retention::new(config.idempotency_retention),
     };
-    let context = ApiContext::new(Arc::new(service));
-    let http = match ServerBuilder::new(api, context, api_log)
+    let context =
+        ApiContext::new(Arc::new(service)).with_body_read_timeout(config.edge.body_read_timeout);
+    let local_addr = match listener.local_addr() {
+        Ok(address) => address,
+        Err(e) => return fail(listen_error(API_LISTENER, config.bind)(e)).await,
+    };
+    let service = match ServerBuilder::new(api, context, api_log)
         .config(dropshot_config)
         .unrouted_errors_as::<ApiError>()
-        .tls(tls)
-        .start()
+        .build_service(local_addr)
     {
-        Ok(http) => http,
-        Err(e) => {
-            let error = StartError::Listen {
-                listener: API_LISTENER,
-                address: config.bind,
-                source: Box::new(e),
-            };
-            return fail(error).await;
-        }
+        Ok(service) => Arc::new(service),
+        Err(e) => return fail(StartError::Api(e.to_string())).await,
     };
+    // The admin listener first: should it fail, nothing has been served.
     let admin = match config.admin_bind {
         Some(address) => match start_admin(address, &storage, &keys, &metrics, &log) {
             Ok(admin) => Some(admin),
-            Err(e) => {
-                let _ = http.close().await;
-                return fail(e).await;
-            }
+            Err(e) => return fail(e).await,
         },
         None => None,
+    };
+    let connections = Arc::clone(&service);
+    let api = match edge::serve(
+        listener,
+        config.edge,
+        tls,
+        move |remote| connections.connection(remote),
+        Arc::clone(&metrics),
+        log.new(slog::o!("local_addr" => local_addr)),
+    ) {
+        Ok(api) => api,
+        Err(e) => {
+            if let Some(admin) = admin {
+                let _ = admin.close().await;
+            }
+            return fail(listen_error(API_LISTENER, config.bind)(e)).await;
+        }
     };
     let purge = tokio::spawn(purge_expired_idempotency(
         Arc::clone(&storage),
@@ -320,13 +344,15 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
     let key_refresh =
         tokio::spawn(Arc::clone(&keys).refresh(Arc::clone(&database.keys), log.clone(), metrics));
     slog::info!(log, "serving";
-        "address" => %http.local_addr(),
+        "address" => %api.local_addr(),
+        "max_connections" => config.edge.max_connections,
         "scheme" => if config.tls.is_some() { "https" } else { "http" },
         "admin_address" => admin.as_ref().map(|admin| admin.local_addr().to_string()),
         "database" => %config.database,
         "api_keys" => ?keys.counts());
     Ok(RunningServer {
-        http,
+        api,
+        service,
         admin,
         storage,
         requests,
@@ -338,6 +364,22 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
         tls: config.tls,
     })
 }
+
+/// The API's listening socket, with a backlog deep enough for the
+/// connections that wait there while the server is at its cap (the kernel
+/// clamps it to `net.core.somaxconn`).
+fn listen(address: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = match address {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    // As std's bind does: a restarted server rebinds at once.
+    socket.set_reuseaddr(true)?;
+    socket.bind(address)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
+const LISTEN_BACKLOG: u32 = 1024;
 
 /// Deletes idempotency records past `retention`, in short batches (each a
 /// transaction of its own) so that creates are never held up for long;

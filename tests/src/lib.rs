@@ -478,6 +478,7 @@ async fn launch(database: &DatabaseUrl, log: &LogBuffer, retention: Duration) ->
         tls: None,
         idempotency_retention: retention,
         docs: true,
+        edge: Default::default(),
     };
     let settings = LogSettings {
         format: LogFormat::Json,

@@ -40,7 +40,7 @@ use clap::parser::{ArgMatches, ValueSource};
 use clap::{Args, FromArgMatches, ValueEnum};
 use petstore_server::logging::{LogFormat, LogSettings};
 use petstore_server::storage::{DatabaseUrl, PostgresUrl};
-use petstore_server::{IDEMPOTENCY_RETENTION_MIN, TlsFiles};
+use petstore_server::{EdgeLimits, IDEMPOTENCY_RETENTION_MIN, TlsFiles};
 use serde::{Deserialize, Serialize, Serializer};
 
 /// The database flags every command that opens the database takes.
@@ -131,6 +131,98 @@ pub struct ServeArgs {
     #[arg(long, env = "PETSTORE_DOCS", default_value = "on")]
     #[serde(serialize_with = "value_name")]
     pub docs: Switch,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub edge: EdgeArgs,
+}
+
+/// The API connections' limits (`EdgeLimits`). The cap's default is sized
+/// from the open-file limit when the command line is read, which `main`
+/// has raised to the hard limit by then.
+#[derive(clap::Args, Clone, Debug, Serialize)]
+pub struct EdgeArgs {
+    /// The most API connections open at once; at the cap, a new one closes the connection idle
+    /// the longest. Default: the open-file limit less 128 descriptors kept for the database,
+    /// logs and the management listener; more than that is refused at start
+    #[arg(
+        long,
+        env = "PETSTORE_MAX_CONNECTIONS",
+        value_parser = clap::value_parser!(u64).range(1..),
+        default_value_t = EdgeLimits::default().max_connections as u64
+    )]
+    pub max_connections: u64,
+    /// How long a connection may send nothing (before its first request, between keep-alive
+    /// requests, HTTP/2 with no stream open) before it is closed, e.g. 10s (1s to 1h)
+    #[arg(
+        long,
+        env = "PETSTORE_IDLE_TIMEOUT",
+        value_parser = parse_timeout,
+        default_value = "10s"
+    )]
+    #[serde(serialize_with = "duration")]
+    pub idle_timeout: Duration,
+    /// How long an HTTP/1 request head may take to arrive once begun (1s to 1h)
+    #[arg(
+        long,
+        env = "PETSTORE_HEADER_READ_TIMEOUT",
+        value_parser = parse_timeout,
+        default_value = "10s"
+    )]
+    #[serde(serialize_with = "duration")]
+    pub header_read_timeout: Duration,
+    /// How long a TLS handshake may take (1s to 1h)
+    #[arg(
+        long,
+        env = "PETSTORE_TLS_HANDSHAKE_TIMEOUT",
+        value_parser = parse_timeout,
+        default_value = "10s"
+    )]
+    #[serde(serialize_with = "duration")]
+    pub tls_handshake_timeout: Duration,
+    /// How long a request body may take to arrive; past it, 408 request_timeout (1s to 1h)
+    #[arg(
+        long,
+        env = "PETSTORE_BODY_READ_TIMEOUT",
+        value_parser = parse_timeout,
+        default_value = "10s"
+    )]
+    #[serde(serialize_with = "duration")]
+    pub body_read_timeout: Duration,
+    /// How often an HTTP/2 connection is pinged; one that does not answer within as long again
+    /// is closed (1s to 1h)
+    #[arg(
+        long,
+        env = "PETSTORE_HTTP2_KEEP_ALIVE_INTERVAL",
+        value_parser = parse_timeout,
+        default_value = "20s"
+    )]
+    #[serde(serialize_with = "duration")]
+    pub http2_keep_alive_interval: Duration,
+}
+
+impl EdgeArgs {
+    /// The limits, for `ServerConfig`.
+    pub fn limits(&self) -> EdgeLimits {
+        EdgeLimits {
+            max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
+            idle_timeout: self.idle_timeout,
+            header_read_timeout: self.header_read_timeout,
+            tls_handshake_timeout: self.tls_handshake_timeout,
+            body_read_timeout: self.body_read_timeout,
+            http2_keep_alive_interval: self.http2_keep_alive_interval,
+        }
+    }
+}
+
+/// A timeout of the edge: under a second would cut legitimate clients on a
+/// slow link; over an hour holds a descriptor for nothing.
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    let timeout = humantime::parse_duration(text)
+        .map_err(|e| format!("{e}; expected a duration such as 10s or 1m"))?;
+    if !(Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&timeout) {
+        return Err(format!("{text} is not between 1s and 1h"));
+    }
+    Ok(timeout)
 }
 
 fn parse_retention(text: &str) -> Result<Duration, String> {
@@ -531,7 +623,13 @@ mod tests {
             access_log = \"off\"\n\
             shutdown_timeout = 0\n\
             idempotency_retention = \"7days 3h\"\n\
-            docs = \"off\"\n";
+            docs = \"off\"\n\
+            max_connections = 100\n\
+            idle_timeout = \"2s\"\n\
+            header_read_timeout = \"3s\"\n\
+            tls_handshake_timeout = \"4s\"\n\
+            body_read_timeout = \"5s\"\n\
+            http2_keep_alive_interval = \"1m\"\n";
         std::fs::write(&file, settings).unwrap();
         let file = file.to_str().unwrap();
         let from_file: String = settings.lines().map(|l| format!("{l}  # file\n")).collect();
@@ -549,11 +647,27 @@ mod tests {
     #[test]
     fn with_no_file_every_setting_is_its_default() {
         let described = described(&[]).unwrap();
-        assert_eq!(described.lines().count(), 10, "{described}");
+        assert_eq!(described.lines().count(), 16, "{described}");
         assert!(
             described.lines().all(|line| line.ends_with("  # default")),
             "{described}"
         );
         assert!(described.contains("idempotency_retention = \"1day\""));
+        assert!(described.contains("idle_timeout = \"10s\""));
+        let cap = EdgeLimits::default().max_connections;
+        assert!(described.contains(&format!("max_connections = {cap}  #")));
+    }
+
+    #[test]
+    fn timeouts_out_of_bounds_are_refused() {
+        for (text, expected) in [
+            ("500ms", "500ms is not between 1s and 1h"),
+            ("2h", "2h is not between 1s and 1h"),
+            ("soon", "expected a duration such as 10s or 1m"),
+        ] {
+            let error = parse_timeout(text).unwrap_err();
+            assert!(error.contains(expected), "{text}: {error}");
+        }
+        assert_eq!(parse_timeout("1m"), Ok(Duration::from_secs(60)));
     }
 }

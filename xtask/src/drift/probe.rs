@@ -103,6 +103,7 @@ async fn start(database: &std::path::Path, key: &str) -> anyhow::Result<RunningS
         tls: None,
         idempotency_retention: petstore_server::IDEMPOTENCY_RETENTION_MIN,
         docs: false,
+        edge: Default::default(),
     };
     let log = slog::Logger::root(slog::Discard, slog::o!());
     let started = petstore_server::start(config, log).await;
