@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{KEY, KEY_CHANGE, OUTAGE, Served, petstore, run, tool};
+use common::{
+    KEY, KEY_CHANGE, OUTAGE, Served, certificate_authority, petstore, run, tool, trusting,
+};
 use petstore_support::{blocking, eventually, eventually_within, within};
 
 /// `petstore-server keys ARGS --database URL`, in `dir`.
@@ -578,46 +580,6 @@ async fn metrics_parse_as_prometheus_text_and_count_what_happened() {
         histogram.value,
         prometheus_parse::Value::Histogram(_)
     ));
-}
-
-/// A CA and a server certificate for 127.0.0.1 signed by it, as PEM.
-fn certificate_authority(
-    dir: &Path,
-    name: &str,
-) -> (String, std::path::PathBuf, std::path::PathBuf) {
-    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name
-        .push(DnType::CommonName, format!("petstore test CA {name}"));
-    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let mut leaf =
-        CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).unwrap();
-    leaf.distinguished_name
-        .push(DnType::CommonName, format!("petstore test server {name}"));
-    let leaf = leaf.signed_by(&key, &ca).unwrap();
-    let cert_file = dir.join(format!("{name}.crt"));
-    let key_file = dir.join(format!("{name}.key"));
-    std::fs::write(&cert_file, leaf.pem()).unwrap();
-    std::fs::write(&key_file, key.serialize_pem()).unwrap();
-    (ca.pem(), cert_file, key_file)
-}
-
-/// A reqwest client trusting only `ca`, sending the test key, keeping its
-/// connections open.
-fn trusting(ca: &str) -> reqwest::Client {
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert(
-        reqwest::header::AUTHORIZATION,
-        format!("Bearer {KEY}").parse().unwrap(),
-    );
-    reqwest::Client::builder()
-        .add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).unwrap())
-        .default_headers(headers)
-        .pool_idle_timeout(None)
-        .build()
-        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

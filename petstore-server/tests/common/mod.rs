@@ -438,3 +438,43 @@ pub async fn until_a_session_waits_on(pg: &tokio_postgres::Client, what: &str) {
     })
     .await;
 }
+
+/// A CA and a server certificate for 127.0.0.1 signed by it, as PEM.
+pub fn certificate_authority(
+    dir: &Path,
+    name: &str,
+) -> (String, std::path::PathBuf, std::path::PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, format!("petstore test CA {name}"));
+    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let mut leaf =
+        CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).unwrap();
+    leaf.distinguished_name
+        .push(DnType::CommonName, format!("petstore test server {name}"));
+    let leaf = leaf.signed_by(&key, &ca).unwrap();
+    let cert_file = dir.join(format!("{name}.crt"));
+    let key_file = dir.join(format!("{name}.key"));
+    std::fs::write(&cert_file, leaf.pem()).unwrap();
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    (ca.pem(), cert_file, key_file)
+}
+
+/// A reqwest client trusting only `ca`, sending the test key, keeping its
+/// connections open.
+pub fn trusting(ca: &str) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {KEY}").parse().unwrap(),
+    );
+    reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).unwrap())
+        .default_headers(headers)
+        .pool_idle_timeout(None)
+        .build()
+        .unwrap()
+}

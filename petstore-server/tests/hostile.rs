@@ -1,0 +1,401 @@
+//! The server facing the internet alone, with no proxy in front: a child
+//! process held to 512 descriptors, under hostile load — 2,000 connections
+//! that never send a byte, 200 that send a request head a byte at a time,
+//! 200 that stall their body, and (over TLS) 200 that stall their
+//! handshake — while a normal client goes on being answered. Every hostile
+//! connection must be closed within its timeout (2 s here) and a slack,
+//! and the server must never hold more connections than its cap.
+
+mod common;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
+
+use common::{KEY, Served, certificate_authority, trusting};
+use petstore_support::{blocking, eventually_async_within, within};
+
+/// The server's open-file limit.
+const SERVER_FILES: u64 = 512;
+/// What that limit leaves for API connections (the reserve is 128).
+const CAP: f64 = 384.0;
+/// Every timeout of the edge, for these tests.
+const TIMEOUT: Duration = Duration::from_secs(2);
+/// How much later than its timeout a hostile connection may be closed: the
+/// server has thousands of connections to accept on two busy cores.
+const SLACK: Duration = Duration::from_secs(10);
+/// A hang guard for the whole load.
+const LOAD: Duration = Duration::from_secs(60);
+
+const SILENT: usize = 2_000;
+const SLOW_HEADERS: usize = 200;
+const STALLED_BODIES: usize = 200;
+const STALLED_HANDSHAKES: usize = 200;
+
+/// Starts the server under `prlimit`, with every edge timeout at
+/// [`TIMEOUT`], and `extra` flags.
+async fn start(dir: &std::path::Path, extra: Vec<String>) -> Served {
+    let dir = dir.to_owned();
+    let timeout = format!("{}s", TIMEOUT.as_secs());
+    blocking(move || {
+        let mut command = Command::new("prlimit");
+        petstore_support::without_petstore_settings(&mut command);
+        command
+            .arg(format!("--nofile={SERVER_FILES}:{SERVER_FILES}"))
+            .arg("--")
+            .arg(common::BIN)
+            .args([
+                "serve",
+                "--bind",
+                "127.0.0.1:0",
+                "--admin-bind",
+                "127.0.0.1:0",
+            ])
+            .args(["--access-log", "off"])
+            .args(["--idle-timeout", &timeout])
+            .args(["--header-read-timeout", &timeout])
+            .args(["--body-read-timeout", &timeout])
+            .args(["--tls-handshake-timeout", &timeout])
+            .args(extra)
+            .current_dir(&dir)
+            .env("PETSTORE_API_KEYS", KEY);
+        Served::spawn(&mut command)
+    })
+    .await
+}
+
+/// The management listener's metrics.
+struct Metrics(String);
+
+impl Metrics {
+    async fn scrape(admin: &str) -> Metrics {
+        let url = format!("http://{admin}/metrics");
+        let text = reqwest::get(&url).await.unwrap().text().await.unwrap();
+        Metrics(text)
+    }
+
+    /// The value of the sample `series` (name and labels), 0 if absent.
+    fn get(&self, series: &str) -> f64 {
+        self.0
+            .lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+            .map_or(0.0, |value| value.parse().unwrap())
+    }
+
+    fn closed(&self, reason: &str) -> f64 {
+        self.get(&format!(
+            "petstore_http_connections_closed_total{{reason=\"{reason}\"}}"
+        ))
+    }
+}
+
+/// How a hostile connection ended: how long it lasted from its connect,
+/// and what the server sent before closing it.
+struct Ended {
+    lasted: Duration,
+    received: Vec<u8>,
+}
+
+/// Connects to `addr`, sends `opening`, then `drip` a byte at a time
+/// (pausing `pace` between bytes) until the server closes the connection;
+/// fails if it is not closed within [`TIMEOUT`] and [`SLACK`].
+async fn hostile(addr: SocketAddr, opening: &'static [u8], drip: &'static [u8]) -> Ended {
+    let mut stream = TcpStream::connect(addr).await.expect("the kernel accepts");
+    let began = Instant::now();
+    let received = within(
+        "a hostile connection to be closed",
+        TIMEOUT + SLACK,
+        until_closed(&mut stream, opening, drip),
+    )
+    .await;
+    Ended {
+        lasted: began.elapsed(),
+        received,
+    }
+}
+
+async fn until_closed(
+    stream: &mut (impl AsyncRead + AsyncWrite + Unpin),
+    opening: &[u8],
+    drip: &[u8],
+) -> Vec<u8> {
+    let mut received = Vec::new();
+    // A write may fail once the server has closed: the read says so.
+    let _ = stream.write_all(opening).await;
+    let mut drip = drip.iter().cycle();
+    let mut buffer = [0u8; 4096];
+    loop {
+        let read = match drip.next() {
+            // The pace of the drip, not a wait for anything.
+            Some(byte) => {
+                let _ = stream.write_all(&[*byte]).await;
+                tokio::time::timeout(Duration::from_millis(200), stream.read(&mut buffer)).await
+            }
+            None => Ok(stream.read(&mut buffer).await),
+        };
+        match read {
+            Ok(Ok(0) | Err(_)) => return received,
+            Ok(Ok(n)) => received.extend_from_slice(&buffer[..n]),
+            Err(_) => {}
+        }
+    }
+}
+
+fn spawn_hostile(
+    count: usize,
+    addr: SocketAddr,
+    opening: &'static [u8],
+    drip: &'static [u8],
+) -> Vec<JoinHandle<Ended>> {
+    (0..count)
+        .map(|_| tokio::spawn(hostile(addr, opening, drip)))
+        .collect()
+}
+
+/// Awaits the hostile connections while `normal` requests go on, each of
+/// which must succeed; checks all the while that the server holds no more
+/// than its cap. Returns how each ended, and how many normal requests were
+/// answered.
+async fn under_load<F: Future<Output = ()>>(
+    admin: &str,
+    hostile: Vec<JoinHandle<Ended>>,
+    mut normal: impl FnMut() -> F,
+) -> (Vec<Ended>, usize) {
+    let began = Instant::now();
+    let mut answered = 0;
+    let mut most_open: f64 = 0.0;
+    while !hostile.iter().all(JoinHandle::is_finished) {
+        assert!(
+            began.elapsed() < LOAD,
+            "the load did not end within {LOAD:?}"
+        );
+        within("a normal request under load", SLACK, normal()).await;
+        answered += 1;
+        let metrics = Metrics::scrape(admin).await;
+        let open = metrics.get("petstore_http_connections");
+        assert!(
+            open <= CAP,
+            "{open} connections open, over the cap of {CAP}"
+        );
+        most_open = most_open.max(open);
+    }
+    let mut ended = Vec::with_capacity(hostile.len());
+    for task in hostile {
+        ended.push(task.await.expect("a hostile connection's task"));
+    }
+    assert!(most_open > 0.0);
+    (ended, answered)
+}
+
+/// How a normal client connects.
+#[derive(Clone, Copy, Debug)]
+enum Normal {
+    /// A new connection per request: it must always be answered.
+    Fresh,
+    /// One connection kept between requests. Idle between them, it may be
+    /// evicted or timed out just as the next request is sent: that request
+    /// fails on a closed connection, and is tried again (an idempotent GET,
+    /// as browsers and HTTP libraries do) on a new one, which must answer.
+    Keeping,
+}
+
+/// `GET /v1/pets` through `client`: 200 and a JSON array.
+async fn list(client: &reqwest::Client, base: &str, normal: Normal) {
+    let url = format!("{base}/v1/pets");
+    let mut sent = client.get(&url).bearer_auth(KEY).send().await;
+    if let (Normal::Keeping, Err(e)) = (normal, &sent) {
+        eprintln!("the kept connection was closed under a request, which is sent again: {e}");
+        sent = client.get(&url).bearer_auth(KEY).send().await;
+    }
+    let response = sent.unwrap_or_else(|e| panic!("a normal request ({normal:?}) failed: {e:?}"));
+    assert_eq!(response.status(), 200);
+    let pets: serde_json::Value = response.json().await.unwrap();
+    assert!(pets.is_array(), "{pets}");
+}
+
+/// A request head, sent a byte at a time and never finished.
+const SLOW_HEAD: &[u8] = b"GET /v1/pets HTTP/1.1\r\nHost: hostile\r\nX-Slow: ";
+/// A create whose body stops after its first bytes (made once per test).
+fn stalled_body() -> &'static [u8] {
+    let request = format!(
+        "POST /v1/pets HTTP/1.1\r\nHost: hostile\r\nAuthorization: Bearer {KEY}\r\n\
+         Content-Type: application/json\r\nContent-Length: 64\r\n\r\n{{\"name\":"
+    );
+    Box::leak(request.into_bytes().into_boxed_slice())
+}
+
+/// Asserts that every stalled body the server read got the contract's
+/// `408`, and that most were read (the rest were evicted before their
+/// head was; none of them may get anything else).
+fn assert_408s(ended: &[Ended]) {
+    let mut timed_out = 0;
+    for end in ended {
+        if end.received.is_empty() {
+            continue;
+        }
+        let text = String::from_utf8_lossy(&end.received);
+        assert!(text.starts_with("HTTP/1.1 408 "), "{text}");
+        let body = text.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+        let error: serde_json::Value = serde_json::from_str(body).expect(&text);
+        assert_eq!(error["code"], "request_timeout", "{error}");
+        assert_eq!(error["status"], 408, "{error}");
+        assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()));
+        timed_out += 1;
+    }
+    assert!(
+        timed_out >= ended.len() / 2,
+        "only {timed_out} of {} stalled bodies got 408",
+        ended.len()
+    );
+}
+
+fn assert_closed_in_time(what: &str, ended: &[Ended]) {
+    let longest = ended.iter().map(|end| end.lasted).max().unwrap();
+    assert!(
+        longest <= TIMEOUT + SLACK,
+        "a {what} connection lasted {longest:?}"
+    );
+}
+
+/// Raises this process's own limit: it opens thousands of connections.
+fn raise_own_limit() {
+    rlimit::increase_nofile_limit(u64::MAX).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http_a_flood_of_silent_slow_and_stalled_connections_does_not_stop_a_normal_client() {
+    raise_own_limit();
+    let dir = tempfile::tempdir().unwrap();
+    let served = start(dir.path(), Vec::new()).await;
+    let admin = served.admin_address.clone().unwrap();
+    let addr: SocketAddr = served.address.parse().unwrap();
+    let base = format!("http://{addr}");
+    let metrics = Metrics::scrape(&admin).await;
+    assert_eq!(metrics.get("petstore_http_max_connections"), CAP);
+
+    // The stalled bodies first, all admitted: their requests are in
+    // progress, and at the cap the flood evicts idle connections, never
+    // them.
+    let bodies = spawn_hostile(STALLED_BODIES, addr, stalled_body(), b"");
+    let admin_addr = admin.as_str();
+    eventually_async_within("the stalled bodies admitted", LOAD, || async move {
+        let open = Metrics::scrape(admin_addr)
+            .await
+            .get("petstore_http_connections");
+        open >= STALLED_BODIES as f64
+    })
+    .await;
+    let mut others = spawn_hostile(SLOW_HEADERS, addr, b"", SLOW_HEAD);
+    let slow = others.len();
+    others.extend(spawn_hostile(SILENT, addr, b"", b""));
+
+    // One client keeps its connection, another opens one per request.
+    let keeping = &reqwest::Client::new();
+    let fresh = &reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let base = base.as_str();
+    let mut turn = 0;
+    let (mut ended, answered) = under_load(&admin, others, move || {
+        turn += 1;
+        match turn % 2 {
+            0 => list(keeping, base, Normal::Keeping),
+            _ => list(fresh, base, Normal::Fresh),
+        }
+    })
+    .await;
+    let bodies = within("the stalled bodies closed", TIMEOUT + SLACK, async {
+        let mut ended = Vec::new();
+        for task in bodies {
+            ended.push(task.await.unwrap());
+        }
+        ended
+    })
+    .await;
+    assert!(answered > 0);
+    assert_408s(&bodies);
+    assert_closed_in_time("stalled-body", &bodies);
+    let silent = ended.split_off(slow);
+    assert_closed_in_time("slow-header", &ended);
+    assert_closed_in_time("silent", &silent);
+    assert!(
+        silent.iter().all(|end| end.received.is_empty()),
+        "a silent connection was sent something"
+    );
+
+    let metrics = Metrics::scrape(&admin).await;
+    assert!(metrics.closed("evicted") > 0.0, "{}", metrics.0);
+    assert!(
+        metrics.closed("idle_timeout") + metrics.closed("header_timeout") > 0.0,
+        "{}",
+        metrics.0
+    );
+    let (status, log) = blocking(move || served.terminate()).await;
+    assert!(status.success(), "{log}");
+    assert!(!log.contains("accepting a connection failed"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_a_flood_and_stalled_handshakes_do_not_stop_a_normal_client() {
+    raise_own_limit();
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = certificate_authority(dir.path(), "hostile");
+    let tls = vec![
+        "--tls-cert".to_owned(),
+        cert.display().to_string(),
+        "--tls-key".to_owned(),
+        key.display().to_string(),
+    ];
+    let served = start(dir.path(), tls).await;
+    let admin = served.admin_address.clone().unwrap();
+    let addr: SocketAddr = served.address.parse().unwrap();
+    let base = format!("https://{addr}");
+
+    // A TLS record header announcing a ClientHello that never comes.
+    let mut hostile = spawn_hostile(
+        STALLED_HANDSHAKES,
+        addr,
+        &[0x16, 0x03, 0x01, 0x02, 0x00],
+        b"",
+    );
+    let stalled = hostile.len();
+    hostile.extend(spawn_hostile(SILENT, addr, b"", b""));
+
+    let keeping = &trusting(&ca);
+    let fresh = &reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).unwrap())
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let base = base.as_str();
+    let mut turn = 0;
+    let (mut ended, answered) = under_load(&admin, hostile, move || {
+        turn += 1;
+        match turn % 2 {
+            0 => list(keeping, base, Normal::Keeping),
+            _ => list(fresh, base, Normal::Fresh),
+        }
+    })
+    .await;
+    assert!(answered > 0);
+    let silent = ended.split_off(stalled);
+    assert_closed_in_time("stalled-handshake", &ended);
+    assert_closed_in_time("silent", &silent);
+
+    let metrics = Metrics::scrape(&admin).await;
+    assert!(metrics.closed("evicted") > 0.0, "{}", metrics.0);
+    assert!(
+        metrics.closed("tls_handshake_timeout") > 0.0,
+        "{}",
+        metrics.0
+    );
+    let (status, log) = blocking(move || served.terminate()).await;
+    assert!(status.success(), "{log}");
+    assert!(!log.contains("accepting a connection failed"), "{log}");
+}
