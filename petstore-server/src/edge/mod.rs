@@ -116,7 +116,7 @@ where
         limits,
         table: Table::new(),
         phase: phase_receiver,
-        tls: tls.map(|config| ArcSwap::from_pointee(config)),
+        tls: tls.map(ArcSwap::from_pointee),
         builder,
         metrics,
         log,
