@@ -1,8 +1,9 @@
 //! The server facing the internet alone, with no proxy in front: a child
 //! process held to 512 descriptors, under hostile load — 2,000 connections
 //! that never send a byte, 200 that send a request head a byte at a time,
-//! 200 that stall their body, and (over TLS) 200 that stall their
-//! handshake — while a normal client goes on being answered. Every hostile
+//! 200 that stall their body, over HTTP and over TLS, and (over TLS) 200
+//! that stall their handshake — while a normal client goes on being
+//! answered. Every hostile
 //! connection must be closed within its timeout (2 s here) and a slack,
 //! and the server must never hold more connections than its cap.
 
@@ -11,7 +12,12 @@ mod common;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::process::Command;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use tokio_rustls::TlsConnector;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -101,22 +107,51 @@ struct Ended {
     received: Vec<u8>,
 }
 
-/// Connects to `addr`, sends `opening`, then `drip` a byte at a time
-/// (pausing `pace` between bytes) until the server closes the connection;
-/// fails if it is not closed within [`TIMEOUT`] and [`SLACK`].
-async fn hostile(addr: SocketAddr, opening: &'static [u8], drip: &'static [u8]) -> Ended {
+/// Connects to `addr` (with TLS when `tls` is given), sends `opening`,
+/// then `drip` a byte at a time until the server closes the connection;
+/// fails if it is not closed within [`TIMEOUT`] and [`SLACK`]. A TLS
+/// handshake the server ends (evicting the connection) is a close too.
+async fn hostile(
+    addr: SocketAddr,
+    tls: Option<TlsConnector>,
+    opening: &'static [u8],
+    drip: &'static [u8],
+) -> Ended {
     let mut stream = TcpStream::connect(addr).await.expect("the kernel accepts");
     let began = Instant::now();
     let received = within(
         "a hostile connection to be closed",
         TIMEOUT + SLACK,
-        until_closed(&mut stream, opening, drip),
+        async {
+            match tls {
+                None => until_closed(&mut stream, opening, drip).await,
+                Some(tls) => match tls.connect(ServerName::from(addr.ip()), stream).await {
+                    Ok(mut stream) => until_closed(&mut stream, opening, drip).await,
+                    Err(_) => Vec::new(),
+                },
+            }
+        },
     )
     .await;
     Ended {
         lasted: began.elapsed(),
         received,
     }
+}
+
+/// A TLS client trusting only `ca`.
+fn tls_client(ca: &str) -> TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca.as_bytes()).unwrap())
+        .unwrap();
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    TlsConnector::from(Arc::new(config))
 }
 
 async fn until_closed(
@@ -149,11 +184,12 @@ async fn until_closed(
 fn spawn_hostile(
     count: usize,
     addr: SocketAddr,
+    tls: Option<&TlsConnector>,
     opening: &'static [u8],
     drip: &'static [u8],
 ) -> Vec<JoinHandle<Ended>> {
     (0..count)
-        .map(|_| tokio::spawn(hostile(addr, opening, drip)))
+        .map(|_| tokio::spawn(hostile(addr, tls.cloned(), opening, drip)))
         .collect()
 }
 
@@ -281,7 +317,7 @@ async fn over_http_a_flood_of_silent_slow_and_stalled_connections_does_not_stop_
     // The stalled bodies first, all admitted: their requests are in
     // progress, and at the cap the flood evicts idle connections, never
     // them.
-    let bodies = spawn_hostile(STALLED_BODIES, addr, stalled_body(), b"");
+    let bodies = spawn_hostile(STALLED_BODIES, addr, None, stalled_body(), b"");
     let admin_addr = admin.as_str();
     eventually_async_within("the stalled bodies admitted", LOAD, || async move {
         let open = Metrics::scrape(admin_addr)
@@ -290,9 +326,9 @@ async fn over_http_a_flood_of_silent_slow_and_stalled_connections_does_not_stop_
         open >= STALLED_BODIES as f64
     })
     .await;
-    let mut others = spawn_hostile(SLOW_HEADERS, addr, b"", SLOW_HEAD);
+    let mut others = spawn_hostile(SLOW_HEADERS, addr, None, b"", SLOW_HEAD);
     let slow = others.len();
-    others.extend(spawn_hostile(SILENT, addr, b"", b""));
+    others.extend(spawn_hostile(SILENT, addr, None, b"", b""));
 
     // One client keeps its connection, another opens one per request.
     let keeping = &reqwest::Client::new();
@@ -342,7 +378,7 @@ async fn over_http_a_flood_of_silent_slow_and_stalled_connections_does_not_stop_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn over_tls_a_flood_and_stalled_handshakes_do_not_stop_a_normal_client() {
+async fn over_tls_a_flood_of_silent_slow_and_stalled_connections_does_not_stop_a_normal_client() {
     raise_own_limit();
     let dir = tempfile::tempdir().unwrap();
     let (ca, cert, key) = certificate_authority(dir.path(), "hostile");
@@ -357,15 +393,34 @@ async fn over_tls_a_flood_and_stalled_handshakes_do_not_stop_a_normal_client() {
     let addr: SocketAddr = served.address.parse().unwrap();
     let base = format!("https://{addr}");
 
+    let tls = tls_client(&ca);
+    let bodies = spawn_hostile(STALLED_BODIES, addr, Some(&tls), stalled_body(), b"");
+    let admin_addr = admin.as_str();
+    eventually_async_within("the stalled bodies admitted", LOAD, || async move {
+        let open = Metrics::scrape(admin_addr)
+            .await
+            .get("petstore_http_connections");
+        open >= STALLED_BODIES as f64
+    })
+    .await;
     // A TLS record header announcing a ClientHello that never comes.
     let mut hostile = spawn_hostile(
         STALLED_HANDSHAKES,
         addr,
+        None,
         &[0x16, 0x03, 0x01, 0x02, 0x00],
         b"",
     );
     let stalled = hostile.len();
-    hostile.extend(spawn_hostile(SILENT, addr, b"", b""));
+    hostile.extend(spawn_hostile(
+        SLOW_HEADERS,
+        addr,
+        Some(&tls),
+        b"",
+        SLOW_HEAD,
+    ));
+    let slow = hostile.len();
+    hostile.extend(spawn_hostile(SILENT, addr, None, b"", b""));
 
     let keeping = &trusting(&ca);
     let fresh = &reqwest::Client::builder()
@@ -383,9 +438,21 @@ async fn over_tls_a_flood_and_stalled_handshakes_do_not_stop_a_normal_client() {
         }
     })
     .await;
+    let bodies = within("the stalled bodies closed", TIMEOUT + SLACK, async {
+        let mut ended = Vec::new();
+        for task in bodies {
+            ended.push(task.await.unwrap());
+        }
+        ended
+    })
+    .await;
     assert!(answered > 0);
-    let silent = ended.split_off(stalled);
+    assert_408s(&bodies);
+    assert_closed_in_time("stalled-body", &bodies);
+    let silent = ended.split_off(slow);
+    let slow = ended.split_off(stalled);
     assert_closed_in_time("stalled-handshake", &ended);
+    assert_closed_in_time("slow-header", &slow);
     assert_closed_in_time("silent", &silent);
 
     let metrics = Metrics::scrape(&admin).await;
