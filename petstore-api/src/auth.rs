@@ -110,10 +110,9 @@ impl ApiContext {
         }
     }
 
-    /// Bounds how long a request body may take to arrive: a body still
-    /// incomplete after `timeout` is refused with `408` (see
-    /// [`StrictJson`](crate::body::StrictJson)). Without it, a body may
-    /// take as long as its connection lasts.
+    /// Bounds how long a request body may take to arrive: the body
+    /// extractor refuses one still incomplete after `timeout` with `408`.
+    /// Without it, a body may take as long as its connection lasts.
     pub fn with_body_read_timeout(mut self, timeout: Duration) -> ApiContext {
         self.body_read_timeout = Some(timeout);
         self
