@@ -227,7 +227,7 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
         }
     };
     config.edge.check(edge::limits::soft_nofile())?;
-    let listener = listen(config.bind).map_err(listen_error(API_LISTENER, config.bind))?;
+    let socket = bind(config.bind).map_err(listen_error(API_LISTENER, config.bind))?;
     if let Some(admin) = config.admin_bind {
         std::net::TcpListener::bind(admin).map_err(listen_error(ADMIN_LISTENER, admin))?;
     }
@@ -298,7 +298,7 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
     };
     let context =
         ApiContext::new(Arc::new(service)).with_body_read_timeout(config.edge.body_read_timeout);
-    let local_addr = match listener.local_addr() {
+    let local_addr = match socket.local_addr() {
         Ok(address) => address,
         Err(e) => return fail(listen_error(API_LISTENER, config.bind)(e)).await,
     };
@@ -318,16 +318,8 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
         },
         None => None,
     };
-    let connections = Arc::clone(&service);
-    let api = match edge::serve(
-        listener,
-        config.edge,
-        tls,
-        move |remote| connections.connection(remote),
-        Arc::clone(&metrics),
-        log.new(slog::o!("local_addr" => local_addr)),
-    ) {
-        Ok(api) => api,
+    let listener = match socket.listen(LISTEN_BACKLOG) {
+        Ok(listener) => listener,
         Err(e) => {
             if let Some(admin) = admin {
                 let _ = admin.close().await;
@@ -335,6 +327,16 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
             return fail(listen_error(API_LISTENER, config.bind)(e)).await;
         }
     };
+    let connections = Arc::clone(&service);
+    let api = edge::serve(
+        listener,
+        local_addr,
+        config.edge,
+        tls,
+        move |remote| connections.connection(remote),
+        Arc::clone(&metrics),
+        log.new(slog::o!("local_addr" => local_addr)),
+    );
     let purge = tokio::spawn(purge_expired_idempotency(
         Arc::clone(&storage),
         Retention::new(config.idempotency_retention),
@@ -365,10 +367,10 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
     })
 }
 
-/// The API's listening socket, with a backlog deep enough for the
-/// connections that wait there while the server is at its cap (the kernel
-/// clamps it to `net.core.somaxconn`).
-fn listen(address: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+/// The API's socket, bound (so that a port in use is reported before the
+/// database is opened) but not yet listening: until the server serves,
+/// clients are refused at once rather than left waiting in the backlog.
+fn bind(address: SocketAddr) -> std::io::Result<tokio::net::TcpSocket> {
     let socket = match address {
         SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
         SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
@@ -376,9 +378,11 @@ fn listen(address: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     // As std's bind does: a restarted server rebinds at once.
     socket.set_reuseaddr(true)?;
     socket.bind(address)?;
-    socket.listen(LISTEN_BACKLOG)
+    Ok(socket)
 }
 
+/// Deep enough for the connections that wait in the kernel while the
+/// server is at its cap (the kernel clamps it to `net.core.somaxconn`).
 const LISTEN_BACKLOG: u32 = 1024;
 
 /// Deletes idempotency records past `retention`, in short batches (each a

@@ -80,24 +80,24 @@ pub struct Edge {
     shared: Arc<Shared>,
 }
 
-/// Starts accepting on `listener` and serving each connection from
-/// `remote_addr` with `service(remote_addr)`, over TLS when `tls` is set,
-/// within `limits`.
+/// Starts accepting on `listener` (whose address is `local_addr`) and
+/// serving each connection from `remote_addr` with `service(remote_addr)`,
+/// over TLS when `tls` is set, within `limits`.
 pub fn serve<F, S>(
     listener: TcpListener,
+    local_addr: SocketAddr,
     limits: EdgeLimits,
     tls: Option<rustls::ServerConfig>,
     service: F,
     metrics: Arc<Metrics>,
     log: slog::Logger,
-) -> std::io::Result<Edge>
+) -> Edge
 where
     F: Fn(SocketAddr) -> S + Send + 'static,
     S: Service<Request<Incoming>, Response = Response<dropshot::Body>> + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Into<Box<dyn StdError + Send + Sync>>,
 {
-    let local_addr = listener.local_addr()?;
     let mut builder = auto::Builder::new(TokioExecutor::new());
     // hyper's timers need a timer; the header-read timeout runs from a
     // request head's first byte (before it, the idle timeout applies).
@@ -122,12 +122,12 @@ where
         log,
     });
     let accept = tokio::spawn(accept_loop(listener, Arc::clone(&shared), service));
-    Ok(Edge {
+    Edge {
         local_addr,
         phase,
         accept: Some(accept),
         shared,
-    })
+    }
 }
 
 impl Edge {
