@@ -24,7 +24,7 @@ use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 
 use common::{KEY, Served, certificate_authority, trusting};
-use petstore_support::{blocking, eventually_async_within, within};
+use petstore_support::{SOON, blocking, eventually_async_within, within};
 
 /// The server's open-file limit.
 const SERVER_FILES: u64 = 512;
@@ -43,8 +43,8 @@ const SLOW_HEADERS: usize = 200;
 const STALLED_BODIES: usize = 200;
 const STALLED_HANDSHAKES: usize = 200;
 
-/// Starts the server under `prlimit`, with every edge timeout at
-/// [`TIMEOUT`], and `extra` flags.
+/// Starts the server under `prlimit`, with every edge timeout `extra` does
+/// not set at [`TIMEOUT`], and `extra` flags.
 async fn start(dir: &std::path::Path, extra: Vec<String>) -> Served {
     let dir = dir.to_owned();
     let timeout = format!("{}s", TIMEOUT.as_secs());
@@ -62,11 +62,18 @@ async fn start(dir: &std::path::Path, extra: Vec<String>) -> Served {
                 "--admin-bind",
                 "127.0.0.1:0",
             ])
-            .args(["--access-log", "off"])
-            .args(["--idle-timeout", &timeout])
-            .args(["--header-read-timeout", &timeout])
-            .args(["--body-read-timeout", &timeout])
-            .args(["--tls-handshake-timeout", &timeout])
+            .args(["--access-log", "off"]);
+        for flag in [
+            "--idle-timeout",
+            "--header-read-timeout",
+            "--body-read-timeout",
+            "--tls-handshake-timeout",
+        ] {
+            if !extra.iter().any(|arg| arg == flag) {
+                command.args([flag, &timeout]);
+            }
+        }
+        command
             .args(extra)
             .current_dir(&dir)
             .env("PETSTORE_API_KEYS", KEY);
@@ -465,4 +472,78 @@ async fn over_tls_a_flood_of_silent_slow_and_stalled_connections_does_not_stop_a
     let (status, log) = blocking(move || served.terminate()).await;
     assert!(status.success(), "{log}");
     assert!(!log.contains("accepting a connection failed"), "{log}");
+}
+
+/// An HTTP/2 client's preface and its (empty) SETTINGS frame: a connection
+/// that speaks HTTP/2 and opens no stream.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+
+/// A complete request on a connection kept alive, then nothing.
+fn kept_alive() -> &'static [u8] {
+    let request =
+        format!("GET /v1/pets HTTP/1.1\r\nHost: hostile\r\nAuthorization: Bearer {KEY}\r\n\r\n");
+    Box::leak(request.into_bytes().into_boxed_slice())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_timeout_closes_its_connection_and_counts_it_by_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    // The header-read timeout shorter than the idle one, so that each is
+    // seen to be the one that closed its connection.
+    let extra = vec!["--header-read-timeout".to_owned(), "1s".to_owned()];
+    let served = start(dir.path(), extra).await;
+    let admin = served.admin_address.clone().unwrap();
+    let addr: SocketAddr = served.address.parse().unwrap();
+    for (what, opening, reason, answered) in [
+        (
+            "a connection that never sends",
+            &b""[..],
+            "idle_timeout",
+            false,
+        ),
+        (
+            "a request head never finished",
+            b"GET /v1/pets HTTP/1.1\r\nHost: hostile\r\n",
+            "header_timeout",
+            false,
+        ),
+        // hyper's header-read timer runs between kept-alive requests too;
+        // with nothing sent, that is an idle connection.
+        (
+            "a kept-alive connection after its request",
+            kept_alive(),
+            "idle_timeout",
+            true,
+        ),
+        (
+            "an HTTP/2 connection with no stream open",
+            H2_PREFACE,
+            "idle_timeout",
+            true,
+        ),
+    ] {
+        let before = Metrics::scrape(&admin).await.closed(reason);
+        let ended = hostile(addr, None, opening, b"").await;
+        assert_eq!(!ended.received.is_empty(), answered, "{what}");
+        assert_closed_in_time(what, &[ended]);
+        let admin = admin.as_str();
+        eventually_async_within(
+            &format!("{what} counted as {reason}"),
+            SOON,
+            || async move { Metrics::scrape(admin).await.closed(reason) == before + 1.0 },
+        )
+        .await;
+    }
+    let metrics = Metrics::scrape(&admin).await;
+    assert_eq!(
+        metrics.get("petstore_http_connections"),
+        0.0,
+        "{}",
+        metrics.0
+    );
+    for reason in ["evicted", "error", "tls_handshake_failed"] {
+        assert_eq!(metrics.closed(reason), 0.0, "{}", metrics.0);
+    }
+    let (status, log) = blocking(move || served.terminate()).await;
+    assert!(status.success(), "{log}");
 }

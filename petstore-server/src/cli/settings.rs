@@ -161,7 +161,8 @@ pub struct EdgeArgs {
     )]
     #[serde(serialize_with = "duration")]
     pub idle_timeout: Duration,
-    /// How long an HTTP/1 request head may take to arrive once begun (1s to 1h)
+    /// How long an HTTP/1 request head may take to arrive, from a connection's first bytes or
+    /// from the previous response on a kept-alive one (1s to 1h)
     #[arg(
         long,
         env = "PETSTORE_HEADER_READ_TIMEOUT",

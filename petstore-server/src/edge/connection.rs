@@ -130,7 +130,7 @@ where
             ended = connection.as_mut() => {
                 return closing.unwrap_or(match ended {
                     Ok(()) => CloseReason::ClientClosed,
-                    Err(e) => reason(&*e),
+                    Err(e) => reason(&*e, slot),
                 });
             }
             () = slot.evict.notified(), if closing.is_none() => {
@@ -165,11 +165,14 @@ where
     }
 }
 
-/// Why hyper ended a connection with an error: the header-read timeout is
-/// the one it names.
-fn reason(error: &(dyn StdError + Send + Sync + 'static)) -> CloseReason {
+/// Why hyper ended a connection with an error. Its header-read timeout
+/// runs from when it starts waiting for a head, which on a kept-alive
+/// connection is the end of the previous response: if nothing came since,
+/// the connection was idle, not slow.
+fn reason(error: &(dyn StdError + Send + Sync + 'static), slot: &Slot) -> CloseReason {
     match error.downcast_ref::<hyper::Error>() {
-        Some(error) if error.is_timeout() => CloseReason::HeaderTimeout,
+        Some(error) if error.is_timeout() && slot.sent_since_idle() => CloseReason::HeaderTimeout,
+        Some(error) if error.is_timeout() => CloseReason::IdleTimeout,
         _ => CloseReason::Error,
     }
 }

@@ -41,7 +41,10 @@ pub struct EdgeLimits {
     /// How long a connection may send nothing: before its first request,
     /// between keep-alive requests, or (HTTP/2) with no stream open.
     pub idle_timeout: Duration,
-    /// How long an HTTP/1 request head may take to arrive once started.
+    /// How long an HTTP/1 request head may take to arrive: hyper's timer,
+    /// from a connection's first bytes or, on a kept-alive connection, from
+    /// the previous response (between requests, the shorter of this and
+    /// the idle timeout applies).
     pub header_read_timeout: Duration,
     /// How long a TLS handshake may take.
     pub tls_handshake_timeout: Duration,

@@ -99,8 +99,10 @@ where
     S::Error: Into<Box<dyn StdError + Send + Sync>>,
 {
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    // hyper's timers need a timer; the header-read timeout runs from a
-    // request head's first byte (before it, the idle timeout applies).
+    // hyper's timeouts need a timer. The header-read timeout runs once
+    // hyper waits for a head: after the auto builder has read a new
+    // connection's first bytes (before them, only the idle timeout
+    // applies), and from each response on a kept-alive connection.
     builder
         .http1()
         .timer(TokioTimer::new())

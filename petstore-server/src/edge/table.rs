@@ -74,6 +74,11 @@ impl Slot {
         self.busy.load(Ordering::Acquire) == 0
     }
 
+    /// Whether the peer has sent anything since it became idle.
+    pub(super) fn sent_since_idle(&self) -> bool {
+        self.sent_since_idle.load(Ordering::Acquire)
+    }
+
     /// When it last became idle (meaningful while [`Slot::is_idle`]).
     pub(super) fn idle_since(&self) -> Instant {
         let millis = self.idle_since.load(Ordering::Acquire);
