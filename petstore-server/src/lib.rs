@@ -18,6 +18,7 @@
 //! - [`logging`]: structured logs.
 
 pub mod admin;
+pub mod budget;
 pub mod context;
 pub mod docs;
 pub mod handlers;

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use petstore_api::scopes::Scopes;
+use petstore_server::budget::KeyLimits;
 use petstore_server::keys::ApiKeys;
 use petstore_server::logging::{self, LogFormat, LogSettings};
 use petstore_server::storage::{self, DatabaseUrl, StoredKey};
@@ -227,6 +228,7 @@ impl TestServer {
             created_at: petstore_server::keyring::unix_now(),
             expires_at: None,
             scopes,
+            limits: KeyLimits::default(),
             last_used_at: None,
             revoked_at: None,
         })

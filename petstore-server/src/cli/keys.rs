@@ -1,11 +1,15 @@
-//! `petstore-server keys create|list|scopes|revoke`: API keys in the
+//! `petstore-server keys create|list|scopes|limits|revoke`: API keys in the
 //! database, for running servers to pick up within seconds (see
 //! `keyring.rs`).
 
 use std::time::{Duration, UNIX_EPOCH};
 
+use std::num::NonZeroU32;
+use std::str::FromStr;
+
 use anyhow::{Context, bail};
 use petstore_api::scopes::Scopes;
+use petstore_server::budget::{KeyLimits, LimitsChange, Rate};
 use petstore_server::keyring::{REFRESH_INTERVAL, unix_now};
 use petstore_server::keys::{KeyDigest, generate};
 use petstore_server::storage::{self, Revoked, StoredKey};
@@ -35,6 +39,8 @@ pub enum KeysCommand {
         )]
         scopes: Scopes,
         #[command(flatten)]
+        budget: BudgetArgs,
+        #[command(flatten)]
         database: DatabaseArgs,
     },
     /// List the keys: names, state, creation, expiry, last use, revocation and scopes (never keys or hashes).
@@ -51,6 +57,16 @@ pub enum KeysCommand {
         #[command(flatten)]
         database: DatabaseArgs,
     },
+    /// Change a key's budget (what is not given is kept; `default` returns a setting to
+    /// the server's --key-* default); running servers apply it within seconds.
+    Limits {
+        /// The key's name.
+        name: String,
+        #[command(flatten)]
+        budget: BudgetArgs,
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
     /// Revoke a key by name; running servers refuse it within seconds.
     Revoke {
         /// The key's name.
@@ -58,6 +74,44 @@ pub enum KeysCommand {
         #[command(flatten)]
         database: DatabaseArgs,
     },
+}
+
+/// A key's own budget (with `--rate-limits on`); each unset is the
+/// server's default.
+#[derive(clap::Args, Debug)]
+pub struct BudgetArgs {
+    /// The key's sustained rate, e.g. 50/s, 600/min, 10/h; or default (--key-rate).
+    #[arg(long, value_name = "RATE", value_parser = parse_setting::<Rate>)]
+    rate: Option<Option<Rate>>,
+    /// How many requests it may send at once above its rate; or default (--key-burst).
+    #[arg(long, value_name = "N", value_parser = parse_setting::<NonZeroU32>)]
+    burst: Option<Option<NonZeroU32>>,
+    /// How many of its requests may be in progress at once; or default (--key-in-flight).
+    #[arg(long, value_name = "N", value_parser = parse_setting::<NonZeroU32>)]
+    in_flight: Option<Option<NonZeroU32>>,
+}
+
+impl BudgetArgs {
+    fn change(&self) -> LimitsChange {
+        LimitsChange {
+            rate: self.rate,
+            burst: self.burst,
+            in_flight: self.in_flight,
+        }
+    }
+}
+
+/// A budget setting, or `default` (`None`).
+fn parse_setting<T: FromStr>(text: &str) -> Result<Option<T>, String>
+where
+    T::Err: std::fmt::Display,
+{
+    if text == "default" {
+        return Ok(None);
+    }
+    text.parse()
+        .map(Some)
+        .map_err(|e| format!("{e} (or default)"))
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -83,14 +137,23 @@ pub async fn run(command: KeysCommand, matches: &clap::ArgMatches) -> anyhow::Re
             name,
             expires_in,
             scopes,
+            budget,
             database,
-        } => create(name, expires_in, scopes, database, matches).await,
+        } => {
+            let limits = KeyLimits::default().changed(budget.change());
+            create(name, expires_in, scopes, limits, database, matches).await
+        }
         KeysCommand::List { database } => list(database, matches).await,
         KeysCommand::Scopes {
             name,
             scopes,
             database,
         } => set_scopes(name, scopes, database, matches).await,
+        KeysCommand::Limits {
+            name,
+            budget,
+            database,
+        } => set_limits(name, budget.change(), database, matches).await,
         KeysCommand::Revoke { name, database } => revoke(name, database, matches).await,
     }
 }
@@ -112,6 +175,7 @@ async fn create(
     name: String,
     expires_in: Option<Duration>,
     scopes: Scopes,
+    limits: KeyLimits,
     database: DatabaseArgs,
     matches: &clap::ArgMatches,
 ) -> anyhow::Result<()> {
@@ -140,6 +204,7 @@ async fn create(
         created_at: now,
         expires_at,
         scopes,
+        limits,
         last_used_at: None,
         revoked_at: None,
     })
@@ -147,8 +212,8 @@ async fn create(
     // The key on stdout alone, for scripts; the rest on stderr.
     println!("{key}");
     eprintln!(
-        "created key {name:?} with scopes {scopes}{}; this is the only time it is shown: \
-         store it now. Running servers accept it within {} s.",
+        "created key {name:?} with scopes {scopes}, {limits}{}; this is the only time it is \
+         shown: store it now. Running servers accept it within {} s.",
         expires_at.map_or(String::new(), |at| format!(", expiring {}", time(at))),
         REFRESH_INTERVAL.as_secs() + 1,
     );
@@ -159,7 +224,8 @@ async fn list(database: DatabaseArgs, matches: &clap::ArgMatches) -> anyhow::Res
     let keys = open(database, matches).await?.list_keys().await?;
     let now = unix_now();
     let optional = |at: Option<i64>| at.map_or_else(|| "-".to_owned(), time);
-    let rows: Vec<[String; 7]> = keys
+    let own = |value: Option<String>| value.unwrap_or_else(|| "default".to_owned());
+    let rows: Vec<[String; 10]> = keys
         .iter()
         .map(|key| {
             let state = match (key.revoked_at, key.expires_at) {
@@ -175,6 +241,9 @@ async fn list(database: DatabaseArgs, matches: &clap::ArgMatches) -> anyhow::Res
                 optional(key.last_used_at),
                 optional(key.revoked_at),
                 key.scopes.to_string(),
+                own(key.limits.rate.map(|rate| rate.to_string())),
+                own(key.limits.burst.map(|burst| burst.to_string())),
+                own(key.limits.in_flight.map(|cap| cap.to_string())),
             ]
         })
         .collect();
@@ -186,6 +255,9 @@ async fn list(database: DatabaseArgs, matches: &clap::ArgMatches) -> anyhow::Res
         "LAST USED",
         "REVOKED",
         "SCOPES",
+        "RATE",
+        "BURST",
+        "IN-FLIGHT",
     ]
     .map(String::from);
     let widths: Vec<usize> = (0..header.len())
@@ -222,6 +294,24 @@ async fn set_scopes(
     eprintln!(
         "key {name:?} now has scopes {scopes} (before: {before}); running servers apply it \
          within {} s",
+        REFRESH_INTERVAL.as_secs() + 1
+    );
+    Ok(())
+}
+
+async fn set_limits(
+    name: String,
+    change: LimitsChange,
+    database: DatabaseArgs,
+    matches: &clap::ArgMatches,
+) -> anyhow::Result<()> {
+    if change == LimitsChange::default() {
+        bail!("nothing to change: give --rate, --burst or --in-flight (a value, or default)");
+    }
+    let keys = open(database, matches).await?;
+    let (before, after) = keys.set_key_limits(&name, change).await?;
+    eprintln!(
+        "key {name:?} now has {after} (before: {before}); running servers apply it within {} s",
         REFRESH_INTERVAL.as_secs() + 1
     );
     Ok(())
