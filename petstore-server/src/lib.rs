@@ -27,6 +27,7 @@ pub mod keys;
 pub mod logging;
 pub mod metrics;
 pub mod observe;
+pub mod ratelimit;
 pub mod server;
 pub mod storage;
 pub mod tls;
