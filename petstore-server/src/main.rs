@@ -112,6 +112,7 @@ async fn serve(settings: ServeSettings) -> anyhow::Result<()> {
             tls: settings.tls()?,
             idempotency_retention: settings.idempotency_retention,
             docs: settings.docs == Switch::On,
+            rate_limits: settings.rate_limits(),
         },
         log.clone(),
     )

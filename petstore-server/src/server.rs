@@ -21,6 +21,7 @@ use crate::keyring::{Keyring, unix_now};
 use crate::keys::ApiKeys;
 use crate::metrics::Metrics;
 use crate::observe::{ObservingDrain, RequestNotes};
+use crate::ratelimit::{self, Limits, RateLimited, RateLimits};
 use crate::storage::{
     self, DatabaseUrl, KeyStorage, OpenError, PURGE_BATCH, Retention, Storage, StorageMetrics,
 };
@@ -47,6 +48,9 @@ pub struct ServerConfig {
     /// Serve the contract (`/openapi.yaml`, `/openapi.json`) and the
     /// interactive page (`/docs/`).
     pub docs: bool,
+    /// The budgets of keys and of addresses (`ratelimit/`); `None` limits
+    /// nothing and costs nothing.
+    pub rate_limits: Option<RateLimits>,
 }
 
 /// The shortest retention of idempotency keys the contract allows, and the
@@ -82,6 +86,13 @@ pub enum StartError {
     /// The certificate or key is not usable.
     #[error(transparent)]
     Tls(#[from] TlsError),
+    /// Rate limits are served by our own accept loop, which does not
+    /// terminate TLS yet.
+    #[error(
+        "rate limits cannot be on with HTTPS yet: set --rate-limits off, or serve plain HTTP \
+         behind a proxy that terminates TLS"
+    )]
+    RateLimitsWithTls,
     /// The API trait does not describe a valid API (a bug in us).
     #[error("invalid API description: {0}")]
     Api(String),
@@ -108,7 +119,7 @@ pub struct ShutdownReport {
 
 /// A server accepting requests.
 pub struct RunningServer {
-    http: HttpServer<ApiContext>,
+    http: ApiListener,
     admin: Option<HttpServer<AdminContext>>,
     storage: Arc<dyn Storage>,
     requests: Requests,
@@ -118,6 +129,9 @@ pub struct RunningServer {
     key_refresh: JoinHandle<()>,
     purge: JoinHandle<()>,
     tls: Option<TlsFiles>,
+    /// With rate limits on: this instance's name in the heartbeats, and
+    /// the task that beats.
+    heartbeat: Option<(String, JoinHandle<()>)>,
 }
 
 impl RunningServer {
@@ -185,6 +199,13 @@ impl RunningServer {
         }
         self.key_refresh.abort();
         self.purge.abort();
+        if let Some((instance, beating)) = self.heartbeat {
+            beating.abort();
+            // The other instances take this one's share at once, not once
+            // its heartbeat is stale.
+            let forgotten = self.key_store.forget_instance(&instance);
+            let _ = tokio::time::timeout(Duration::from_secs(2), forgotten).await;
+        }
         let recorded = tokio::time::timeout(
             Duration::from_secs(2),
             self.keys.record_all_uses(&*self.key_store),
@@ -217,6 +238,9 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
     std::net::TcpListener::bind(config.bind).map_err(listen_error(API_LISTENER, config.bind))?;
     if let Some(admin) = config.admin_bind {
         std::net::TcpListener::bind(admin).map_err(listen_error(ADMIN_LISTENER, admin))?;
+    }
+    if config.rate_limits.is_some() && config.tls.is_some() {
+        return Err(StartError::RateLimitsWithTls);
     }
     let tls = config.tls.as_ref().map(TlsFiles::load).transpose()?;
     // A database yet to be created holds no keys: refuse before creating it.
@@ -285,12 +309,23 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
         idempotency_retention: Retention::new(config.idempotency_retention),
     };
     let context = ApiContext::new(Arc::new(service));
-    let http = match ServerBuilder::new(api, context, api_log)
+    let builder = ServerBuilder::new(api, context, api_log.clone())
         .config(dropshot_config)
-        .unrouted_errors_as::<ApiError>()
-        .tls(tls)
-        .start()
-    {
+        .unrouted_errors_as::<ApiError>();
+    let limits = config.rate_limits.map(|limits| {
+        Arc::new(Limits::new(
+            limits,
+            Arc::clone(&keys),
+            api_log,
+            Arc::clone(&metrics),
+            config.docs,
+        ))
+    });
+    let started = match &limits {
+        None => builder.tls(tls).start().map(ApiListener::Dropshot),
+        Some(limits) => serve_limited(builder, config.bind, Arc::clone(limits)).await,
+    };
+    let http = match started {
         Ok(http) => http,
         Err(e) => {
             let error = StartError::Listen {
@@ -317,6 +352,24 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
         log.clone(),
         Arc::clone(&metrics),
     ));
+    let heartbeat = match limits {
+        Some(limits) => {
+            let instance = uuid::Uuid::new_v4().to_string();
+            // Counted before the first request, so that a new instance never
+            // starts out with the whole of every budget beside the others.
+            if let Ok(instances) = database.keys.heartbeat(&instance).await {
+                limits.set_instances(instances);
+            }
+            let beating = tokio::spawn(ratelimit::keep_count(
+                limits,
+                Arc::clone(&database.keys),
+                instance.clone(),
+                log.clone(),
+            ));
+            Some((instance, beating))
+        }
+        None => None,
+    };
     let key_refresh =
         tokio::spawn(Arc::clone(&keys).refresh(Arc::clone(&database.keys), log.clone(), metrics));
     slog::info!(log, "serving";
@@ -336,6 +389,105 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
         key_refresh,
         purge,
         tls: config.tls,
+        heartbeat,
+    })
+}
+
+/// Where the API is served: dropshot's own accept loop, or (with rate
+/// limits on) ours, each connection's service wrapped in the rate limiter.
+// TEMPORARY: the edge's accept loop (`edge/`) replaces `Limited` and
+// `serve_limited` below; it builds each connection's service as
+// `RateLimited::new(service.connection(remote), remote, limits)`, as here.
+enum ApiListener {
+    Dropshot(HttpServer<ApiContext>),
+    Limited {
+        local_addr: SocketAddr,
+        stop: watch::Sender<bool>,
+        serving: JoinHandle<()>,
+    },
+}
+
+impl ApiListener {
+    fn local_addr(&self) -> SocketAddr {
+        match self {
+            ApiListener::Dropshot(http) => http.local_addr(),
+            ApiListener::Limited { local_addr, .. } => *local_addr,
+        }
+    }
+
+    async fn refresh_tls(&self, config: &dropshot::ConfigTls) -> Result<(), String> {
+        match self {
+            ApiListener::Dropshot(http) => http.refresh_tls(config).await,
+            ApiListener::Limited { .. } => Err("rate limits serve no TLS".into()),
+        }
+    }
+
+    /// Stops accepting, then waits for every connection to finish its
+    /// requests in flight.
+    async fn close(self) -> Result<(), String> {
+        match self {
+            ApiListener::Dropshot(http) => http.close().await,
+            ApiListener::Limited { stop, serving, .. } => {
+                let _ = stop.send(true);
+                serving.await.map_err(|e| e.to_string())
+            }
+        }
+    }
+}
+
+/// Serves `builder`'s API on `bind` through the rate limiter.
+// TEMPORARY: see `ApiListener`.
+async fn serve_limited(
+    builder: ServerBuilder<ApiContext>,
+    bind: SocketAddr,
+    limits: Arc<Limits>,
+) -> Result<ApiListener, dropshot::BuildError> {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use hyper_util::server::conn::auto;
+    use hyper_util::server::graceful::GracefulShutdown;
+
+    let bind_error = |error| dropshot::BuildError::BindError {
+        address: bind,
+        error,
+    };
+    let listener = tokio::net::TcpListener::bind(bind)
+        .await
+        .map_err(bind_error)?;
+    let local_addr = listener.local_addr().map_err(bind_error)?;
+    let service = builder.build_service(local_addr)?;
+    let (stop, mut stopped) = watch::channel(false);
+    let serving = tokio::spawn(async move {
+        let hyper = auto::Builder::new(TokioExecutor::new());
+        let graceful = GracefulShutdown::new();
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => {
+                    let Ok((stream, remote)) = accepted else {
+                        // Out of descriptors, most likely: let some close.
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    };
+                    let limited = RateLimited::new(
+                        service.connection(remote),
+                        remote,
+                        Arc::clone(&limits),
+                    );
+                    let connection = hyper
+                        .serve_connection(TokioIo::new(stream), limited)
+                        .into_owned();
+                    tokio::spawn(graceful.watch(connection));
+                }
+                _ = stopped.changed() => break,
+            }
+        }
+        drop(listener);
+        graceful.shutdown().await;
+        service.wait_for_handlers().await;
+    });
+    Ok(ApiListener::Limited {
+        local_addr,
+        stop,
+        serving,
     })
 }
 

@@ -96,6 +96,7 @@ pub async fn run(yaml: &Side<'_>, prefix: &str, report: &mut Report) -> anyhow::
 /// A server over a fresh SQLite file, accepting `key`.
 async fn start(database: &std::path::Path, key: &str) -> anyhow::Result<RunningServer> {
     let config = ServerConfig {
+        rate_limits: None,
         bind: "127.0.0.1:0".parse().expect("a literal address"),
         database: DatabaseUrl::Sqlite(database.to_owned()),
         api_keys: ApiKeys::parse(key).context("the generated key")?,
