@@ -149,6 +149,7 @@ pub struct Metrics {
     latency: Family<OperationLabels, Histogram>,
     auth_rejected: Family<ReasonLabels, Counter>,
     rate_limited: Family<KeyLabels, Counter>,
+    rate_limit_instances: Gauge,
     database_errors: Family<KindLabels, Counter>,
     key_refresh_failures: Counter,
     idempotent_creates: Family<OutcomeLabels, Counter>,
@@ -241,6 +242,13 @@ impl Metrics {
                 "Requests refused with 429, by key name (-: requests without a valid key, \
                  limited by address)",
                 Family::default(),
+            ),
+            rate_limit_instances: registered(
+                r,
+                "rate_limit_instances",
+                "Instances sharing every rate limit budget, as this one counts them (each \
+                 enforces its share: 1/N)",
+                Gauge::default(),
             ),
             database_errors: registered(
                 r,
@@ -347,6 +355,11 @@ impl Metrics {
     pub fn rate_limited(&self, key: Option<&Arc<str>>) {
         let key = KeyName(key.map_or_else(|| Arc::from("-"), Arc::clone));
         self.rate_limited.get_or_create(&KeyLabels { key }).inc();
+    }
+
+    /// Records how many instances share every budget.
+    pub fn rate_limit_instances(&self, instances: u32) {
+        self.rate_limit_instances.set(i64::from(instances));
     }
 
     /// Counts a request answered with `status` after `seconds`.

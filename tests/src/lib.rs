@@ -175,6 +175,18 @@ impl TestServer {
         TestServer::start_configured(database, IDEMPOTENCY_RETENTION_MIN, Some(limits)).await
     }
 
+    /// Another instance beside this one, on the same database and with the
+    /// same settings (PostgreSQL; stop it first: this one owns the
+    /// database).
+    pub async fn beside(&self) -> TestServer {
+        let database = TestDatabase {
+            url: self.database.url.clone(),
+            dir: tempfile::tempdir().expect("temporary directory"),
+            _postgres: None,
+        };
+        TestServer::start_configured(database, self.idempotency_retention, self.rate_limits).await
+    }
+
     async fn start_configured(
         database: TestDatabase,
         retention: Duration,
@@ -304,6 +316,16 @@ impl TestServer {
     /// `http://127.0.0.1:PORT/v1` + `path`.
     pub fn url(&self, path: &str) -> String {
         format!("http://{}/v1{path}", self.addr)
+    }
+
+    /// A GET of `path` outside the API's `/v1`, with no credentials
+    /// (the contract, its page).
+    pub async fn client_get_root(&self, path: &str) -> Response {
+        self.client
+            .get(format!("http://{}{path}", self.addr))
+            .send()
+            .await
+            .expect("request sent")
     }
 
     /// A request with no credentials at all.

@@ -38,7 +38,7 @@ pub async fn keep_count(
                     failing = false;
                     slog::info!(log, "rate limits: counting instances again"; "instances" => instances);
                 }
-                limits.budgets.set_instances(instances);
+                limits.set_instances(instances);
             }
             Err(error) if !failing => {
                 failing = true;

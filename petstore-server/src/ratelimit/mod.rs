@@ -83,6 +83,7 @@ impl Limits {
         metrics: Arc<Metrics>,
         docs: bool,
     ) -> Limits {
+        metrics.rate_limit_instances(1);
         Limits {
             budgets: Budgets::new(limits, DefaultClock::default()),
             keys,
@@ -95,6 +96,7 @@ impl Limits {
     /// Enforces `1/instances` of every budget from now on.
     pub fn set_instances(&self, instances: u32) {
         self.budgets.set_instances(instances);
+        self.metrics.rate_limit_instances(instances);
     }
 
     fn decide<B>(&self, request: &Request<B>, remote: SocketAddr) -> Decision {
