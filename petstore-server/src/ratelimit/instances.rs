@@ -48,7 +48,7 @@ pub async fn keep_count(
             Err(_) => {}
         }
         beats = beats.wrapping_add(1);
-        if beats % PRUNE_EVERY == 0 {
+        if beats.is_multiple_of(PRUNE_EVERY) {
             limits.budgets.forget_idle();
         }
     }
