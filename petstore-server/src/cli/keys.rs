@@ -43,7 +43,8 @@ pub enum KeysCommand {
         #[command(flatten)]
         database: DatabaseArgs,
     },
-    /// List the keys: names, state, creation, expiry, last use, revocation and scopes (never keys or hashes).
+    /// List the keys: names, state, creation, expiry, last use, revocation, budget and scopes
+    /// (never keys or hashes).
     List {
         #[command(flatten)]
         database: DatabaseArgs,
@@ -82,35 +83,40 @@ pub enum KeysCommand {
 pub struct BudgetArgs {
     /// The key's sustained rate, e.g. 50/s, 600/min, 10/h; or default (--key-rate).
     #[arg(long, value_name = "RATE", value_parser = parse_setting::<Rate>)]
-    rate: Option<Option<Rate>>,
+    rate: Option<Setting<Rate>>,
     /// How many requests it may send at once above its rate; or default (--key-burst).
     #[arg(long, value_name = "N", value_parser = parse_setting::<NonZeroU32>)]
-    burst: Option<Option<NonZeroU32>>,
+    burst: Option<Setting<NonZeroU32>>,
     /// How many of its requests may be in progress at once; or default (--key-in-flight).
     #[arg(long, value_name = "N", value_parser = parse_setting::<NonZeroU32>)]
-    in_flight: Option<Option<NonZeroU32>>,
+    in_flight: Option<Setting<NonZeroU32>>,
 }
 
 impl BudgetArgs {
     fn change(&self) -> LimitsChange {
         LimitsChange {
-            rate: self.rate,
-            burst: self.burst,
-            in_flight: self.in_flight,
+            rate: self.rate.map(|setting| setting.0),
+            burst: self.burst.map(|setting| setting.0),
+            in_flight: self.in_flight.map(|setting| setting.0),
         }
     }
 }
 
-/// A budget setting, or `default` (`None`).
-fn parse_setting<T: FromStr>(text: &str) -> Result<Option<T>, String>
+/// A budget setting's value, `None` for `default`. (A flag's type of
+/// `Option<Option<T>>` would mean to clap a flag whose value may be left out.)
+#[derive(Clone, Copy, Debug)]
+struct Setting<T>(Option<T>);
+
+/// A budget setting, or `default`.
+fn parse_setting<T: FromStr>(text: &str) -> Result<Setting<T>, String>
 where
     T::Err: std::fmt::Display,
 {
     if text == "default" {
-        return Ok(None);
+        return Ok(Setting(None));
     }
     text.parse()
-        .map(Some)
+        .map(|value| Setting(Some(value)))
         .map_err(|e| format!("{e} (or default)"))
 }
 
@@ -240,10 +246,11 @@ async fn list(database: DatabaseArgs, matches: &clap::ArgMatches) -> anyhow::Res
                 optional(key.expires_at),
                 optional(key.last_used_at),
                 optional(key.revoked_at),
-                key.scopes.to_string(),
                 own(key.limits.rate.map(|rate| rate.to_string())),
                 own(key.limits.burst.map(|burst| burst.to_string())),
                 own(key.limits.in_flight.map(|cap| cap.to_string())),
+                // Last: the widest, and what scripts have read as the last.
+                key.scopes.to_string(),
             ]
         })
         .collect();
@@ -254,10 +261,10 @@ async fn list(database: DatabaseArgs, matches: &clap::ArgMatches) -> anyhow::Res
         "EXPIRES",
         "LAST USED",
         "REVOKED",
-        "SCOPES",
         "RATE",
         "BURST",
         "IN-FLIGHT",
+        "SCOPES",
     ]
     .map(String::from);
     let widths: Vec<usize> = (0..header.len())
