@@ -418,10 +418,11 @@ async fn two_postgres_instances_keep_one_budget_per_key() {
              overshoot {}",
             worst as i64 - bound as i64
         );
-        // Times are the answers', seen by the client: up to a few
-        // milliseconds after the instance decided. 5 % of the rate covers
-        // 50 ms of that.
-        let slack = (f64::from(rate) * 0.05).ceil() as usize;
+        // Times are the answers', seen by the client: a few milliseconds
+        // after the instance decided, more when the machine is busy. A
+        // tenth of the rate covers 100 ms of that (the worst windows
+        // printed above are what was measured).
+        let slack = (f64::from(rate) * 0.1).ceil() as usize;
         assert!(worst <= bound + slack, "{worst} admitted in {window:?}");
     }
     second.stop().await;
