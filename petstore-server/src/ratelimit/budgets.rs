@@ -501,14 +501,16 @@ mod tests {
     }
 
     /// Requests at `offered` per second for `seconds`, sent round-robin to
-    /// `instances` instances of one key's budget (each knowing the count);
-    /// the times (ms) of those admitted, and how many were refused.
-    fn spread(instances: u32, offered: u32, seconds: u32) -> (Vec<u64>, usize) {
+    /// instances of one key's budget, each counting the instances as
+    /// `counts` says; the times (ms) of those admitted, and how many were
+    /// refused.
+    fn spread_counting(counts: &[u32], offered: u32, seconds: u32) -> (Vec<u64>, usize) {
         let clock = FakeRelativeClock::default();
-        let each: Vec<_> = (0..instances)
-            .map(|_| {
+        let each: Vec<_> = counts
+            .iter()
+            .map(|&count| {
                 let budgets = Budgets::new(limits(), clock.clone());
-                budgets.set_instances(instances);
+                budgets.set_instances(count);
                 budgets
             })
             .collect();
@@ -523,6 +525,11 @@ mod tests {
             clock.advance(gap);
         }
         (admitted, refused)
+    }
+
+    /// [`spread_counting`] with every instance counting them all.
+    fn spread(instances: u32, offered: u32, seconds: u32) -> (Vec<u64>, usize) {
+        spread_counting(&vec![instances; instances as usize], offered, seconds)
     }
 
     /// The most admitted in any window of `window` ms.
@@ -547,6 +554,16 @@ mod tests {
         }
         // And most of the budget is used: 100/s over 5 s, plus the burst.
         assert!(admitted.len() >= 490, "{}", admitted.len());
+    }
+
+    #[test]
+    fn while_the_instances_disagree_the_shares_sum_to_more_than_the_whole() {
+        // A second instance has joined and counts two; the first still
+        // counts one: together 1 + 1/2 of the budget.
+        let (admitted, _) = spread_counting(&[1, 2], 1000, 2);
+        let worst = worst_window(&admitted, 1000);
+        assert!(worst > 100 + 10, "{worst}");
+        assert!(worst <= 150 + 15, "{worst}");
     }
 
     #[test]
