@@ -16,7 +16,9 @@
 //! so every change may admit up to one more burst.
 //!
 //! Budgets of keys are kept by key digest, each a direct GCRA limiter
-//! (budgets differ per key and change while running); addresses share one
+//! (budgets differ per key and change while running), for the life of the
+//! process: one entry per key ever admitted, which the operator bounds, not
+//! the clients (an unknown key is limited by address); addresses share one
 //! keyed limiter whose idle entries are dropped (`forget_idle`), so that
 //! a scan of many addresses does not grow memory for ever. IPv6 addresses
 //! are counted per /64, the block one client usually holds.
