@@ -270,6 +270,17 @@ async fn requests_without_a_valid_key_are_limited_per_address() {
         server.get("/pets").send().await.unwrap().status(),
         StatusCode::OK
     );
+    // The contract, and the management listener, are never limited.
+    assert_eq!(
+        server.client_get_root("/openapi.yaml").await.status(),
+        StatusCode::OK
+    );
+    let admin = server.admin_addr().unwrap();
+    for path in ["/healthz", "/readyz"] {
+        let answer = reqwest::get(format!("http://{admin}{path}")).await.unwrap();
+        assert_eq!(answer.status(), StatusCode::OK, "{path}");
+        assert_eq!(field(answer.headers(), "ratelimit"), None, "{path}");
+    }
     assert_eq!(
         server
             .metric("petstore_rate_limited_total{key=\"-\"}")
