@@ -459,25 +459,25 @@ impl Prober<'_, '_> {
                 continue;
             };
             let name = name.to_ascii_lowercase();
-            let values = answer.headers.get_all(&name);
-            let values: Vec<&str> = values.iter().map(|v| v.to_str().unwrap_or("")).collect();
-            let problem = match values.as_slice() {
-                [] if header.required => Some("required, server sent none".to_owned()),
-                [] => None,
-                [value] => {
-                    let schema = self.yaml.format_json(&header.format).1;
-                    let schema = self.yaml.resolve(&schema);
-                    let valid = jsonschema::draft4::new(&schema)
-                        .map(|validator| validator.is_valid(&json!(value)));
-                    match valid {
-                        Ok(true) => None,
-                        Ok(false) => Some(format!(
-                            "server sent {value:?}, not valid against the yaml's schema"
-                        )),
-                        Err(e) => Some(format!("the yaml's schema cannot be used: {e}")),
-                    }
+            // Field lines of one name are one list (RFC 9110 section 5.3).
+            let lines = answer.headers.get_all(&name);
+            let lines: Vec<&str> = lines.iter().map(|v| v.to_str().unwrap_or("")).collect();
+            let problem = if lines.is_empty() {
+                header
+                    .required
+                    .then(|| "required, server sent none".to_owned())
+            } else {
+                let value = lines.join(", ");
+                let schema = self.yaml.resolve(&self.yaml.format_json(&header.format).1);
+                let valid = jsonschema::draft4::new(&schema)
+                    .map(|validator| validator.is_valid(&json!(value)));
+                match valid {
+                    Ok(true) => None,
+                    Ok(false) => Some(format!(
+                        "server sent {value:?}, not valid against the yaml's schema"
+                    )),
+                    Err(e) => Some(format!("the yaml's schema cannot be used: {e}")),
                 }
-                _ => Some(format!("server sent it {} times", values.len())),
             };
             let Some(problem) = problem else { continue };
             let status = answer.status;
