@@ -160,6 +160,17 @@ impl ApiError {
         ApiError::new(ErrorStatusCode::NOT_FOUND, ErrorCode::NotFound, message)
     }
 
+    /// 429: over budget; `message` says which and when to retry. The
+    /// rate limiter sends it before any operation runs (it is not an
+    /// operation's answer, so the API trait declares it nowhere).
+    pub fn rate_limited(message: impl Into<String>) -> ApiError {
+        ApiError::new(
+            ErrorStatusCode::TOO_MANY_REQUESTS,
+            ErrorCode::RateLimited,
+            message,
+        )
+    }
+
     /// 409: another request with the same idempotency key is in progress.
     pub fn idempotency_key_in_use(operation: Keyed) -> ApiError {
         ApiError::new(

@@ -82,9 +82,12 @@ pub mod types {
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
     pub struct Error {
         /**Machine-readable error code: `bad_request`, `unauthorized`,
-`insufficient_scope`, `not_found`, `idempotency_key_in_use`, `pet_not_available`,
+`insufficient_scope`, `not_found`, `method_not_allowed`,
+`request_timeout`, `idempotency_key_in_use`, `pet_not_available`,
 `invalid_transition`, `payload_too_large`, `idempotency_key_reused`,
-`pet_not_found`, `internal_error` or `service_unavailable`.
+`pet_not_found`, `rate_limited`, `internal_error` or
+`service_unavailable`. More may be added in a minor version:
+treat an unknown code like the generic error of its HTTP status.
 */
         pub code: ::std::string::String,
         ///Human-readable description.
@@ -1262,6 +1265,7 @@ idempotency key), and read one animal by identifier. The store sells them
 an idempotency key), list and read orders, deliver or cancel an order, and
 read the inventory of animals by status. Each API key may do what its
 scopes allow (since 1.4.0), and a customer's key sees only its own orders.
+Each API key has a rate limit, announced on every response (since 1.5.0).
 
 This document is hand-written and is the source of truth for the service. The
 server re-emits its own document from code and CI compares the two.
@@ -1274,17 +1278,29 @@ Decisions where the interface specification is silent:
   wrong key gets `401` even when its body or parameters are also invalid. Keys
   are configured by the operator; they cannot be obtained or revoked through the
   API. What a valid key may do is set by its scopes (since 1.4.0, below).
-- **Error codes.** Every error response of these operations carries the
+  Every `401` carries the RFC 6750 challenge `WWW-Authenticate: Bearer
+  realm="petstore"`, with `error="invalid_token"` when a key was sent but is
+  unknown, expired or revoked, and no `error` when none was sent; every
+  `403` carries `WWW-Authenticate: Bearer realm="petstore",
+  error="insufficient_scope", scope="…"`, the space-separated scopes any
+  one of which would admit the operation (since 1.5.0).
+- **Error codes.** Every error response of the service carries the
   `Error` body. Its `code` is one of `bad_request` (400), `unauthorized`
   (401), `insufficient_scope` (403), `not_found` (404),
+  `method_not_allowed` (405), `request_timeout` (408),
   `idempotency_key_in_use` (409),
   `pet_not_available` (409), `invalid_transition` (409),
   `payload_too_large` (413), `idempotency_key_reused` (422),
-  `pet_not_found` (422), `internal_error` (500) and
+  `pet_not_found` (422), `rate_limited` (429), `internal_error` (500) and
   `service_unavailable` (503). Clients should
-  treat an unknown code like the generic error of its HTTP status. Requests for paths or
-  methods this document does not define get the HTTP framework's own `404`
-  or `405` (with `Allow`), whose body is not an `Error`.
+  treat an unknown code like the generic error of its HTTP status.
+- **Requests outside the paths of this document (since 1.5.0).** They are
+  answered in the `Error` body too: a path this document does not define
+  is `404` (`not_found`); a defined path with a method it does not define
+  is `405` (`method_not_allowed`) with `Allow` listing the methods it
+  does define; a path that cannot be decoded is `400` (`bad_request`); a
+  request body that stops arriving is `408` (`request_timeout`); a body
+  too large is `413` (`payload_too_large`).
 - **Invalid query parameters.** A `limit` outside 1..100 or not an integer, a
   `status` that is not a `PetStatus` (an `OrderStatus` for orders), and an
   `after` or `petId` that is not an int64, get `400` with code `bad_request`.
@@ -1376,10 +1392,35 @@ Decisions where the interface specification is silent:
 - **Times.** `placedAt` is assigned by the service when the order is placed,
   in UTC, written as RFC 3339 with six fractional digits and `Z`
   (`2026-11-24T09:30:00.123456Z`).
-- **Rate limits.** None.
+- **Rate limits (since 1.5.0).** Where the operator turns them on,
+  each API key has a quota of requests per window and a cap on its
+  requests in flight; requests without a valid key are counted by
+  client address instead. Every response of the API then announces the
+  policies and what is left of them in the `RateLimit-Policy` and
+  `RateLimit` fields of the IETF HTTPAPI draft "RateLimit header fields
+  for HTTP" (draft-ietf-httpapi-ratelimit-headers-09, structured
+  fields), with the policies `"key"` (the key's quota: `q` requests in
+  `w` seconds), `"key-in-flight"` (`qu="concurrent-requests"`) and, for
+  requests without a valid key, `"address"`:
+  `RateLimit-Policy: "key";q=200;w=2, "key-in-flight";q=32;qu="concurrent-requests"`,
+  `RateLimit: "key";r=199;t=1, "key-in-flight";r=31`. A service without
+  rate limits sends neither field. A request over the quota or the cap is refused
+  with `429` (`rate_limited`) and `Retry-After` (delay-seconds) before
+  anything else about it is looked at, so it changes nothing; retry
+  after that many seconds. Every `503` carries `Retry-After` too. The
+  quotas are the operator's to set; a client reads them from the fields,
+  never from this document.
+- **Connection limits (since 1.5.0).** The service closes a connection
+  that sends no first byte, or stays idle, or takes too long over its
+  headers or its body (`408`, `request_timeout`, for a body), and refuses
+  connections beyond its cap, so a slow or greedy client cannot hold the
+  service's connections.
+- **Links (since 1.5.0).** `createPet`'s `201` links to `getPet`, and
+  `placeOrder`'s `201` to `getOrder` and `updateOrder`, each through the
+  created item's `id` (OpenAPI `links`).
 
 
-Version: 1.4.0*/
+Version: 1.5.0*/
 pub struct Client {
     pub(crate) baseurl: String,
     pub(crate) client: reqwest::Client,
@@ -1419,7 +1460,7 @@ impl Client {
 
 impl ClientInfo<()> for Client {
     fn api_version() -> &'static str {
-        "1.4.0"
+        "1.5.0"
     }
 
     fn baseurl(&self) -> &str {
@@ -1526,7 +1567,7 @@ let response = client.get_pet()
     .await;
 ```*/
     #[deprecated(
-        since = "1.4.0",
+        since = "1.5.0",
         note = "this operation will be removed on 5 December 2030; use list_pets with the status filter instead"
     )]
     #[allow(deprecated)]
@@ -1817,6 +1858,13 @@ pub mod builder {
                         ),
                     )
                 }
+                429u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
                 500u16 => {
                     Err(
                         Error::ErrorResponse(
@@ -1972,6 +2020,13 @@ pub mod builder {
                         ),
                     )
                 }
+                429u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
                 500u16 => {
                     Err(
                         Error::ErrorResponse(
@@ -1996,7 +2051,7 @@ pub mod builder {
 [`Client::get_pet`]: super::Client::get_pet*/
     #[derive(Debug, Clone)]
     #[deprecated(
-        since = "1.4.0",
+        since = "1.5.0",
         note = "this operation will be removed on 5 December 2030; use list_pets with the status filter instead"
     )]
     pub struct GetPet<'a> {
@@ -2081,6 +2136,13 @@ pub mod builder {
                     )
                 }
                 404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                429u16 => {
                     Err(
                         Error::ErrorResponse(
                             ResponseValue::from_response(response).await?,
@@ -2257,6 +2319,13 @@ pub mod builder {
                         ),
                     )
                 }
+                429u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
                 500u16 => {
                     Err(
                         Error::ErrorResponse(
@@ -2412,6 +2481,13 @@ pub mod builder {
                         ),
                     )
                 }
+                429u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
                 500u16 => {
                     Err(
                         Error::ErrorResponse(
@@ -2534,6 +2610,13 @@ pub mod builder {
                     )
                 }
                 404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                429u16 => {
                     Err(
                         Error::ErrorResponse(
                             ResponseValue::from_response(response).await?,
@@ -2695,6 +2778,13 @@ pub mod builder {
                         ),
                     )
                 }
+                429u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
                 500u16 => {
                     Err(
                         Error::ErrorResponse(
@@ -2768,6 +2858,13 @@ pub mod builder {
                     )
                 }
                 403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                429u16 => {
                     Err(
                         Error::ErrorResponse(
                             ResponseValue::from_response(response).await?,

@@ -128,9 +128,11 @@ mod generated;
 #[allow(missing_docs, clippy::all)]
 pub mod mock;
 mod once;
+mod retry;
 mod walk;
 
-pub use once::{CreatePetOnce, CreatedOnce, Once, PlaceOrderOnce, PlacedOnce, RetryPolicy};
+pub use once::{CreatePetOnce, CreatedOnce, Once, PlaceOrderOnce, PlacedOnce};
+pub use retry::{RetryPolicy, retry_after};
 pub use walk::{OrderWalk, PAGE_SIZE_MAX, PetWalk};
 
 pub use generated::{

@@ -107,6 +107,16 @@ pub mod operations {
             )
         }
 
+        pub fn too_many_requests(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(429u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
         pub fn internal_server_error(self, value: &types::Error) -> Self {
             Self(
                 self
@@ -238,6 +248,16 @@ pub mod operations {
             )
         }
 
+        pub fn too_many_requests(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(429u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
         pub fn internal_server_error(self, value: &types::Error) -> Self {
             Self(
                 self
@@ -335,6 +355,16 @@ pub mod operations {
                 self
                     .0
                     .status(404u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn too_many_requests(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(429u16)
                     .header("content-type", "application/json")
                     .json_body_obj(value),
             )
@@ -481,6 +511,16 @@ pub mod operations {
             )
         }
 
+        pub fn too_many_requests(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(429u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
         pub fn internal_server_error(self, value: &types::Error) -> Self {
             Self(
                 self
@@ -612,6 +652,16 @@ pub mod operations {
             )
         }
 
+        pub fn too_many_requests(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(429u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
         pub fn internal_server_error(self, value: &types::Error) -> Self {
             Self(
                 self
@@ -720,6 +770,16 @@ pub mod operations {
                 self
                     .0
                     .status(404u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn too_many_requests(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(429u16)
                     .header("content-type", "application/json")
                     .json_body_obj(value),
             )
@@ -851,6 +911,16 @@ pub mod operations {
             )
         }
 
+        pub fn too_many_requests(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(429u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
         pub fn internal_server_error(self, value: &types::Error) -> Self {
             Self(
                 self
@@ -922,6 +992,16 @@ pub mod operations {
                 self
                     .0
                     .status(403u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn too_many_requests(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(429u16)
                     .header("content-type", "application/json")
                     .json_body_obj(value),
             )

@@ -7,72 +7,10 @@
 //! after the first success with that same animal (`Idempotent-Replayed:
 //! true`). Retrying until a `201` comes then makes it exactly once.
 
-use std::time::Duration;
-
 use reqwest::StatusCode;
 
-use crate::{Client, Error, ResponseValue, types};
-
-/// How [`Client::create_pet_once`] retries: capped exponential backoff with
-/// full jitter (each wait is random between zero and the current cap, so
-/// that clients failed by the same outage do not retry in lockstep).
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RetryPolicy {
-    /// The most attempts, the first included (at least 1).
-    pub max_attempts: u32,
-    /// The cap of the wait before the second attempt; it doubles with each
-    /// attempt after that.
-    pub initial_backoff: Duration,
-    /// The largest cap a wait can reach.
-    pub max_backoff: Duration,
-}
-
-impl Default for RetryPolicy {
-    /// 10 attempts, waits capped at 100 ms doubling up to 5 s: about half a
-    /// minute of retrying at most.
-    fn default() -> RetryPolicy {
-        RetryPolicy {
-            max_attempts: 10,
-            initial_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_secs(5),
-        }
-    }
-}
-
-impl RetryPolicy {
-    /// The default policy with at most `max_attempts` attempts.
-    pub fn with_max_attempts(max_attempts: u32) -> RetryPolicy {
-        RetryPolicy {
-            max_attempts,
-            ..RetryPolicy::default()
-        }
-    }
-
-    /// The same policy with waits capped at `initial` doubling up to `max`.
-    pub fn backoff(self, initial: Duration, max: Duration) -> RetryPolicy {
-        RetryPolicy {
-            initial_backoff: initial,
-            max_backoff: max,
-            ..self
-        }
-    }
-
-    /// The cap of the wait after failed attempt number `attempt` (1-based).
-    fn cap(&self, attempt: u32) -> Duration {
-        let doublings = attempt.saturating_sub(1).min(31);
-        self.initial_backoff
-            .saturating_mul(1 << doublings)
-            .min(self.max_backoff)
-    }
-
-    /// A random wait between zero and the cap after failed attempt `attempt`.
-    fn wait(&self, attempt: u32) -> Duration {
-        let cap = self.cap(attempt);
-        let fraction = getrandom::u64().unwrap_or(u64::MAX / 2) as f64 / u64::MAX as f64;
-        cap.mul_f64(fraction)
-    }
-}
+use crate::retry::is_throttled;
+use crate::{Client, Error, ResponseValue, RetryPolicy, types};
 
 /// An animal stored by [`Client::create_pet_once`].
 #[derive(Clone, Debug)]
@@ -131,8 +69,10 @@ impl Client {
     /// the create, and retries with the same key and body on every failure
     /// after which the animal may or may not have been stored: a
     /// communication error or timeout, a `503`, a `502` or `504` from a
-    /// proxy, and a `409` (an earlier attempt is still being processed).
-    /// Any other error is returned at once. When the attempts run out (see
+    /// proxy, and a `409` (an earlier attempt is still being processed);
+    /// and on a `429` (over the rate limit, nothing done). A `429` or `503`
+    /// is retried after the `Retry-After` it carries, within the policy's
+    /// cap. Any other error is returned at once. When the attempts run out (see
     /// [`RetryPolicy`]), the last error is returned: the animal was then
     /// stored at most once, and a later retry with the same key and body
     /// ([`Once::key`], read before sending) finishes the job, for
@@ -159,8 +99,8 @@ impl Client {
 
     /// Orders the animal `pet_id` exactly once, as [`Client::create_pet_once`]
     /// adds one: the same idempotency key on every attempt, retried through
-    /// communication errors, `502`/`503`/`504` and the `409` of an attempt
-    /// still in progress. An answer that no retry can change ends it at
+    /// communication errors, `429`, `502`/`503`/`504` (waiting for
+    /// `Retry-After`) and the `409` of an attempt still in progress. An answer that no retry can change ends it at
     /// once: `409 pet_not_available` (the animal is not `available`; a retry
     /// whose first attempt did place the order gets that order instead),
     /// `422 pet_not_found`, `400`.
@@ -228,11 +168,14 @@ impl<'a, B> Once<'a, B> {
                         .is_some_and(|value| value == "true");
                     return Ok((response.into_inner(), attempts, replayed));
                 }
-                Err(error) if is_retryable(&error) && attempts < self.policy.max_attempts => {
-                    tokio::time::sleep(self.policy.wait(attempts)).await;
+                Err(error) => {
+                    let retryable = is_retryable(&error);
+                    let Some(wait) = self.policy.wait_after(&error, attempts, retryable) else {
+                        return Err(error);
+                    };
+                    tokio::time::sleep(wait).await;
                     attempts += 1;
                 }
-                Err(error) => return Err(error),
             }
         }
     }
@@ -276,19 +219,20 @@ impl PlaceOrderOnce<'_> {
     }
 }
 
-/// Whether the request may or may not have taken effect, so that a retry
-/// with the same key is the way to find out (and to finish the job): a
-/// communication error, a gateway's or the service's unavailability, or a
-/// `409` saying that an earlier attempt with the key is still in progress
-/// (not one saying the animal cannot be ordered).
+/// Whether a retry with the same key is the way to finish the job: the
+/// request may or may not have taken effect (a communication error, a
+/// gateway's or the service's unavailability, or a `409` saying that an
+/// earlier attempt with the key is still in progress — not one saying the
+/// animal cannot be ordered), or it was refused untouched for now (`429`).
 fn is_retryable(error: &Error<types::Error>) -> bool {
     let retry_status = |status: StatusCode| {
         matches!(
             status,
-            StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT
+            StatusCode::BAD_GATEWAY | StatusCode::GATEWAY_TIMEOUT
         )
     };
     match error {
+        error if is_throttled(error) => true,
         Error::CommunicationError(_) | Error::ResponseBodyError(_) => true,
         Error::ErrorResponse(response) if response.status() == StatusCode::CONFLICT => {
             response.code == "idempotency_key_in_use"
@@ -302,17 +246,6 @@ fn is_retryable(error: &Error<types::Error>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn waits_double_up_to_the_cap_and_stay_below_it() {
-        let policy = RetryPolicy::default();
-        let caps: Vec<u64> = (1..=8).map(|a| policy.cap(a).as_millis() as u64).collect();
-        assert_eq!(caps, [100, 200, 400, 800, 1600, 3200, 5000, 5000]);
-        assert_eq!(policy.cap(u32::MAX), Duration::from_secs(5));
-        for attempt in 1..=8 {
-            assert!(policy.wait(attempt) <= policy.cap(attempt));
-        }
-    }
 
     #[test]
     fn generated_keys_are_fresh_uuids() {

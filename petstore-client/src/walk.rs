@@ -1,11 +1,13 @@
 //! Walking the whole catalogue, or every order, page by page, as a
-//! [`Stream`].
+//! [`Stream`]; a page refused for now (`429`, `503`) is fetched again after
+//! the `Retry-After` it carries, as the walk's [`RetryPolicy`] allows.
 
 use std::num::NonZeroU32;
 
 use futures::{Stream, StreamExt, TryStreamExt, stream};
 
-use crate::{Client, Error, Pet, PetStatus, ResponseValue, types};
+use crate::retry::is_throttled;
+use crate::{Client, Error, Pet, PetStatus, ResponseValue, RetryPolicy, types};
 
 /// The largest page the service serves (the contract's `limit` maximum).
 pub const PAGE_SIZE_MAX: u32 = 100;
@@ -17,6 +19,7 @@ pub struct PetWalk<'a> {
     client: &'a Client,
     status: Option<PetStatus>,
     page_size: NonZeroU32,
+    policy: RetryPolicy,
 }
 
 impl Client {
@@ -25,7 +28,10 @@ impl Client {
     /// `GET /pets?after=…` — keyset pagination, so no animal is skipped or
     /// seen twice, and a page costs the same at any depth. It follows each
     /// page's `Link: <…>; rel="next"` header and ends on the page that has
-    /// none.
+    /// none. A page answered `429` (over the rate limit) or `503` is asked
+    /// for again after the wait its `Retry-After` names, within the walk's
+    /// [`RetryPolicy`] ([`PetWalk::retry`]); the policy's end is the
+    /// stream's error.
     ///
     /// ```no_run
     /// use futures::TryStreamExt;
@@ -49,6 +55,7 @@ impl Client {
             client: self,
             status: None,
             page_size: NonZeroU32::new(PAGE_SIZE_MAX).expect("not zero"),
+            policy: RetryPolicy::default(),
         }
     }
 }
@@ -67,12 +74,21 @@ impl<'a> PetWalk<'a> {
         self
     }
 
+    /// Retries a page refused with `429` or `503` as `policy` says instead
+    /// of [`RetryPolicy::default`].
+    pub fn retry(mut self, policy: RetryPolicy) -> PetWalk<'a> {
+        self.policy = policy;
+        self
+    }
+
     /// The animals, one page fetched at a time. The first error ends the
     /// stream. The stream is `Send` and `Unpin`.
     pub fn stream(
         self,
     ) -> impl Stream<Item = Result<Pet, Error<types::Error>>> + Send + Unpin + 'a {
+        let policy = self.policy.clone();
         keyset(
+            policy,
             move |after| {
                 let mut request = self.client.list_pets().limit(self.page_size);
                 if let Some(status) = self.status {
@@ -96,12 +112,14 @@ pub struct OrderWalk<'a> {
     status: Option<types::OrderStatus>,
     pet_id: Option<i64>,
     page_size: NonZeroU32,
+    policy: RetryPolicy,
 }
 
 impl Client {
     /// Every order (or those of one status, or of one animal), in ascending
     /// `id` order, as a [`Stream`] that fetches one page at a time with
-    /// `GET /store/orders?after=…`, as [`Client::walk_pets`] does.
+    /// `GET /store/orders?after=…`, as [`Client::walk_pets`] does (and
+    /// retrying a page as it does, [`OrderWalk::retry`]).
     ///
     /// ```no_run
     /// use futures::TryStreamExt;
@@ -125,6 +143,7 @@ impl Client {
             status: None,
             pet_id: None,
             page_size: NonZeroU32::new(PAGE_SIZE_MAX).expect("not zero"),
+            policy: RetryPolicy::default(),
         }
     }
 }
@@ -149,12 +168,21 @@ impl<'a> OrderWalk<'a> {
         self
     }
 
+    /// Retries a page refused with `429` or `503` as `policy` says instead
+    /// of [`RetryPolicy::default`].
+    pub fn retry(mut self, policy: RetryPolicy) -> OrderWalk<'a> {
+        self.policy = policy;
+        self
+    }
+
     /// The orders, one page fetched at a time. The first error ends the
     /// stream. The stream is `Send` and `Unpin`.
     pub fn stream(
         self,
     ) -> impl Stream<Item = Result<types::Order, Error<types::Error>>> + Send + Unpin + 'a {
+        let policy = self.policy.clone();
         keyset(
+            policy,
             move |after| {
                 let mut request = self.client.list_orders().limit(self.page_size);
                 if let Some(status) = self.status {
@@ -175,8 +203,10 @@ impl<'a> OrderWalk<'a> {
 
 /// The items of every page `fetch` gets, the first from the start and each
 /// next one after the last `id` (read with `id`) of the one before, while
-/// the pages have a `next` link.
+/// the pages have a `next` link; each page fetched again, as `policy`
+/// says, while it is refused for now.
 fn keyset<'a, T, F, Fut>(
+    policy: RetryPolicy,
     fetch: F,
     id: fn(&T) -> i64,
 ) -> impl Stream<Item = Result<T, Error<types::Error>>> + Send + Unpin + 'a
@@ -186,15 +216,29 @@ where
     Fut: Future<Output = Result<ResponseValue<Vec<T>>, Error<types::Error>>> + Send + 'a,
 {
     let fetch = std::sync::Arc::new(fetch);
+    let policy = std::sync::Arc::new(policy);
     // State: the cursor of the next page, or `None` once the last page has
     // been fetched.
     stream::try_unfold(Some(None), move |cursor: Option<Option<i64>>| {
         let fetch = std::sync::Arc::clone(&fetch);
+        let policy = std::sync::Arc::clone(&policy);
         async move {
             let Some(after) = cursor else {
                 return Ok::<_, Error<types::Error>>(None);
             };
-            let response = fetch(after).await?;
+            let mut attempt = 1;
+            let response = loop {
+                let error = match fetch(after).await {
+                    Ok(response) => break response,
+                    Err(error) => error,
+                };
+                let throttled = is_throttled(&error);
+                let Some(wait) = policy.wait_after(&error, attempt, throttled) else {
+                    return Err(error);
+                };
+                tokio::time::sleep(wait).await;
+                attempt += 1;
+            };
             let has_next = has_next_link(response.headers());
             let items = response.into_inner();
             let next = match items.last() {

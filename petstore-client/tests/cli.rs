@@ -588,3 +588,46 @@ async fn a_scoped_key_does_what_it_may_and_is_told_plainly_what_it_may_not() {
     run.fails(6, &["pets:write"]);
     assert!(!run.stderr.contains(&customer), "the key is never echoed");
 }
+
+/// Serves every request on 127.0.0.1 with a `429` and `Retry-After: 30`, as
+/// the service over its rate limit (which the test server cannot be driven
+/// to); its base URL, and the task to abort.
+async fn over_the_rate_limit() -> (String, tokio::task::JoinHandle<()>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            // The request head (a GET has no body), then the refusal.
+            let mut head = Vec::new();
+            let mut chunk = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match socket.read(&mut chunk).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&chunk[..n]),
+                }
+            }
+            let body = r#"{"code":"rate_limited","message":"over the quota","status":429}"#;
+            let answer = format!(
+                "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n\
+                 retry-after: 30\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = socket.write_all(answer.as_bytes()).await;
+        }
+    });
+    (url, task)
+}
+
+#[tokio::test]
+async fn over_the_rate_limit_is_exit_status_7_with_the_wait() {
+    let (url, service) = over_the_rate_limit().await;
+    petstore_at(&url, Some(KEY), &["inventory"]).await.fails(
+        7,
+        &[
+            "error: rate_limited (HTTP 429): over the quota",
+            "retry after: 30 s",
+        ],
+    );
+    service.abort();
+}

@@ -17,6 +17,7 @@ use arc_swap::ArcSwap;
 use http::HeaderMap;
 use petstore_api::scopes::Scopes;
 
+use crate::budget::KeyLimits;
 use crate::keys::{AcceptedKey, ApiKeys, AuthFailure, KeyCounts, KeyDigest, KeySet};
 use crate::metrics::Metrics;
 use crate::storage::{KeyStorage, StorageError, StoredKey};
@@ -42,6 +43,8 @@ pub struct Caller {
     pub digest: KeyDigest,
     /// What the key may do.
     pub scopes: Scopes,
+    /// What it sets of its own budget.
+    pub limits: KeyLimits,
 }
 
 /// The live set of accepted keys.
@@ -77,6 +80,7 @@ impl Keyring {
                 name: Arc::clone(&key.name),
                 digest: key.digest,
                 scopes: key.scopes,
+                limits: key.limits,
             })
     }
 
@@ -117,6 +121,7 @@ impl Keyring {
                 digest: key.digest,
                 expires_at: key.expires_at,
                 scopes: key.scopes,
+                limits: key.limits,
                 last_used: last_used.remove(key.name.as_str()).unwrap_or_default(),
             });
         }
@@ -220,6 +225,7 @@ mod tests {
             created_at: 0,
             expires_at: None,
             scopes: Scopes::ALL,
+            limits: KeyLimits::default(),
             last_used_at: None,
             revoked_at: revoked.then_some(1),
         }
@@ -323,6 +329,22 @@ mod tests {
             unreachable!("the keyring only reads keys")
         }
 
+        async fn set_key_limits(
+            &self,
+            _: &str,
+            _: crate::budget::LimitsChange,
+        ) -> Result<(KeyLimits, KeyLimits), crate::storage::KeyError> {
+            unreachable!("the keyring only reads keys")
+        }
+
+        async fn heartbeat(&self, _: &str) -> Result<u32, StorageError> {
+            unreachable!("the keyring does not beat")
+        }
+
+        async fn forget_instance(&self, _: &str) -> Result<(), StorageError> {
+            unreachable!("the keyring does not beat")
+        }
+
         async fn record_key_use(&self, _: Vec<(String, i64)>) -> Result<(), StorageError> {
             Ok(())
         }
@@ -366,7 +388,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_key_created_changed_or_revoked_in_storage_is_honoured_within_2_s() {
+    async fn a_key_created_changed_limited_or_revoked_in_storage_is_honoured_within_2_s() {
         let stub = Arc::new(StubKeys {
             keys: Default::default(),
             reads: tokio::sync::watch::channel(0).0,
@@ -388,6 +410,15 @@ mod tests {
         let in_force = |keyring: &Keyring| caller(keyring).is_ok_and(|c| c.scopes == reader);
         let took = time_to_show(&stub, &keyring, narrowed, in_force).await;
         assert!(took <= PROMISED, "new scopes in force after {took:?}");
+
+        let budget = KeyLimits {
+            rate: Some("3/s".parse().unwrap()),
+            ..KeyLimits::default()
+        };
+        let limited = |keys: &mut Vec<StoredKey>| keys[0].limits = budget;
+        let in_force = |keyring: &Keyring| caller(keyring).is_ok_and(|c| c.limits == budget);
+        let took = time_to_show(&stub, &keyring, limited, in_force).await;
+        assert!(took <= PROMISED, "a new budget in force after {took:?}");
 
         let revoked = |keys: &mut Vec<StoredKey>| keys[0].revoked_at = Some(1);
         let refused = |keyring: &Keyring| caller(keyring) == Err(AuthFailure::Unknown);

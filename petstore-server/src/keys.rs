@@ -25,6 +25,8 @@ use petstore_api::auth::Identity;
 use petstore_api::scopes::Scopes;
 use sha2::{Digest, Sha256};
 
+use crate::budget::KeyLimits;
+
 /// The prefix of every key `keys create` makes.
 pub const KEY_PREFIX: &str = "pst_";
 const RANDOM_CHARS: usize = 30;
@@ -173,6 +175,8 @@ pub struct AcceptedKey {
     pub expires_at: Option<i64>,
     /// What it may do.
     pub scopes: Scopes,
+    /// What it sets of its own budget (the rest is the configured default).
+    pub limits: KeyLimits,
     /// When it was last accepted (Unix seconds; 0 for never), shared across
     /// reloads of the key set and flushed to the database in batches.
     pub last_used: Arc<AtomicI64>,
@@ -324,6 +328,7 @@ impl ApiKeys {
                 digest: *digest,
                 expires_at: None,
                 scopes: Scopes::ALL,
+                limits: KeyLimits::default(),
                 last_used: Arc::default(),
             })
     }
@@ -436,6 +441,7 @@ mod tests {
             digest: KeyDigest::of("k1"),
             expires_at: Some(2_000),
             scopes: Scopes::ALL,
+            limits: KeyLimits::default(),
             last_used: Arc::default(),
         };
         let keys = KeySet::new(vec![key], 0);
@@ -461,6 +467,7 @@ mod tests {
             digest: KeyDigest::of(key),
             expires_at: Some(if expired(index) { NOW } else { NOW + 1 }),
             scopes: Scopes::ALL,
+            limits: KeyLimits::default(),
             last_used: Arc::default(),
         });
         let set = KeySet::new(accepted.collect(), 0);
@@ -491,6 +498,7 @@ mod tests {
             digest: KeyDigest::of("same"),
             expires_at: None,
             scopes: Scopes::ALL,
+            limits: KeyLimits::default(),
             last_used: Arc::default(),
         };
         let set = KeySet::new(vec![named("first"), named("second")], 0);

@@ -19,6 +19,7 @@
 //! - [`logging`]: structured logs.
 
 pub mod admin;
+pub mod budget;
 pub mod context;
 pub mod docs;
 pub mod edge;
@@ -28,6 +29,7 @@ pub mod keys;
 pub mod logging;
 pub mod metrics;
 pub mod observe;
+pub mod ratelimit;
 pub mod server;
 pub mod storage;
 pub mod tls;

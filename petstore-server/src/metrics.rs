@@ -40,6 +40,23 @@ struct RequestLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KeyLabels {
+    /// The key's name, as the access log shows it; `-` for requests without
+    /// a valid key (limited by address).
+    key: KeyName,
+}
+
+/// A key's name as a label value, shared with the keyring's.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct KeyName(Arc<str>);
+
+impl EncodeLabelValue for KeyName {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        EncodeLabelValue::encode(&&*self.0, encoder)
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OperationLabels {
     operation: Operation,
 }
@@ -167,6 +184,8 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     latency: Family<OperationLabels, Histogram>,
     auth_rejected: Family<ReasonLabels, Counter>,
+    rate_limited: Family<KeyLabels, Counter>,
+    rate_limit_instances: Gauge,
     database_errors: Family<KindLabels, Counter>,
     key_refresh_failures: Counter,
     idempotent_creates: Family<OutcomeLabels, Counter>,
@@ -255,6 +274,20 @@ impl Metrics {
                 "Requests refused with 401, by reason (missing, malformed, checksum, unknown, \
                  expired)",
                 Family::default(),
+            ),
+            rate_limited: registered(
+                r,
+                "rate_limited",
+                "Requests refused with 429, by key name (-: requests without a valid key, \
+                 limited by address)",
+                Family::default(),
+            ),
+            rate_limit_instances: registered(
+                r,
+                "rate_limit_instances",
+                "Instances sharing every rate limit budget, as this one counts them (each \
+                 enforces its share: 1/N)",
+                Gauge::default(),
             ),
             database_errors: registered(
                 r,
@@ -374,6 +407,18 @@ impl Metrics {
             none: Arc::from("none"),
             registry,
         }
+    }
+
+    /// Counts a request refused with 429; `key` is its key's name, `None`
+    /// for a request limited by its address.
+    pub fn rate_limited(&self, key: Option<&Arc<str>>) {
+        let key = KeyName(key.map_or_else(|| Arc::from("-"), Arc::clone));
+        self.rate_limited.get_or_create(&KeyLabels { key }).inc();
+    }
+
+    /// Records how many instances share every budget.
+    pub fn rate_limit_instances(&self, instances: u32) {
+        self.rate_limit_instances.set(i64::from(instances));
     }
 
     /// Counts a request answered with `status` after `seconds`.

@@ -23,6 +23,7 @@ use crate::keyring::{Keyring, unix_now};
 use crate::keys::ApiKeys;
 use crate::metrics::Metrics;
 use crate::observe::{ObservingDrain, RequestNotes};
+use crate::ratelimit::{self, Limits, RateLimited, RateLimits};
 use crate::storage::{
     self, DatabaseUrl, KeyStorage, OpenError, PURGE_BATCH, Retention, Storage, StorageMetrics,
 };
@@ -49,6 +50,9 @@ pub struct ServerConfig {
     /// Serve the contract (`/openapi.yaml`, `/openapi.json`) and the
     /// interactive page (`/docs/`).
     pub docs: bool,
+    /// The budgets of keys and of addresses (`ratelimit/`); `None` limits
+    /// nothing and costs nothing.
+    pub rate_limits: Option<RateLimits>,
     /// The API connections: how many, and how long each step may take.
     pub edge: EdgeLimits,
 }
@@ -128,6 +132,9 @@ pub struct RunningServer {
     key_refresh: JoinHandle<()>,
     purge: JoinHandle<()>,
     tls: Option<TlsFiles>,
+    /// With rate limits on: this instance's name in the heartbeats, and
+    /// the task that beats.
+    heartbeat: Option<(String, JoinHandle<()>)>,
 }
 
 impl RunningServer {
@@ -197,6 +204,13 @@ impl RunningServer {
         }
         self.key_refresh.abort();
         self.purge.abort();
+        if let Some((instance, beating)) = self.heartbeat {
+            beating.abort();
+            // The other instances take this one's share at once, not once
+            // its heartbeat is stale.
+            let forgotten = self.key_store.forget_instance(&instance);
+            let _ = tokio::time::timeout(Duration::from_secs(2), forgotten).await;
+        }
         let recorded = tokio::time::timeout(
             Duration::from_secs(2),
             self.keys.record_all_uses(&*self.key_store),
@@ -302,7 +316,7 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
         Ok(address) => address,
         Err(e) => return fail(listen_error(API_LISTENER, config.bind)(e)).await,
     };
-    let service = match ServerBuilder::new(api, context, api_log)
+    let service = match ServerBuilder::new(api, context, api_log.clone())
         .config(dropshot_config)
         .unrouted_errors_as::<ApiError>()
         .build_service(local_addr)
@@ -327,22 +341,69 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
             return fail(listen_error(API_LISTENER, config.bind)(e)).await;
         }
     };
+    let limits = config.rate_limits.map(|limits| {
+        Arc::new(Limits::new(
+            limits,
+            Arc::clone(&keys),
+            api_log,
+            Arc::clone(&metrics),
+            config.docs,
+        ))
+    });
     let connections = Arc::clone(&service);
-    let api = edge::serve(
-        listener,
-        local_addr,
-        config.edge,
-        tls,
-        move |remote| connections.connection(remote),
-        Arc::clone(&metrics),
-        log.new(slog::o!("local_addr" => local_addr)),
-    );
+    let edge_log = log.new(slog::o!("local_addr" => local_addr));
+    let edge_metrics = Arc::clone(&metrics);
+    // Each connection's service is dropshot's, wrapped in the rate limiter
+    // when it is on: the edge takes either.
+    let api = match &limits {
+        None => edge::serve(
+            listener,
+            local_addr,
+            config.edge,
+            tls,
+            move |remote| connections.connection(remote),
+            edge_metrics,
+            edge_log,
+        ),
+        Some(limits) => {
+            let limits = Arc::clone(limits);
+            edge::serve(
+                listener,
+                local_addr,
+                config.edge,
+                tls,
+                move |remote| {
+                    RateLimited::new(connections.connection(remote), remote, Arc::clone(&limits))
+                },
+                edge_metrics,
+                edge_log,
+            )
+        }
+    };
     let purge = tokio::spawn(purge_expired_idempotency(
         Arc::clone(&storage),
         Retention::new(config.idempotency_retention),
         log.clone(),
         Arc::clone(&metrics),
     ));
+    let heartbeat = match limits {
+        Some(limits) => {
+            let instance = uuid::Uuid::new_v4().to_string();
+            // Counted before the first request, so that a new instance never
+            // starts out with the whole of every budget beside the others.
+            if let Ok(instances) = database.keys.heartbeat(&instance).await {
+                limits.set_instances(instances);
+            }
+            let beating = tokio::spawn(ratelimit::keep_count(
+                limits,
+                Arc::clone(&database.keys),
+                instance.clone(),
+                log.clone(),
+            ));
+            Some((instance, beating))
+        }
+        None => None,
+    };
     let key_refresh =
         tokio::spawn(Arc::clone(&keys).refresh(Arc::clone(&database.keys), log.clone(), metrics));
     slog::info!(log, "serving";
@@ -364,6 +425,7 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
         key_refresh,
         purge,
         tls: config.tls,
+        heartbeat,
     })
 }
 

@@ -272,6 +272,34 @@ async fn a_reader_tries_list_pets_from_the_docs_page_and_gets_200() {
         .await;
     assert!(body.contains("Rex"), "the page shows {body:?}");
 
+    // The documented answers are the contract's examples (1.5.0), not
+    // values made up from the schemas: an animal named Rex, and each error
+    // response its own code.
+    browser
+        .click("#operations-Pets-getPet .opblock-summary-control")
+        .await;
+    let documented = |code: &str| {
+        format!(
+            "#operations-Pets-getPet .responses-table tr.response[data-code=\"{code}\"] .response-col_description"
+        )
+    };
+    let found = browser.text(&documented("200")).await;
+    assert!(found.contains("\"Rex\""), "the page shows {found:?}");
+    let not_found = browser.text(&documented("404")).await;
+    assert!(
+        not_found.contains("\"not_found\""),
+        "the page shows {not_found:?}"
+    );
+    let limited = browser.text(&documented("429")).await;
+    assert!(
+        limited.contains("\"rate_limited\""),
+        "the page shows {limited:?}"
+    );
+    assert!(
+        !not_found.contains("\"string\""),
+        "the page shows {not_found:?}"
+    );
+
     browser
         .scroll_to("#operations-Pets-listPets .execute")
         .await;

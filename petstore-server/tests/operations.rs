@@ -391,6 +391,108 @@ async fn scopes_are_chosen_shown_and_changed_through_the_cli() {
     blocking(move || served.terminate()).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budgets_are_set_shown_and_changed_through_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = format!("sqlite://{}", dir.path().join("pets.db").display());
+    migrate(dir.path(), &database);
+    let (ok, key, stderr) = keys(
+        dir.path(),
+        &database,
+        &[
+            "create",
+            "--name",
+            "metered",
+            "--rate",
+            "1/h",
+            "--burst",
+            "3",
+            "--in-flight",
+            "5",
+        ],
+    );
+    assert!(
+        ok && stderr.contains("rate 1/h, burst 3, in-flight 5"),
+        "{stderr}"
+    );
+    let key = key.trim().to_owned();
+    let path = dir.path().to_owned();
+    let url = database.clone();
+    let served =
+        blocking(move || Served::start(&path, &["--database", &url, "--rate-limits", "on"])).await;
+    let address = served.address.clone();
+    // A burst of 3 at 1/h: three answered, then refused.
+    for _ in 0..3 {
+        assert_eq!(get(&address, "/v1/pets", Some(&key)).0, 200);
+    }
+    let (status, body) = get(&address, "/v1/pets", Some(&key));
+    assert_eq!(status, 429, "{body}");
+    assert!(
+        body.contains("rate_limited") && body.contains("1/h"),
+        "{body}"
+    );
+
+    let (ok, _, stderr) = keys(
+        dir.path(),
+        &database,
+        &["limits", "metered", "--burst", "100"],
+    );
+    assert!(
+        ok && stderr.contains("now has rate 1/h, burst 100, in-flight 5")
+            && stderr.contains("before: rate 1/h, burst 3, in-flight 5"),
+        "{stderr}"
+    );
+    eventually_within("the new budget is in force", KEY_CHANGE, || {
+        get(&address, "/v1/pets", Some(&key)).0 == 200
+    })
+    .await;
+    let (ok, _, stderr) = keys(
+        dir.path(),
+        &database,
+        &["limits", "metered", "--rate", "default"],
+    );
+    assert!(
+        ok && stderr.contains("now has rate default, burst 100"),
+        "{stderr}"
+    );
+
+    let (ok, list, _) = keys(dir.path(), &database, &["list"]);
+    assert!(ok);
+    let header: Vec<&str> = list.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header[header.len() - 4..],
+        ["RATE", "BURST", "IN-FLIGHT", "SCOPES"]
+    );
+    let row: Vec<&str> = list
+        .lines()
+        .find(|line| line.starts_with("metered"))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        row[row.len() - 4..],
+        ["default", "100", "5", "all"],
+        "{list}"
+    );
+    for (args, expected) in [
+        (
+            &["create", "--name", "x", "--rate", "5/day"][..],
+            "expected a rate such as 50/s",
+        ),
+        (&["create", "--name", "x", "--burst", "0"], "(or default)"),
+        (
+            &["limits", "nobody", "--burst", "1"],
+            "no key is named \"nobody\"",
+        ),
+        (&["limits", "metered"], "nothing to change"),
+    ] {
+        let (ok, _, stderr) = keys(dir.path(), &database, args);
+        assert!(!ok, "{args:?} succeeded");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+    blocking(move || served.terminate()).await;
+}
+
 #[test]
 fn keys_commands_refuse_bad_input_with_a_message_and_a_failure_exit() {
     let dir = tempfile::tempdir().unwrap();

@@ -10,8 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use petstore_api::scopes::Scopes;
+use petstore_server::budget::KeyLimits;
 use petstore_server::keys::ApiKeys;
 use petstore_server::logging::{self, LogFormat, LogSettings};
+use petstore_server::ratelimit::RateLimits;
 use petstore_server::storage::{self, DatabaseUrl, StoredKey};
 use petstore_server::{IDEMPOTENCY_RETENTION_MIN, RunningServer, ServerConfig};
 pub use petstore_support::{blocking, eventually, eventually_async, postgres};
@@ -134,6 +136,7 @@ pub struct TestServer {
     admin_addr: Option<SocketAddr>,
     client: reqwest::Client,
     idempotency_retention: Duration,
+    rate_limits: Option<RateLimits>,
     // Dropped after the server (fields drop in order).
     database: TestDatabase,
 }
@@ -164,8 +167,33 @@ impl TestServer {
         database: TestDatabase,
         retention: Duration,
     ) -> TestServer {
+        TestServer::start_configured(database, retention, None).await
+    }
+
+    /// Starts a server on `database` with rate limits on, as `limits` say.
+    pub async fn start_limited(database: TestDatabase, limits: RateLimits) -> TestServer {
+        TestServer::start_configured(database, IDEMPOTENCY_RETENTION_MIN, Some(limits)).await
+    }
+
+    /// Another instance beside this one, on the same database and with the
+    /// same settings (PostgreSQL; stop it first: this one owns the
+    /// database).
+    pub async fn beside(&self) -> TestServer {
+        let database = TestDatabase {
+            url: self.database.url.clone(),
+            dir: tempfile::tempdir().expect("temporary directory"),
+            _postgres: None,
+        };
+        TestServer::start_configured(database, self.idempotency_retention, self.rate_limits).await
+    }
+
+    async fn start_configured(
+        database: TestDatabase,
+        retention: Duration,
+        rate_limits: Option<RateLimits>,
+    ) -> TestServer {
         let log = LogBuffer::default();
-        let server = launch(&database.url, &log, retention).await;
+        let server = launch(&database.url, &log, retention, rate_limits).await;
         TestServer {
             addr: server.local_addr(),
             admin_addr: server.admin_addr(),
@@ -177,6 +205,7 @@ impl TestServer {
                 .build()
                 .expect("an HTTP client"),
             idempotency_retention: retention,
+            rate_limits,
         }
     }
 
@@ -194,7 +223,13 @@ impl TestServer {
     /// database (and a new port).
     pub async fn restart(&mut self) {
         self.stop().await;
-        let server = launch(&self.database.url, &self.log, self.idempotency_retention).await;
+        let server = launch(
+            &self.database.url,
+            &self.log,
+            self.idempotency_retention,
+            self.rate_limits,
+        )
+        .await;
         self.addr = server.local_addr();
         self.admin_addr = server.admin_addr();
         self.server = Some(server);
@@ -216,6 +251,13 @@ impl TestServer {
     /// (as `petstore-server keys create` does) and waits until the server
     /// accepts it; returns the key.
     pub async fn stored_key(&self, name: &str, scopes: &str) -> String {
+        self.stored_key_limited(name, scopes, KeyLimits::default())
+            .await
+    }
+
+    /// [`TestServer::stored_key`], the key setting `limits` of its own
+    /// budget.
+    pub async fn stored_key_limited(&self, name: &str, scopes: &str, limits: KeyLimits) -> String {
         let scopes: Scopes = scopes.parse().expect("scopes as `keys create` takes them");
         let key = petstore_server::keys::generate().expect("random bytes");
         let keys = storage::open_keys(&self.database.url)
@@ -227,6 +269,7 @@ impl TestServer {
             created_at: petstore_server::keyring::unix_now(),
             expires_at: None,
             scopes,
+            limits,
             last_used_at: None,
             revoked_at: None,
         })
@@ -273,6 +316,16 @@ impl TestServer {
     /// `http://127.0.0.1:PORT/v1` + `path`.
     pub fn url(&self, path: &str) -> String {
         format!("http://{}/v1{path}", self.addr)
+    }
+
+    /// A GET of `path` outside the API's `/v1`, with no credentials
+    /// (the contract, its page).
+    pub async fn client_get_root(&self, path: &str) -> Response {
+        self.client
+            .get(format!("http://{}{path}", self.addr))
+            .send()
+            .await
+            .expect("request sent")
     }
 
     /// A request with no credentials at all.
@@ -469,7 +522,12 @@ impl TestServer {
     }
 }
 
-async fn launch(database: &DatabaseUrl, log: &LogBuffer, retention: Duration) -> RunningServer {
+async fn launch(
+    database: &DatabaseUrl,
+    log: &LogBuffer,
+    retention: Duration,
+    rate_limits: Option<RateLimits>,
+) -> RunningServer {
     let config = ServerConfig {
         bind: "127.0.0.1:0".parse().expect("an address"),
         database: database.clone(),
@@ -478,6 +536,7 @@ async fn launch(database: &DatabaseUrl, log: &LogBuffer, retention: Duration) ->
         tls: None,
         idempotency_retention: retention,
         docs: true,
+        rate_limits,
         edge: Default::default(),
     };
     let settings = LogSettings {

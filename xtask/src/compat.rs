@@ -372,6 +372,10 @@ mod tests {
             "petstore-1.4.0.yaml",
             "49a3b1db00c895a9744c3588af4ea64042bec1ce0aba44b2876454b6c78684cc",
         ),
+        (
+            "petstore-1.5.0.yaml",
+            "cbb9f209bab3a9b103b2c9540e5d50941a216692880136a031fdba07b1c0889d",
+        ),
     ];
 
     fn sha256(path: &Path) -> String {

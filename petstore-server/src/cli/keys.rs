@@ -1,11 +1,15 @@
-//! `petstore-server keys create|list|scopes|revoke`: API keys in the
+//! `petstore-server keys create|list|scopes|limits|revoke`: API keys in the
 //! database, for running servers to pick up within seconds (see
 //! `keyring.rs`).
 
 use std::time::{Duration, UNIX_EPOCH};
 
+use std::num::NonZeroU32;
+use std::str::FromStr;
+
 use anyhow::{Context, bail};
 use petstore_api::scopes::Scopes;
+use petstore_server::budget::{KeyLimits, LimitsChange, Rate};
 use petstore_server::keyring::{REFRESH_INTERVAL, unix_now};
 use petstore_server::keys::{KeyDigest, generate};
 use petstore_server::storage::{self, Revoked, StoredKey};
@@ -35,9 +39,12 @@ pub enum KeysCommand {
         )]
         scopes: Scopes,
         #[command(flatten)]
+        budget: BudgetArgs,
+        #[command(flatten)]
         database: DatabaseArgs,
     },
-    /// List the keys: names, state, creation, expiry, last use, revocation and scopes (never keys or hashes).
+    /// List the keys: names, state, creation, expiry, last use, revocation, budget and scopes
+    /// (never keys or hashes).
     List {
         #[command(flatten)]
         database: DatabaseArgs,
@@ -51,6 +58,16 @@ pub enum KeysCommand {
         #[command(flatten)]
         database: DatabaseArgs,
     },
+    /// Change a key's budget (what is not given is kept; `default` returns a setting to
+    /// the server's --key-* default); running servers apply it within seconds.
+    Limits {
+        /// The key's name.
+        name: String,
+        #[command(flatten)]
+        budget: BudgetArgs,
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
     /// Revoke a key by name; running servers refuse it within seconds.
     Revoke {
         /// The key's name.
@@ -58,6 +75,49 @@ pub enum KeysCommand {
         #[command(flatten)]
         database: DatabaseArgs,
     },
+}
+
+/// A key's own budget (with `--rate-limits on`); each unset is the
+/// server's default.
+#[derive(clap::Args, Debug)]
+pub struct BudgetArgs {
+    /// The key's sustained rate, e.g. 50/s, 600/min, 10/h; or default (--key-rate).
+    #[arg(long, value_name = "RATE", value_parser = parse_setting::<Rate>)]
+    rate: Option<Setting<Rate>>,
+    /// How many requests it may send at once above its rate; or default (--key-burst).
+    #[arg(long, value_name = "N", value_parser = parse_setting::<NonZeroU32>)]
+    burst: Option<Setting<NonZeroU32>>,
+    /// How many of its requests may be in progress at once; or default (--key-in-flight).
+    #[arg(long, value_name = "N", value_parser = parse_setting::<NonZeroU32>)]
+    in_flight: Option<Setting<NonZeroU32>>,
+}
+
+impl BudgetArgs {
+    fn change(&self) -> LimitsChange {
+        LimitsChange {
+            rate: self.rate.map(|setting| setting.0),
+            burst: self.burst.map(|setting| setting.0),
+            in_flight: self.in_flight.map(|setting| setting.0),
+        }
+    }
+}
+
+/// A budget setting's value, `None` for `default`. (A flag's type of
+/// `Option<Option<T>>` would mean to clap a flag whose value may be left out.)
+#[derive(Clone, Copy, Debug)]
+struct Setting<T>(Option<T>);
+
+/// A budget setting, or `default`.
+fn parse_setting<T: FromStr>(text: &str) -> Result<Setting<T>, String>
+where
+    T::Err: std::fmt::Display,
+{
+    if text == "default" {
+        return Ok(Setting(None));
+    }
+    text.parse()
+        .map(|value| Setting(Some(value)))
+        .map_err(|e| format!("{e} (or default)"))
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -83,14 +143,23 @@ pub async fn run(command: KeysCommand, matches: &clap::ArgMatches) -> anyhow::Re
             name,
             expires_in,
             scopes,
+            budget,
             database,
-        } => create(name, expires_in, scopes, database, matches).await,
+        } => {
+            let limits = KeyLimits::default().changed(budget.change());
+            create(name, expires_in, scopes, limits, database, matches).await
+        }
         KeysCommand::List { database } => list(database, matches).await,
         KeysCommand::Scopes {
             name,
             scopes,
             database,
         } => set_scopes(name, scopes, database, matches).await,
+        KeysCommand::Limits {
+            name,
+            budget,
+            database,
+        } => set_limits(name, budget.change(), database, matches).await,
         KeysCommand::Revoke { name, database } => revoke(name, database, matches).await,
     }
 }
@@ -112,6 +181,7 @@ async fn create(
     name: String,
     expires_in: Option<Duration>,
     scopes: Scopes,
+    limits: KeyLimits,
     database: DatabaseArgs,
     matches: &clap::ArgMatches,
 ) -> anyhow::Result<()> {
@@ -140,6 +210,7 @@ async fn create(
         created_at: now,
         expires_at,
         scopes,
+        limits,
         last_used_at: None,
         revoked_at: None,
     })
@@ -147,8 +218,8 @@ async fn create(
     // The key on stdout alone, for scripts; the rest on stderr.
     println!("{key}");
     eprintln!(
-        "created key {name:?} with scopes {scopes}{}; this is the only time it is shown: \
-         store it now. Running servers accept it within {} s.",
+        "created key {name:?} with scopes {scopes}, {limits}{}; this is the only time it is \
+         shown: store it now. Running servers accept it within {} s.",
         expires_at.map_or(String::new(), |at| format!(", expiring {}", time(at))),
         REFRESH_INTERVAL.as_secs() + 1,
     );
@@ -159,7 +230,8 @@ async fn list(database: DatabaseArgs, matches: &clap::ArgMatches) -> anyhow::Res
     let keys = open(database, matches).await?.list_keys().await?;
     let now = unix_now();
     let optional = |at: Option<i64>| at.map_or_else(|| "-".to_owned(), time);
-    let rows: Vec<[String; 7]> = keys
+    let own = |value: Option<String>| value.unwrap_or_else(|| "default".to_owned());
+    let rows: Vec<[String; 10]> = keys
         .iter()
         .map(|key| {
             let state = match (key.revoked_at, key.expires_at) {
@@ -174,6 +246,10 @@ async fn list(database: DatabaseArgs, matches: &clap::ArgMatches) -> anyhow::Res
                 optional(key.expires_at),
                 optional(key.last_used_at),
                 optional(key.revoked_at),
+                own(key.limits.rate.map(|rate| rate.to_string())),
+                own(key.limits.burst.map(|burst| burst.to_string())),
+                own(key.limits.in_flight.map(|cap| cap.to_string())),
+                // Last: the widest, and what scripts have read as the last.
                 key.scopes.to_string(),
             ]
         })
@@ -185,6 +261,9 @@ async fn list(database: DatabaseArgs, matches: &clap::ArgMatches) -> anyhow::Res
         "EXPIRES",
         "LAST USED",
         "REVOKED",
+        "RATE",
+        "BURST",
+        "IN-FLIGHT",
         "SCOPES",
     ]
     .map(String::from);
@@ -222,6 +301,24 @@ async fn set_scopes(
     eprintln!(
         "key {name:?} now has scopes {scopes} (before: {before}); running servers apply it \
          within {} s",
+        REFRESH_INTERVAL.as_secs() + 1
+    );
+    Ok(())
+}
+
+async fn set_limits(
+    name: String,
+    change: LimitsChange,
+    database: DatabaseArgs,
+    matches: &clap::ArgMatches,
+) -> anyhow::Result<()> {
+    if change == LimitsChange::default() {
+        bail!("nothing to change: give --rate, --burst or --in-flight (a value, or default)");
+    }
+    let keys = open(database, matches).await?;
+    let (before, after) = keys.set_key_limits(&name, change).await?;
+    eprintln!(
+        "key {name:?} now has {after} (before: {before}); running servers apply it within {} s",
         REFRESH_INTERVAL.as_secs() + 1
     );
     Ok(())

@@ -38,7 +38,9 @@ use anyhow::{Context, bail};
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::parser::{ArgMatches, ValueSource};
 use clap::{Args, FromArgMatches, ValueEnum};
+use petstore_server::budget::{Budget, Rate};
 use petstore_server::logging::{LogFormat, LogSettings};
+use petstore_server::ratelimit::RateLimits;
 use petstore_server::storage::{DatabaseUrl, PostgresUrl};
 use petstore_server::{EdgeLimits, IDEMPOTENCY_RETENTION_MIN, TlsFiles};
 use serde::{Deserialize, Serialize, Serializer};
@@ -131,6 +133,45 @@ pub struct ServeArgs {
     #[arg(long, env = "PETSTORE_DOCS", default_value = "on")]
     #[serde(serialize_with = "value_name")]
     pub docs: Switch,
+    /// Rate limits: every API key's budget (the --key-* defaults, or its own from `keys
+    /// limits`) and a budget per client address for requests without a valid key; over
+    /// budget, 429
+    #[arg(long, env = "PETSTORE_RATE_LIMITS", default_value = "off")]
+    #[serde(serialize_with = "value_name")]
+    pub rate_limits: Switch,
+    /// A key's sustained rate, unless it sets its own: e.g. 100/s, 6000/min
+    #[arg(long, env = "PETSTORE_KEY_RATE", value_parser = parse_rate, default_value = "100/s")]
+    #[serde(serialize_with = "text")]
+    pub key_rate: Rate,
+    /// How many requests a key may send at once above its rate (its burst), unless it sets
+    /// its own
+    #[arg(
+        long,
+        env = "PETSTORE_KEY_BURST",
+        value_parser = clap::value_parser!(u32).range(1..=1_000_000),
+        default_value_t = 200
+    )]
+    pub key_burst: u32,
+    /// How many of a key's requests may be in progress at once, unless it sets its own
+    #[arg(
+        long,
+        env = "PETSTORE_KEY_IN_FLIGHT",
+        value_parser = clap::value_parser!(u32).range(1..=1_000_000),
+        default_value_t = 32
+    )]
+    pub key_in_flight: u32,
+    /// The rate of requests without a valid API key, per client address (IPv6: per /64)
+    #[arg(long, env = "PETSTORE_ADDRESS_RATE", value_parser = parse_rate, default_value = "5/s")]
+    #[serde(serialize_with = "text")]
+    pub address_rate: Rate,
+    /// Their burst, per client address
+    #[arg(
+        long,
+        env = "PETSTORE_ADDRESS_BURST",
+        value_parser = clap::value_parser!(u32).range(1..=1_000_000),
+        default_value_t = 20
+    )]
+    pub address_burst: u32,
     #[command(flatten)]
     #[serde(flatten)]
     pub edge: EdgeArgs,
@@ -224,6 +265,10 @@ fn parse_timeout(text: &str) -> Result<Duration, String> {
         return Err(format!("{text} is not between 1s and 1h"));
     }
     Ok(timeout)
+}
+
+fn parse_rate(text: &str) -> Result<Rate, String> {
+    text.parse()
 }
 
 fn parse_retention(text: &str) -> Result<Duration, String> {
@@ -480,6 +525,20 @@ impl ServeSettings {
         )
     }
 
+    /// The budgets, when rate limits are on.
+    pub fn rate_limits(&self) -> Option<RateLimits> {
+        let positive = |n: u32| std::num::NonZeroU32::new(n).expect("the parser refuses 0");
+        (self.rate_limits == Switch::On).then(|| RateLimits {
+            key: Budget {
+                rate: self.key_rate,
+                burst: positive(self.key_burst),
+                in_flight: positive(self.key_in_flight),
+            },
+            address_rate: self.address_rate,
+            address_burst: positive(self.address_burst),
+        })
+    }
+
     /// How to log.
     pub fn log(&self) -> LogSettings {
         LogSettings {
@@ -625,6 +684,12 @@ mod tests {
             shutdown_timeout = 0\n\
             idempotency_retention = \"7days 3h\"\n\
             docs = \"off\"\n\
+            rate_limits = \"on\"\n\
+            key_rate = \"6000/min\"\n\
+            key_burst = 50\n\
+            key_in_flight = 4\n\
+            address_rate = \"2/s\"\n\
+            address_burst = 3\n\
             max_connections = 100\n\
             idle_timeout = \"2s\"\n\
             header_read_timeout = \"3s\"\n\
@@ -648,7 +713,7 @@ mod tests {
     #[test]
     fn with_no_file_every_setting_is_its_default() {
         let described = described(&[]).unwrap();
-        assert_eq!(described.lines().count(), 16, "{described}");
+        assert_eq!(described.lines().count(), 22, "{described}");
         assert!(
             described.lines().all(|line| line.ends_with("  # default")),
             "{described}"

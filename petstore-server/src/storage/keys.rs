@@ -7,6 +7,7 @@
 use petstore_api::scopes::Scopes;
 
 use super::StorageError;
+use crate::budget::{KeyLimits, LimitsChange, Per, Rate};
 use crate::keys::KeyDigest;
 
 /// A key as stored: everything but the key itself.
@@ -22,6 +23,9 @@ pub struct StoredKey {
     pub expires_at: Option<i64>,
     /// What it may do (keys stored before scopes existed: every scope).
     pub scopes: Scopes,
+    /// What it sets of its own budget (keys stored before budgets existed:
+    /// nothing, the configured defaults).
+    pub limits: KeyLimits,
     /// When a server last accepted it (Unix seconds; recorded in batches,
     /// so up to a few seconds late).
     pub last_used_at: Option<i64>,
@@ -44,6 +48,56 @@ pub(super) fn stored_digest(name: &str, bytes: &[u8]) -> Result<KeyDigest, Stora
 /// scope.
 pub(super) fn stored_scopes(bits: Option<i64>) -> Scopes {
     bits.map_or(Scopes::ALL, |bits| Scopes::from_bits(bits as u8))
+}
+
+/// A key's stored budget columns (each NULL: the configured default), as
+/// [`KeyLimits`]; a row holding anything else is reported with the key's
+/// name. A rate is stored as requests and the seconds they are counted
+/// over (1, 60 or 3600).
+pub(super) fn stored_limits(
+    name: &str,
+    rate_requests: Option<i64>,
+    rate_seconds: Option<i64>,
+    burst: Option<i64>,
+    in_flight: Option<i64>,
+) -> Result<KeyLimits, StorageError> {
+    let bad = |what: &str| StorageError::BadKey {
+        name: name.to_owned(),
+        reason: format!("its {what} is not a valid setting"),
+    };
+    let positive = |value: Option<i64>, what: &str| {
+        value
+            .map(|value| {
+                u32::try_from(value)
+                    .ok()
+                    .and_then(std::num::NonZeroU32::new)
+                    .ok_or_else(|| bad(what))
+            })
+            .transpose()
+    };
+    let rate = match (positive(rate_requests, "rate")?, rate_seconds) {
+        (None, None) => None,
+        (Some(requests), Some(seconds)) => Some(Rate {
+            requests,
+            per: Per::of_seconds(seconds).ok_or_else(|| bad("rate's unit"))?,
+        }),
+        _ => return Err(bad("rate")),
+    };
+    Ok(KeyLimits {
+        rate,
+        burst: positive(burst, "burst")?,
+        in_flight: positive(in_flight, "in-flight cap")?,
+    })
+}
+
+/// [`KeyLimits`] as the four columns [`stored_limits`] reads.
+pub(super) fn limits_columns(limits: KeyLimits) -> [Option<i64>; 4] {
+    [
+        limits.rate.map(|rate| i64::from(rate.requests.get())),
+        limits.rate.map(|rate| i64::from(rate.per.seconds())),
+        limits.burst.map(|burst| i64::from(burst.get())),
+        limits.in_flight.map(|cap| i64::from(cap.get())),
+    ]
 }
 
 /// Why a key operation was refused.
@@ -86,6 +140,23 @@ pub trait KeyStorage: Send + Sync + 'static {
 
     /// Gives the key named `name` the scopes `scopes`; returns those it had.
     async fn set_key_scopes(&self, name: &str, scopes: Scopes) -> Result<Scopes, KeyError>;
+
+    /// Changes what the key named `name` sets of its own budget; returns
+    /// what it set before and what it sets now.
+    async fn set_key_limits(
+        &self,
+        name: &str,
+        change: LimitsChange,
+    ) -> Result<(KeyLimits, KeyLimits), KeyError>;
+
+    /// Says that the serving instance `instance` is alive, and how many
+    /// instances are (this one included): each enforces its share of every
+    /// budget (`ratelimit/`). One SQLite file has one server: always 1.
+    async fn heartbeat(&self, instance: &str) -> Result<u32, StorageError>;
+
+    /// Says that `instance` stopped, so that the others take its share at
+    /// once rather than when its heartbeat goes stale.
+    async fn forget_instance(&self, instance: &str) -> Result<(), StorageError>;
 
     /// Records that each named key was used at the time given (Unix
     /// seconds); a time earlier than the one stored is ignored.

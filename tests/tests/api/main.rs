@@ -11,5 +11,6 @@ mod list_pets;
 mod outside_the_contract;
 mod pagination;
 mod persistence;
+mod rate_limits;
 mod scopes;
 mod store;

@@ -17,11 +17,12 @@ fn body(status: u16, code: &str) -> String {
     format!(r#"{{"code":"{code}","message":"stubbed {status}","status":{status}}}"#)
 }
 
-const CODES: [(u16, &str); 6] = [
+const CODES: [(u16, &str); 7] = [
     (400, "bad_request"),
     (401, "unauthorized"),
     (404, "not_found"),
     (413, "payload_too_large"),
+    (429, "rate_limited"),
     (500, "internal_error"),
     (503, "service_unavailable"),
 ];
@@ -37,9 +38,9 @@ impl Operation {
     /// The statuses `openapi/petstore.yaml` declares besides success.
     fn declared(self) -> &'static [u16] {
         match self {
-            Operation::ListPets => &[400, 401, 500, 503],
-            Operation::CreatePet => &[400, 401, 413, 500, 503],
-            Operation::GetPet => &[400, 401, 404, 500, 503],
+            Operation::ListPets => &[400, 401, 429, 500, 503],
+            Operation::CreatePet => &[400, 401, 413, 429, 500, 503],
+            Operation::GetPet => &[400, 401, 404, 429, 500, 503],
         }
     }
 
@@ -71,7 +72,11 @@ async fn every_declared_status_is_a_typed_error() {
             let retryable = matches!(&result, Err(e) if e.is_retryable());
             let error = error_response(result, status, code);
             assert_eq!(error.message, format!("stubbed {status}"), "{operation:?}");
-            assert_eq!(retryable, status == 503, "{operation:?} {status}");
+            assert_eq!(
+                retryable,
+                [429, 503].contains(&status),
+                "{operation:?} {status}"
+            );
         }
     }
 }

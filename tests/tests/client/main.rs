@@ -5,6 +5,8 @@
 //! `mocked` is code of a user of the crate, tested against the crate's
 //! generated `httpmock` mocks (feature `mock`) instead of a server. `orders`
 //! is the Store: `place_order_once`, `walk_orders`, updates and the inventory.
+//! `throttled` is the retries on `429` and `503`: the `Retry-After` waited
+//! for, within the `RetryPolicy`'s bounds, against a stub.
 
 mod authentication;
 mod create_pet;
@@ -14,6 +16,7 @@ mod list_pets;
 mod mocked;
 mod orders;
 mod stub;
+mod throttled;
 mod walk;
 
 use std::fmt::Debug;

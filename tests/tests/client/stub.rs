@@ -1,7 +1,8 @@
-//! A stand-in for the service on 127.0.0.1 that answers every request with a
-//! fixed status and body and records what it received, for the responses the
-//! real server cannot be driven to produce.
+//! A stand-in for the service on 127.0.0.1 that answers requests with fixed
+//! replies (status, headers, body) and records what it received, for the
+//! responses the real server cannot be driven to produce.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -32,6 +33,45 @@ impl Received {
     }
 }
 
+/// One answer of the stub.
+#[derive(Clone, Debug)]
+pub struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Reply {
+    /// `status` with `body` as `application/json`.
+    pub fn json(status: u16, body: impl Into<String>) -> Reply {
+        Reply {
+            status,
+            headers: Vec::new(),
+            body: body.into(),
+        }
+    }
+
+    /// The same reply with the header `name: value` as well.
+    pub fn header(mut self, name: &str, value: &str) -> Reply {
+        self.headers.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    fn to_http(&self) -> String {
+        let (status, body) = (self.status, &self.body);
+        let headers: String = self
+            .headers
+            .iter()
+            .map(|(name, value)| format!("{name}: {value}\r\n"))
+            .collect();
+        format!(
+            "HTTP/1.1 {status} Stub\r\ncontent-type: application/json\r\n{headers}\
+             content-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    }
+}
+
 /// The stub server; it stops when dropped.
 pub struct Stub {
     base_url: String,
@@ -43,6 +83,16 @@ impl Stub {
     /// Starts a stub answering every request with `status` and `body`
     /// (`application/json`).
     pub async fn start(status: u16, body: String) -> Stub {
+        Stub::replying(vec![Reply::json(status, body)]).await
+    }
+
+    /// Starts a stub answering the first request with the first of
+    /// `replies`, the second with the second, and every request after the
+    /// last reply with the last.
+    pub async fn replying(replies: Vec<Reply>) -> Stub {
+        assert!(!replies.is_empty(), "a stub needs a reply");
+        let replies = Arc::new(replies);
+        let next = Arc::new(AtomicUsize::new(0));
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
         let received = Arc::new(Mutex::new(Vec::new()));
@@ -55,7 +105,8 @@ impl Stub {
                     return;
                 };
                 let log = Arc::clone(&log);
-                let body = body.clone();
+                let replies = Arc::clone(&replies);
+                let next = Arc::clone(&next);
                 tokio::spawn(async move {
                     let reading = read_request(&mut socket);
                     let Ok(Some(request)) = tokio::time::timeout(READ_TIMEOUT, reading).await
@@ -63,12 +114,8 @@ impl Stub {
                         return;
                     };
                     log.lock().unwrap().push(request);
-                    let response = format!(
-                        "HTTP/1.1 {status} Stub\r\ncontent-type: application/json\r\n\
-                         content-length: {}\r\nconnection: close\r\n\r\n{body}",
-                        body.len()
-                    );
-                    let _ = socket.write_all(response.as_bytes()).await;
+                    let i = next.fetch_add(1, Ordering::SeqCst).min(replies.len() - 1);
+                    let _ = socket.write_all(replies[i].to_http().as_bytes()).await;
                     let _ = socket.shutdown().await;
                 });
             }

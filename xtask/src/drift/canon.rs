@@ -14,6 +14,9 @@
 //!   wrapper of an optional property (schemars' `Option<T>`; whether `null`
 //!   is really accepted is probed instead);
 //! - the path prefix that the YAML puts in its `servers` URLs;
+//! - the response headers the server sets on every response outside the
+//!   API trait ([`SERVER_WIDE_HEADERS`]), which no handler's response type
+//!   declares; the probes ask a real server for them instead;
 //! - references to parameters, request bodies, responses and headers
 //!   (resolved here). References to component schemas are kept as
 //!   `{"$ref": "Name"}` and resolved lazily by the differ, so that a change
@@ -50,6 +53,13 @@ const DEFAULTS: &[(&str, Value)] = &[
     ("exclusiveMaximum", Value::Bool(false)),
     ("additionalProperties", Value::Bool(true)),
 ];
+
+/// Response headers the server sets on every response it answers, outside
+/// the API trait (the rate limiter writes them, whatever the operation
+/// answers), so the emitted document never declares them. They are left
+/// out of both sides' responses here; `probe` checks every declared header
+/// on the answers it gets.
+pub const SERVER_WIDE_HEADERS: &[&str] = &["ratelimit-policy", "ratelimit"];
 
 /// How far a chain of references is followed before giving up.
 const MAX_REF_CHAIN: usize = 16;
@@ -236,16 +246,26 @@ impl<'a> Side<'a> {
             .collect()
     }
 
-    /// The canonical response: its headers and its content.
+    /// The canonical response: its headers (but the server-wide ones) and
+    /// its content.
     pub fn response_json(&self, response: &Response) -> Value {
         let headers: Map<String, Value> = response
             .headers
             .iter()
-            .filter_map(|(name, h)| {
-                Some((name.to_ascii_lowercase(), self.header_json(self.header(h)?)))
-            })
+            .map(|(name, h)| (name.to_ascii_lowercase(), h))
+            .filter(|(name, _)| !SERVER_WIDE_HEADERS.contains(&name.as_str()))
+            .filter_map(|(name, h)| Some((name, self.header_json(self.header(h)?))))
             .collect();
         json!({"headers": headers, "content": self.content_json(&response.content)})
+    }
+
+    /// The canonical error response: its content alone. The server's
+    /// document declares its errors as `4XX`/`5XX` ranges of one response
+    /// that cannot carry the headers each status has (`WWW-Authenticate`
+    /// on a `401`, `Retry-After` on a `503`); the probes check those on the
+    /// errors they provoke.
+    pub fn error_response_json(&self, response: &Response) -> Value {
+        json!({"content": self.content_json(&response.content)})
     }
 
     /// The canonical schema of a parameter or header, or its content.

@@ -97,7 +97,8 @@ fn operations(differ: &mut Differ<'_>, yaml: &Side<'_>, server: &Side<'_>) {
 /// YAML declares must be covered by a server response (its own code or its
 /// range) with the same content, and each server error response must be
 /// matched by at least one YAML status of its class. Whether the server
-/// really answers each declared status is probed.
+/// really answers each declared status, and with the headers the YAML
+/// declares for it, is probed.
 fn errors(
     differ: &mut Differ<'_>,
     yaml: &Side<'_>,
@@ -123,8 +124,8 @@ fn errors(
                 differ.values(
                     &location,
                     &label,
-                    &yaml.response_json(response),
-                    &server.response_json(server_response),
+                    &yaml.error_response_json(response),
+                    &server.error_response_json(server_response),
                 );
             }
             None => differ.differences.push(Difference::new(

@@ -126,6 +126,12 @@ fn mutations() -> Vec<Mutation> {
         ("listPets declares a header it does not send", Doc(|d| insert(
             d, "paths./pets.get.responses.200.headers.X-Total-Count", yaml("{required: true, schema: {type: integer}}"),
         )), &["paths./pets.get.responses.200.headers: x-total-count: yaml {"]),
+        ("a 401 declares a required header the server never sends", Doc(|d| insert(
+            d, "components.responses.Unauthorized.headers.X-Challenge", yaml("{required: true, schema: {type: string}}"),
+        )), &["paths./pets.get.security: probe a request without credentials: 401 header x-challenge: required, server sent none"]),
+        ("a 413 header whose value the server sends outside its schema", Doc(|d| insert(
+            d, "components.responses.PayloadTooLarge.headers.Content-Length", yaml("{required: true, schema: {type: string, pattern: '^0$'}}"),
+        )), &["paths./pets.post.requestBody: probe a 1 MiB body: 413 header content-length: server sent"]),
         ("Link header schema changed", Doc(|d| set(d, "paths./pets/{petId}.get.responses.200.headers.Link.schema.type", "integer")),
             &["paths./pets/{petId}.get.responses.200.headers.link.schema: type: yaml \"integer\", server \"string\""]),
         ("createPet drops 413", Doc(|d| drop(remove(d, "paths./pets.post.responses.413"))),

@@ -34,15 +34,27 @@
 //!   against the YAML's schema (checked with the `jsonschema` crate), and its
 //!   `status` field, when the schema has one, equal to the HTTP status — a
 //!   rule no document can state.
+//! - **the headers of every answer judged**: each header the YAML declares
+//!   for the status answered, present when required and valid against its
+//!   schema. The emitted document cannot carry the headers of an error
+//!   (its errors are `4XX`/`5XX` ranges) nor those the server sets outside
+//!   the API trait (`canon::SERVER_WIDE_HEADERS`), so this is where they
+//!   are checked: on a valid request of each operation, on requests
+//!   without a key and with an unknown one (`401`), and on the `413` and
+//!   `503` provoked above; the probed server has rate limits on (budgets
+//!   no probe reaches), so the `RateLimit` fields are judged too.
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::num::NonZeroU32;
 use std::time::Duration;
 
 use anyhow::Context;
 use futures::StreamExt;
 use openapiv3::{APIKeyLocation, Parameter, ReferenceOr, Response, SecurityScheme};
+use petstore_server::budget::{Budget, Rate};
+use petstore_server::ratelimit::RateLimits;
 use petstore_server::{RunningServer, ServerConfig, keys::ApiKeys, storage::DatabaseUrl};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -71,6 +83,7 @@ pub async fn run(yaml: &Side<'_>, prefix: &str, report: &mut Report) -> anyhow::
         client: reqwest::Client::new(),
         base: format!("http://{}{prefix}", server.local_addr()),
         key,
+        unknown_key: petstore_support::generate_key("unknown").context("generating a key")?,
         items: BTreeMap::new(),
         tried: BTreeMap::new(),
         sent: Cell::new(0),
@@ -80,7 +93,9 @@ pub async fn run(yaml: &Side<'_>, prefix: &str, report: &mut Report) -> anyhow::
     for op in &operations {
         prober.defaults(op).await;
         prober.open(op).await;
+        prober.refused(op).await;
         prober.body(op).await;
+        prober.answered(op).await;
     }
     std::fs::remove_file(&database).context("deleting the database under the server")?;
     prober.unavailable(&operations).await;
@@ -96,6 +111,17 @@ pub async fn run(yaml: &Side<'_>, prefix: &str, report: &mut Report) -> anyhow::
 /// A server over a fresh SQLite file, accepting `key`.
 async fn start(database: &std::path::Path, key: &str) -> anyhow::Result<RunningServer> {
     let config = ServerConfig {
+        // On, so that the RateLimit fields are probed; budgets no probe
+        // comes near, so that no answer is a 429 the probes did not ask for.
+        rate_limits: Some(RateLimits {
+            key: Budget {
+                rate: Rate::per_second(NonZeroU32::new(100_000).expect("not 0")),
+                burst: NonZeroU32::new(100_000).expect("not 0"),
+                in_flight: NonZeroU32::new(1_000).expect("not 0"),
+            },
+            address_rate: Rate::per_second(NonZeroU32::new(100_000).expect("not 0")),
+            address_burst: NonZeroU32::new(100_000).expect("not 0"),
+        }),
         bind: "127.0.0.1:0".parse().expect("a literal address"),
         database: DatabaseUrl::Sqlite(database.to_owned()),
         api_keys: ApiKeys::parse(key).context("the generated key")?,
@@ -123,6 +149,8 @@ struct Op<'a> {
     success: Option<(u16, bool)>,
     /// The error responses, keyed as written (`404`, `4XX`).
     errors: Vec<(String, &'a Response)>,
+    /// The success responses, keyed as written.
+    successes: Vec<(String, &'a Response)>,
     secured: bool,
 }
 
@@ -159,6 +187,11 @@ impl<'a> Op<'a> {
             body: body
                 .and_then(|(media, m)| Some((media.clone(), side.schema(m.schema.as_ref()?)))),
             success,
+            successes: responses
+                .iter()
+                .filter(|(key, _)| !is_error(key))
+                .cloned()
+                .collect(),
             errors: responses
                 .into_iter()
                 .filter(|(key, _)| is_error(key))
@@ -176,6 +209,14 @@ impl<'a> Op<'a> {
         let range = || self.errors.iter().find(|(key, _)| covers(key, status));
         exact.or_else(range).map(|(_, response)| *response)
     }
+
+    /// The declared response for any status, success or error.
+    fn response(&self, status: u16) -> Option<&'a Response> {
+        let success = self.successes.iter().find(|(key, _)| covers(key, status));
+        success
+            .map(|(_, response)| *response)
+            .or_else(|| self.declared(status))
+    }
 }
 
 /// Whether a request carries the key.
@@ -183,6 +224,8 @@ impl<'a> Op<'a> {
 enum Key {
     Valid,
     Missing,
+    /// A well-formed key the server does not know.
+    Unknown,
 }
 
 /// What the YAML says a request must get.
@@ -215,6 +258,7 @@ struct Request {
 struct Answer {
     status: u16,
     media_type: String,
+    headers: reqwest::header::HeaderMap,
     json: Option<Value>,
 }
 
@@ -225,6 +269,8 @@ struct Prober<'a, 'r> {
     client: reqwest::Client,
     base: String,
     key: String,
+    /// A key of the same form that the server does not accept.
+    unknown_key: String,
     /// Items created while seeding, by collection (the create's path):
     /// path parameters that must exist name them.
     items: BTreeMap<String, Vec<Value>>,
@@ -252,6 +298,7 @@ impl Prober<'_, '_> {
             .query(&request.query);
         let key = match request.key {
             Key::Valid => self.key.clone(),
+            Key::Unknown => self.unknown_key.clone(),
             Key::Missing => String::new(),
         };
         let scheme = self
@@ -295,10 +342,12 @@ impl Prober<'_, '_> {
             .next()
             .unwrap_or_default();
         let media_type = media_type.trim().to_ascii_lowercase();
+        let headers = response.headers().clone();
         let json = serde_json::from_slice(&response.bytes().await?).ok();
         Ok(Answer {
             status,
             media_type,
+            headers,
             json,
         })
     }
@@ -378,6 +427,9 @@ impl Prober<'_, '_> {
                 format!("probe {what}: yaml expects {expect}, server answered {status}{why}");
             return self.differ(location, message);
         }
+        if let Some(response) = op.response(status) {
+            self.headers(location, what, response, answer);
+        }
         let Expect::Error(code) = expect else { return };
         let Some(response) = op.declared(code) else {
             let name = &op.name;
@@ -388,6 +440,43 @@ impl Prober<'_, '_> {
         };
         for problem in self.body_problems(response, answer) {
             self.differ(location, format!("probe {what}: {problem}"));
+        }
+    }
+
+    /// Each header `response` declares: present if required, valid against
+    /// its schema if present.
+    fn headers(&mut self, location: &str, what: &str, response: &Response, answer: &Answer) {
+        for (name, header) in &response.headers {
+            let Some(header) = self.yaml.header(header) else {
+                continue;
+            };
+            let name = name.to_ascii_lowercase();
+            // Field lines of one name are one list (RFC 9110 section 5.3).
+            let lines = answer.headers.get_all(&name);
+            let lines: Vec<&str> = lines.iter().map(|v| v.to_str().unwrap_or("")).collect();
+            let problem = if lines.is_empty() {
+                header
+                    .required
+                    .then(|| "required, server sent none".to_owned())
+            } else {
+                let value = lines.join(", ");
+                let schema = self.yaml.resolve(&self.yaml.format_json(&header.format).1);
+                let valid = jsonschema::draft4::new(&schema)
+                    .map(|validator| validator.is_valid(&json!(value)));
+                match valid {
+                    Ok(true) => None,
+                    Ok(false) => Some(format!(
+                        "server sent {value:?}, not valid against the yaml's schema"
+                    )),
+                    Err(e) => Some(format!("the yaml's schema cannot be used: {e}")),
+                }
+            };
+            let Some(problem) = problem else { continue };
+            let status = answer.status;
+            self.differ(
+                location,
+                format!("probe {what}: {status} header {name}: {problem}"),
+            );
         }
     }
 
@@ -598,6 +687,44 @@ impl Prober<'_, '_> {
         let what = "a request without credentials, which the yaml does not require";
         self.probe(op, &location, what, request, Expect::Not(401))
             .await;
+    }
+
+    /// A secured operation refuses a request without a key, and one with a
+    /// key it does not know, with `401` (and the `401`'s headers).
+    async fn refused(&mut self, op: &Op<'_>) {
+        if !op.secured {
+            return;
+        }
+        let location = format!("{}.security", op.location);
+        for (key, what) in [
+            (Key::Missing, "a request without credentials"),
+            (Key::Unknown, "a request with an unknown key"),
+        ] {
+            let request = self.request(op, key);
+            self.probe(op, &location, what, request, Expect::Error(401))
+                .await;
+        }
+    }
+
+    /// A valid request, judged by what it is answered: its body (for an
+    /// error) and its headers must be the declared ones for that status.
+    async fn answered(&mut self, op: &Op<'_>) {
+        let location = format!("{}.responses", op.location);
+        let what = "a valid request";
+        let answer = match self.send(op, &self.request(op, Key::Valid)).await {
+            Ok(answer) => answer,
+            Err(e) => {
+                return self.differ(
+                    &location,
+                    format!("probe {what}: the request failed: {e:#}"),
+                );
+            }
+        };
+        let expect = match answer.status {
+            200..300 => Expect::Success,
+            status => Expect::Error(status),
+        };
+        self.judge(op, &location, what, &answer, expect);
     }
 
     /// A 1 MiB body gets 413; `null` for an optional property is refused

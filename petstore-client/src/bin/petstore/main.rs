@@ -165,7 +165,8 @@ fn command() -> Command {
              message are printed); 2 the command line is wrong; 3 no answer from the service, \
              or one the contract does not describe; 4 the service did not accept the key (401); \
              5 the answer could not be written out; 6 the key may not do this (403, a scope it \
-             lacks)."
+             lacks); 7 over the rate limit (429; the wait the service asks for is printed as \
+             `retry after: N s`)."
         ))
 }
 

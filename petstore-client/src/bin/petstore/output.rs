@@ -151,6 +151,8 @@ pub enum Outcome {
         error: types::Error,
         /// Whether a key was sent (for the hint on a 401).
         key_sent: bool,
+        /// The wait a `429` or `503` asked for in `Retry-After`.
+        retry_after: Option<std::time::Duration>,
     },
     /// No answer from the service, or one the contract does not describe.
     NoAnswer(String),
@@ -169,6 +171,8 @@ impl Outcome {
     const IO_FAILURE: u8 = 5;
     /// Exit status of a 403: the key lacks a scope the operation needs.
     const FORBIDDEN: u8 = 6;
+    /// Exit status of a 429: over the rate limit; retry after the wait shown.
+    const RATE_LIMITED: u8 = 7;
 
     /// The outcome of a failed request to the service at `base_url`.
     pub fn from_error(error: anyhow::Error, base_url: &str, key_sent: bool) -> Outcome {
@@ -181,6 +185,7 @@ impl Outcome {
             Error::ErrorResponse(answer) => Outcome::Refused {
                 error: (**answer).clone(),
                 key_sent,
+                retry_after: petstore_client::retry_after(error),
             },
             Error::InvalidRequest(message) => Outcome::Usage(message.clone()),
             Error::CommunicationError(e) | Error::ResponseBodyError(e) => {
@@ -213,13 +218,21 @@ impl Outcome {
                 eprintln!("error: {message}");
                 Outcome::USAGE
             }
-            Outcome::Refused { error, key_sent } => {
+            Outcome::Refused {
+                error,
+                key_sent,
+                retry_after,
+            } => {
                 eprintln!(
                     "error: {} (HTTP {}): {}",
                     error.code, error.status, error.message
                 );
+                if let Some(wait) = retry_after {
+                    eprintln!("retry after: {} s", wait.as_secs());
+                }
                 match error.status {
                     401 => {}
+                    429 => return ExitCode::from(Outcome::RATE_LIMITED),
                     403 => {
                         eprintln!(
                             "hint: the key in {API_KEY_VARIABLE} may not do this; an operator \

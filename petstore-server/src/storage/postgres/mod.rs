@@ -21,7 +21,11 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::{NoTls, Row};
 
 use super::idempotency::{CreateOutcome, Idempotency};
-use super::keys::{KeyError, KeyStorage, Revoked, StoredKey, stored_digest, stored_scopes};
+use super::keys::{
+    KeyError, KeyStorage, Revoked, StoredKey, limits_columns, stored_digest, stored_limits,
+    stored_scopes,
+};
+use crate::budget::{KeyLimits, LimitsChange};
 use petstore_api::scopes::Scopes;
 mod batch;
 mod order_statements;
@@ -84,7 +88,23 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE api_keys ADD COLUMN scopes SMALLINT;
     ALTER TABLE orders ADD COLUMN owner BYTEA, ADD COLUMN placed_by TEXT;
     CREATE INDEX orders_by_owner ON orders (owner, id);",
+    // Budgets (`budget.rs`): what a key sets of its own rate (requests per
+    // `rate_seconds`), burst and cap on requests in flight, NULL being the
+    // configured default; and the serving instances' heartbeats, from
+    // which each counts the instances sharing every budget
+    // (`ratelimit/`). Additive: instances of the version before keep
+    // reading the keys as they did (and, not beating, are not counted).
+    "ALTER TABLE api_keys ADD COLUMN rate_requests INTEGER, ADD COLUMN rate_seconds INTEGER,
+        ADD COLUMN burst INTEGER, ADD COLUMN in_flight INTEGER;
+    CREATE TABLE instances (
+        id      TEXT        PRIMARY KEY,
+        seen_at TIMESTAMPTZ NOT NULL
+    );",
 ];
+
+/// How long an instance is counted after its last heartbeat: four beats
+/// (`ratelimit::HEARTBEAT`) missed.
+const INSTANCE_ALIVE: &str = "2 seconds";
 
 /// Serialises migrations between instances starting at the same time.
 const MIGRATION_LOCK: i64 = 0x7065_7473_746f_7265; // "petstore"
@@ -609,7 +629,6 @@ fn key_from_row(row: &Row) -> Result<StoredKey, StorageError> {
     let name: String = row.try_get(0).map_err(&decode)?;
     let digest = stored_digest(&name, row.try_get(1).map_err(&decode)?)?;
     Ok(StoredKey {
-        name,
         digest,
         created_at: row.try_get(2).map_err(&decode)?,
         expires_at: row.try_get(3).map_err(&decode)?,
@@ -620,7 +639,38 @@ fn key_from_row(row: &Row) -> Result<StoredKey, StorageError> {
         ),
         last_used_at: row.try_get(4).map_err(&decode)?,
         revoked_at: row.try_get(5).map_err(&decode)?,
+        limits: limits_from_columns(&name, row, 7)?,
+        name,
     })
+}
+
+/// The four budget columns of `row` from `first`, as [`KeyLimits`].
+fn limits_from_columns(name: &str, row: &Row, first: usize) -> Result<KeyLimits, StorageError> {
+    let decode = postgres("decoding a key's budget");
+    let column = |index: usize| -> Result<Option<i64>, StorageError> {
+        Ok(row
+            .try_get::<_, Option<i32>>(first + index)
+            .map_err(&decode)?
+            .map(i64::from))
+    };
+    stored_limits(name, column(0)?, column(1)?, column(2)?, column(3)?)
+}
+
+/// [`limits_columns`] as PostgreSQL's `INTEGER`s; a setting above
+/// `i32::MAX` is refused.
+fn limits_as_integers(name: &str, limits: KeyLimits) -> Result<[Option<i32>; 4], KeyError> {
+    let mut columns = [None; 4];
+    for (column, value) in columns.iter_mut().zip(limits_columns(limits)) {
+        *column = value
+            .map(|value| {
+                i32::try_from(value).map_err(|_| StorageError::BadKey {
+                    name: name.to_owned(),
+                    reason: format!("{value} is too large a budget setting"),
+                })
+            })
+            .transpose()?;
+    }
+    Ok(columns)
 }
 
 #[async_trait::async_trait]
@@ -628,16 +678,23 @@ impl KeyStorage for PostgresStorage {
     async fn create_key(&self, key: StoredKey) -> Result<(), KeyError> {
         let sql = postgres("storing a key");
         let client = self.admin_client().await?;
+        let [rate_requests, rate_seconds, burst, in_flight] =
+            limits_as_integers(&key.name, key.limits)?;
         let inserted = client
             .execute(
-                "INSERT INTO api_keys (name, digest, created_at, expires_at, scopes)
-                 VALUES ($1, $2, $3, $4, $5)",
+                "INSERT INTO api_keys (name, digest, created_at, expires_at, scopes,
+                     rate_requests, rate_seconds, burst, in_flight)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
                 &[
                     &key.name,
                     &&key.digest.0[..],
                     &key.created_at,
                     &key.expires_at,
                     &i16::from(key.scopes.bits()),
+                    &rate_requests,
+                    &rate_seconds,
+                    &burst,
+                    &in_flight,
                 ],
             )
             .await;
@@ -660,7 +717,8 @@ impl KeyStorage for PostgresStorage {
         let client = self.admin_client().await?;
         let select = client
             .prepare_cached(
-                "SELECT name, digest, created_at, expires_at, last_used_at, revoked_at, scopes
+                "SELECT name, digest, created_at, expires_at, last_used_at, revoked_at, scopes,
+                     rate_requests, rate_seconds, burst, in_flight
                  FROM api_keys ORDER BY created_at, name",
             )
             .await
@@ -722,6 +780,75 @@ impl KeyStorage for PostgresStorage {
         .map_err(&sql)?;
         tx.commit().await.map_err(&sql)?;
         Ok(stored_scopes(before.map(i64::from)))
+    }
+
+    async fn set_key_limits(
+        &self,
+        name: &str,
+        change: LimitsChange,
+    ) -> Result<(KeyLimits, KeyLimits), KeyError> {
+        let sql = postgres("changing a key's budget");
+        let mut client = self.admin_client().await?;
+        let tx = client.transaction().await.map_err(&sql)?;
+        let row = tx
+            .query_opt(
+                "SELECT rate_requests, rate_seconds, burst, in_flight
+                 FROM api_keys WHERE name = $1 FOR UPDATE",
+                &[&name],
+            )
+            .await
+            .map_err(&sql)?;
+        let Some(row) = row else {
+            return Err(KeyError::UnknownName(name.to_owned()));
+        };
+        let before = limits_from_columns(name, &row, 0)?;
+        let after = before.changed(change);
+        let [rate_requests, rate_seconds, burst, in_flight] = limits_as_integers(name, after)?;
+        tx.execute(
+            "UPDATE api_keys SET rate_requests = $2, rate_seconds = $3, burst = $4, in_flight = $5
+             WHERE name = $1",
+            &[&name, &rate_requests, &rate_seconds, &burst, &in_flight],
+        )
+        .await
+        .map_err(&sql)?;
+        tx.commit().await.map_err(&sql)?;
+        Ok((before, after))
+    }
+
+    async fn heartbeat(&self, instance: &str) -> Result<u32, StorageError> {
+        let sql = postgres("recording this instance's heartbeat");
+        let client = self.admin_client().await?;
+        // The database's clock, not the instances': theirs may disagree.
+        // The statement's snapshot does not see its own upsert, hence `1 +`
+        // the others; instances silent for a minute are deleted on the way.
+        let beat = format!(
+            "WITH beat AS (
+                 INSERT INTO instances (id, seen_at) VALUES ($1, clock_timestamp())
+                 ON CONFLICT (id) DO UPDATE SET seen_at = EXCLUDED.seen_at
+             ), gone AS (
+                 DELETE FROM instances
+                 WHERE seen_at < clock_timestamp() - interval '1 minute' AND id <> $1
+             )
+             SELECT 1 + count(*) FROM instances
+             WHERE id <> $1 AND seen_at > clock_timestamp() - interval '{INSTANCE_ALIVE}'"
+        );
+        let statement = client.prepare_cached(&beat).await.map_err(&sql)?;
+        let row = client
+            .query_one(&statement, &[&instance])
+            .await
+            .map_err(&sql)?;
+        let live: i64 = row.try_get(0).map_err(&sql)?;
+        Ok(u32::try_from(live).unwrap_or(u32::MAX))
+    }
+
+    async fn forget_instance(&self, instance: &str) -> Result<(), StorageError> {
+        let sql = postgres("removing this instance's heartbeat");
+        let client = self.admin_client().await?;
+        client
+            .execute("DELETE FROM instances WHERE id = $1", &[&instance])
+            .await
+            .map_err(&sql)?;
+        Ok(())
     }
 
     async fn record_key_use(&self, uses: Vec<(String, i64)>) -> Result<(), StorageError> {

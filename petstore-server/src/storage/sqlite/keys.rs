@@ -12,8 +12,10 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, pa
 
 use super::lock::DatabaseLock;
 use super::schema::{BUSY_TIMEOUT, MIGRATIONS, configure_and_migrate, schema_version, sqlite};
+use crate::budget::{KeyLimits, LimitsChange};
 use crate::storage::keys::{
-    KeyError, KeyStorage, Revoked, StoredKey, stored_digest, stored_scopes,
+    KeyError, KeyStorage, Revoked, StoredKey, limits_columns, stored_digest, stored_limits,
+    stored_scopes,
 };
 use crate::storage::{OpenError, StorageError};
 use petstore_api::scopes::Scopes;
@@ -112,13 +114,16 @@ type KeyRow = (
     Option<i64>,
     Option<i64>,
     Option<i64>,
+    [Option<i64>; 4],
 );
 
 fn key_from_row(
-    (name, digest, created_at, expires_at, last_used_at, revoked_at, scopes): KeyRow,
+    (name, digest, created_at, expires_at, last_used_at, revoked_at, scopes, limits): KeyRow,
 ) -> Result<StoredKey, StorageError> {
     let digest = stored_digest(&name, &digest)?;
+    let [rate_requests, rate_seconds, burst, in_flight] = limits;
     Ok(StoredKey {
+        limits: stored_limits(&name, rate_requests, rate_seconds, burst, in_flight)?,
         name,
         digest,
         created_at,
@@ -133,15 +138,21 @@ fn key_from_row(
 impl KeyStorage for SqliteKeys {
     async fn create_key(&self, key: StoredKey) -> Result<(), KeyError> {
         self.with(move |conn| {
+            let [rate_requests, rate_seconds, burst, in_flight] = limits_columns(key.limits);
             let inserted = conn.execute(
-                "INSERT INTO api_keys (name, digest, created_at, expires_at, scopes)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                "INSERT INTO api_keys (name, digest, created_at, expires_at, scopes,
+                     rate_requests, rate_seconds, burst, in_flight)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
                 params![
                     key.name,
                     key.digest.0.as_slice(),
                     key.created_at,
                     key.expires_at,
-                    key.scopes.bits()
+                    key.scopes.bits(),
+                    rate_requests,
+                    rate_seconds,
+                    burst,
+                    in_flight
                 ],
             );
             match inserted {
@@ -163,7 +174,8 @@ impl KeyStorage for SqliteKeys {
             let sql = sqlite("reading the keys");
             let mut select = conn
                 .prepare_cached(
-                    "SELECT name, digest, created_at, expires_at, last_used_at, revoked_at, scopes
+                    "SELECT name, digest, created_at, expires_at, last_used_at, revoked_at, scopes,
+                         rate_requests, rate_seconds, burst, in_flight
                      FROM api_keys ORDER BY created_at, name",
                 )
                 .map_err(&sql)?;
@@ -177,6 +189,7 @@ impl KeyStorage for SqliteKeys {
                         row.get(4)?,
                         row.get(5)?,
                         row.get(6)?,
+                        [row.get(7)?, row.get(8)?, row.get(9)?, row.get(10)?],
                     ))
                 })
                 .map_err(&sql)?;
@@ -245,6 +258,54 @@ impl KeyStorage for SqliteKeys {
             Ok(stored_scopes(before))
         })
         .await
+    }
+
+    async fn set_key_limits(
+        &self,
+        name: &str,
+        change: LimitsChange,
+    ) -> Result<(KeyLimits, KeyLimits), KeyError> {
+        let name = name.to_owned();
+        self.with(move |conn| {
+            let sql = sqlite("changing a key's budget");
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(&sql)?;
+            let found: Option<[Option<i64>; 4]> = tx
+                .query_row(
+                    "SELECT rate_requests, rate_seconds, burst, in_flight
+                     FROM api_keys WHERE name = ?1",
+                    [&name],
+                    |row| Ok([row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?]),
+                )
+                .optional()
+                .map_err(&sql)?;
+            let Some([rate_requests, rate_seconds, burst, in_flight]) = found else {
+                return Err(KeyError::UnknownName(name));
+            };
+            let before = stored_limits(&name, rate_requests, rate_seconds, burst, in_flight)?;
+            let after = before.changed(change);
+            let [rate_requests, rate_seconds, burst, in_flight] = limits_columns(after);
+            tx.execute(
+                "UPDATE api_keys SET rate_requests = ?2, rate_seconds = ?3, burst = ?4,
+                     in_flight = ?5
+                 WHERE name = ?1",
+                params![name, rate_requests, rate_seconds, burst, in_flight],
+            )
+            .map_err(&sql)?;
+            tx.commit().map_err(&sql)?;
+            Ok((before, after))
+        })
+        .await
+    }
+
+    async fn heartbeat(&self, _instance: &str) -> Result<u32, StorageError> {
+        // The file's lock admits one server (`lock.rs`).
+        Ok(1)
+    }
+
+    async fn forget_instance(&self, _instance: &str) -> Result<(), StorageError> {
+        Ok(())
     }
 
     async fn record_key_use(&self, uses: Vec<(String, i64)>) -> Result<(), StorageError> {

@@ -71,6 +71,14 @@ pub(super) const MIGRATIONS: &[&str] = &[
     "ALTER TABLE api_keys ADD COLUMN scopes INTEGER;
     ALTER TABLE orders ADD COLUMN owner BLOB;
     ALTER TABLE orders ADD COLUMN placed_by TEXT;",
+    // Budgets (`budget.rs`): what a key sets of its own rate (requests per
+    // `rate_seconds`), burst and cap on requests in flight; NULL is the
+    // configured default. Additive: a server of the version before reads
+    // the keys as it did.
+    "ALTER TABLE api_keys ADD COLUMN rate_requests INTEGER;
+    ALTER TABLE api_keys ADD COLUMN rate_seconds INTEGER;
+    ALTER TABLE api_keys ADD COLUMN burst INTEGER;
+    ALTER TABLE api_keys ADD COLUMN in_flight INTEGER;",
 ];
 
 /// How long a connection waits on a lock (e.g. another program holding the
