@@ -774,6 +774,44 @@ async fn https_through_the_client_and_curl_and_a_renewed_certificate_without_a_r
     drop(served);
 }
 
+/// The edge serves the rate limiter's layer over TLS as over plain HTTP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limits_are_served_over_https() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = certificate_authority(dir.path(), "limited");
+    let path = dir.path().to_owned();
+    let (cert, key) = (cert.display().to_string(), key.display().to_string());
+    let served = blocking(move || {
+        Served::start(
+            &path,
+            &[
+                "--tls-cert",
+                &cert,
+                "--tls-key",
+                &key,
+                "--rate-limits",
+                "on",
+                "--key-rate",
+                "1/min",
+                "--key-burst",
+                "1",
+            ],
+        )
+    })
+    .await;
+    let client = trusting(&ca);
+    let url = format!("https://{}/v1/pets", served.address);
+    let first = client.get(&url).send().await.unwrap();
+    assert_eq!(first.status(), 200);
+    assert!(first.headers().contains_key("ratelimit"), "{first:?}");
+    let second = client.get(&url).send().await.unwrap();
+    assert_eq!(second.status(), 429);
+    assert!(second.headers().contains_key("retry-after"), "{second:?}");
+    let error: serde_json::Value = second.json().await.unwrap();
+    assert_eq!(error["code"], "rate_limited", "{error}");
+    drop(served);
+}
+
 #[test]
 fn unusable_tls_files_are_clear_start_up_errors() {
     let dir = tempfile::tempdir().unwrap();
