@@ -722,6 +722,12 @@ mod tests {
         assert!(described.contains("idle_timeout = \"10s\""));
         let cap = EdgeLimits::default().max_connections;
         assert!(described.contains(&format!("max_connections = {cap}  #")));
+        // The flags' defaults are the library's, sized for this process.
+        let matches = Serve::command()
+            .try_get_matches_from::<_, &str>([])
+            .unwrap();
+        let args = Serve::from_arg_matches(&matches).unwrap().serve;
+        assert_eq!(args.edge.limits(), EdgeLimits::default());
     }
 
     #[test]
