@@ -16,6 +16,9 @@
 //!   digest is no use to an attacker, who would need a key that hashes to
 //!   it (a SHA-256 preimage); a presented key itself is only ever hashed.
 
+use std::cell::RefCell;
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -53,8 +56,31 @@ impl nohash_hasher::IsEnabled for KeyDigest {}
 
 impl KeyDigest {
     /// The digest of `key`.
+    ///
+    /// A request's key is digested twice, by the rate limiter and by the
+    /// gatekeeper, on the same thread in the same poll, and a client sends
+    /// the same key request after request; so the last digest of each
+    /// thread is kept, found again by a keyed 64-bit hash of the key (the
+    /// key itself is not kept). A wrong key matching it would need that
+    /// hash, under a key random to this thread, to equal the last key's: a
+    /// chance of 2^-64 a try, far below guessing a key. SHA-256 of a key is
+    /// most of what authenticating costs (BENCHMARKS.md, issue 26).
     pub fn of(key: &str) -> KeyDigest {
-        KeyDigest(Sha256::digest(key.as_bytes()).into())
+        thread_local! {
+            static LAST: RefCell<(RandomState, Option<(u64, KeyDigest)>)> =
+                RefCell::new((RandomState::new(), None));
+        }
+        LAST.with_borrow_mut(|(hasher, last)| {
+            let hash = hasher.hash_one(key);
+            match last {
+                Some((seen, digest)) if *seen == hash => *digest,
+                _ => {
+                    let digest = KeyDigest(Sha256::digest(key.as_bytes()).into());
+                    *last = Some((hash, digest));
+                    digest
+                }
+            }
+        })
     }
 
     /// The key's identity: its digest, which never reveals the key.
@@ -383,6 +409,14 @@ pub struct KeyCounts {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_digest_is_the_keys_sha256_whatever_came_before_it_on_the_thread() {
+        let sha = |key: &str| KeyDigest(Sha256::digest(key.as_bytes()).into());
+        for key in ["pst_a", "pst_a", "pst_b", "pst_a", "", "pst_b", "pst_b"] {
+            assert_eq!(KeyDigest::of(key), sha(key), "{key:?}");
+        }
+    }
+
     use super::*;
     use http::HeaderValue;
 
