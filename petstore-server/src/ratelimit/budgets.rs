@@ -23,6 +23,7 @@
 //! a scan of many addresses does not grow memory for ever. IPv6 addresses
 //! are counted per /64, the block one client usually holds.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -30,7 +31,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use dashmap::DashMap;
 use governor::clock::Clock;
 use governor::middleware::StateInformationMiddleware;
 use governor::state::keyed::DashMapStateStore;
@@ -171,7 +171,11 @@ pub struct Budgets<C: Clock + Clone> {
     limits: RateLimits,
     clock: C,
     instances: AtomicU32,
-    keys: DashMap<KeyDigest, Arc<KeyEntry<C>>, BuildNoHashHasher<KeyDigest>>,
+    /// Read on every request by every thread, written once per key: a map
+    /// swapped whole, so that a read takes no lock and writes nothing that
+    /// other threads read (a `DashMap`'s shard lock and an `Arc`'s count,
+    /// bounced between cores on every request; BENCHMARKS.md, issue 26).
+    keys: ArcSwap<HashMap<KeyDigest, Arc<KeyEntry<C>>, BuildNoHashHasher<KeyDigest>>>,
     addresses: ArcSwap<AddressGcra<C>>,
 }
 
@@ -183,7 +187,7 @@ impl<C: Clock + Clone> Budgets<C> {
             limits,
             clock,
             instances: AtomicU32::new(1),
-            keys: DashMap::default(),
+            keys: ArcSwap::default(),
             addresses,
         }
     }
@@ -217,25 +221,28 @@ impl<C: Clock + Clone> Budgets<C> {
     pub fn for_key(&self, digest: KeyDigest, own: KeyLimits) -> Result<Admitted, Refused> {
         let budget = own.over(self.limits.key);
         let instances = self.instances.load(Ordering::Relaxed);
-        let entry = match self.keys.get(&digest) {
-            Some(entry) => Arc::clone(&entry),
-            None => Arc::clone(&self.keys.entry(digest).or_insert_with(|| {
-                Arc::new(KeyEntry {
-                    in_flight: Arc::default(),
-                    gcra: ArcSwap::from_pointee(self.key_gcra(budget, instances)),
-                })
-            })),
-        };
-        let mut gcra = entry.gcra.load_full();
+        let mut keys = self.keys.load();
+        if !keys.contains_key(&digest) {
+            // Of concurrent first requests of a key one entry wins.
+            self.keys.rcu(|keys| {
+                let mut keys = HashMap::clone(keys);
+                keys.entry(digest).or_insert_with(|| {
+                    Arc::new(KeyEntry {
+                        in_flight: Arc::default(),
+                        gcra: ArcSwap::from_pointee(self.key_gcra(budget, instances)),
+                    })
+                });
+                keys
+            });
+            keys = self.keys.load();
+        }
+        let entry = &keys[&digest];
+        let mut gcra = entry.gcra.load();
         if gcra.budget != budget || gcra.instances != instances {
             let fresh = Arc::new(self.key_gcra(budget, instances));
             // Of concurrent replacements one wins, and every request uses it.
-            let previous = entry.gcra.compare_and_swap(&gcra, Arc::clone(&fresh));
-            gcra = if Arc::ptr_eq(&previous, &gcra) {
-                fresh
-            } else {
-                entry.gcra.load_full()
-            };
+            entry.gcra.compare_and_swap(&*gcra, fresh);
+            gcra = entry.gcra.load();
         }
         let share = gcra.share;
         let scale = |part: u32, whole: u32| part.saturating_mul(instances).min(whole);
@@ -253,7 +260,7 @@ impl<C: Clock + Clone> Budgets<C> {
                     retry_after,
                     budget,
                     fields: Fields {
-                        policy: gcra.policy.clone(),
+                        policy: fields::copied(&gcra.policy),
                         state: fields::key_state(
                             0,
                             retry_after,
@@ -273,7 +280,7 @@ impl<C: Clock + Clone> Budgets<C> {
         match Slot::take(&entry.in_flight, share.in_flight) {
             Some((slot, free)) => Ok(Admitted {
                 fields: Fields {
-                    policy: gcra.policy.clone(),
+                    policy: fields::copied(&gcra.policy),
                     state: state(free),
                 },
                 _slot: Some(slot),
@@ -285,7 +292,7 @@ impl<C: Clock + Clone> Budgets<C> {
                 retry_after: Duration::from_secs(1),
                 budget,
                 fields: Fields {
-                    policy: gcra.policy.clone(),
+                    policy: fields::copied(&gcra.policy),
                     state: state(0),
                 },
             }),
@@ -311,15 +318,11 @@ impl<C: Clock + Clone> Budgets<C> {
     /// Admits or refuses a request without a valid key from `address`.
     pub fn for_address(&self, address: IpAddr) -> Result<Admitted, Refused> {
         let instances = self.instances.load(Ordering::Relaxed);
-        let mut gcra = self.addresses.load_full();
+        let mut gcra = self.addresses.load();
         if gcra.instances != instances {
             let fresh = Arc::new(Self::address_gcra(&self.limits, &self.clock, instances));
-            let previous = self.addresses.compare_and_swap(&gcra, Arc::clone(&fresh));
-            gcra = if Arc::ptr_eq(&previous, &gcra) {
-                fresh
-            } else {
-                self.addresses.load_full()
-            };
+            self.addresses.compare_and_swap(&*gcra, fresh);
+            gcra = self.addresses.load();
         }
         let burst = self.limits.address_burst.get();
         let scale = |part: u32| part.saturating_mul(instances).min(burst);
@@ -328,7 +331,7 @@ impl<C: Clock + Clone> Budgets<C> {
                 let remaining = snapshot.remaining_burst_capacity();
                 Ok(Admitted {
                     fields: Fields {
-                        policy: gcra.policy.clone(),
+                        policy: fields::copied(&gcra.policy),
                         state: fields::address_state(
                             scale(remaining),
                             gcra.share.refill(remaining),
@@ -348,7 +351,7 @@ impl<C: Clock + Clone> Budgets<C> {
                         in_flight: NonZeroU32::MAX,
                     },
                     fields: Fields {
-                        policy: gcra.policy.clone(),
+                        policy: fields::copied(&gcra.policy),
                         state: fields::address_state(0, retry_after),
                     },
                 })

@@ -103,11 +103,12 @@ impl Limits {
         if self.docs && is_docs(request.uri().path()) {
             return Decision::Exempt;
         }
-        let decided = match self.keys.authenticate(request.headers()) {
-            Ok(caller) => self
-                .budgets
-                .for_key(caller.digest, caller.limits)
-                .map_err(|refused| (refused, Some(caller.name))),
+        let decided = match self.keys.budget_of(request.headers()) {
+            Ok((digest, limits)) => self.budgets.for_key(digest, limits).map_err(|refused| {
+                // The key's name, for the refusal's log and metric only.
+                let name = self.keys.authenticate(request.headers()).ok();
+                (refused, name.map(|caller| caller.name))
+            }),
             // The gatekeeper answers 401 after this; until then the request
             // spends its address's budget.
             Err(_) => self
