@@ -235,6 +235,41 @@ async fn under_load<F: Future<Output = ()>>(
     (ended, answered)
 }
 
+/// Runs the `hostile` connections while a client keeping its connection
+/// and one opening a connection per request take turns (see
+/// [`under_load`]); then waits for the stalled `bodies`, each of which must
+/// have got its `408` in time. Returns how the hostile connections ended.
+async fn beside_normal_clients(
+    admin: &str,
+    base: &str,
+    hostile: Vec<JoinHandle<Ended>>,
+    bodies: Vec<JoinHandle<Ended>>,
+    keeping: &reqwest::Client,
+    fresh: &reqwest::Client,
+) -> Vec<Ended> {
+    let mut turn = 0;
+    let (ended, answered) = under_load(admin, hostile, move || {
+        turn += 1;
+        match turn % 2 {
+            0 => list(keeping, base, Normal::Keeping),
+            _ => list(fresh, base, Normal::Fresh),
+        }
+    })
+    .await;
+    let bodies = within("the stalled bodies closed", TIMEOUT + SLACK, async {
+        let mut ended = Vec::new();
+        for task in bodies {
+            ended.push(task.await.unwrap());
+        }
+        ended
+    })
+    .await;
+    assert!(answered > 0);
+    assert_408s(&bodies);
+    assert_closed_in_time("stalled-body", &bodies);
+    ended
+}
+
 /// How a normal client connects.
 #[derive(Clone, Copy, Debug)]
 enum Normal {
@@ -373,27 +408,7 @@ async fn flood_over_http(extra: Vec<String>) {
         .pool_max_idle_per_host(0)
         .build()
         .unwrap();
-    let base = base.as_str();
-    let mut turn = 0;
-    let (mut ended, answered) = under_load(&admin, others, move || {
-        turn += 1;
-        match turn % 2 {
-            0 => list(keeping, base, Normal::Keeping),
-            _ => list(fresh, base, Normal::Fresh),
-        }
-    })
-    .await;
-    let bodies = within("the stalled bodies closed", TIMEOUT + SLACK, async {
-        let mut ended = Vec::new();
-        for task in bodies {
-            ended.push(task.await.unwrap());
-        }
-        ended
-    })
-    .await;
-    assert!(answered > 0);
-    assert_408s(&bodies);
-    assert_closed_in_time("stalled-body", &bodies);
+    let mut ended = beside_normal_clients(&admin, &base, others, bodies, keeping, fresh).await;
     let silent = ended.split_off(slow);
     assert_closed_in_time("slow-header", &ended);
     assert_closed_in_time("silent", &silent);
@@ -466,27 +481,7 @@ async fn over_tls_a_flood_of_silent_slow_and_stalled_connections_does_not_stop_a
         .pool_max_idle_per_host(0)
         .build()
         .unwrap();
-    let base = base.as_str();
-    let mut turn = 0;
-    let (mut ended, answered) = under_load(&admin, hostile, move || {
-        turn += 1;
-        match turn % 2 {
-            0 => list(keeping, base, Normal::Keeping),
-            _ => list(fresh, base, Normal::Fresh),
-        }
-    })
-    .await;
-    let bodies = within("the stalled bodies closed", TIMEOUT + SLACK, async {
-        let mut ended = Vec::new();
-        for task in bodies {
-            ended.push(task.await.unwrap());
-        }
-        ended
-    })
-    .await;
-    assert!(answered > 0);
-    assert_408s(&bodies);
-    assert_closed_in_time("stalled-body", &bodies);
+    let mut ended = beside_normal_clients(&admin, &base, hostile, bodies, keeping, fresh).await;
     let silent = ended.split_off(slow);
     let slow = ended.split_off(stalled);
     assert_closed_in_time("stalled-handshake", &ended);
