@@ -203,6 +203,7 @@ pub struct Metrics {
     open_sockets: Gauge,
     connections_open: Gauge,
     connections_closed: Family<CloseLabels, Counter>,
+    connection_lifetimes: Family<CloseLabels, Histogram>,
     connections_max: Gauge,
 }
 
@@ -210,6 +211,14 @@ impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Metrics")
     }
+}
+
+/// A connection's life from its acceptance, for each way it ends: around
+/// the edge's timeouts (seconds to minutes), and up to an hour.
+fn lifetime_histogram() -> Histogram {
+    Histogram::new([
+        0.1, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 15.0, 30.0, 60.0, 300.0, 3600.0,
+    ])
 }
 
 fn latency_histogram() -> Histogram {
@@ -398,6 +407,13 @@ impl Metrics {
                  new connection came at the cap, shutdown, error)",
                 Family::default(),
             ),
+            connection_lifetimes: registered(
+                r,
+                "http_connection_lifetime_seconds",
+                "How long API connections lived, from their acceptance to their close, by \
+                 the reason they closed (a timeout's connections close within it)",
+                Family::new_with_constructor(lifetime_histogram),
+            ),
             connections_max: registered(
                 r,
                 "http_max_connections",
@@ -479,12 +495,14 @@ impl Metrics {
         self.connections_open.inc();
     }
 
-    /// Counts an API connection closed, and why.
-    pub fn connection_closed(&self, reason: CloseReason) {
+    /// Counts an API connection closed after `lived`, and why.
+    pub fn connection_closed(&self, reason: CloseReason, lived: std::time::Duration) {
         self.connections_open.dec();
-        self.connections_closed
-            .get_or_create(&CloseLabels { reason })
-            .inc();
+        let labels = CloseLabels { reason };
+        self.connections_closed.get_or_create(&labels).inc();
+        self.connection_lifetimes
+            .get_or_create(&labels)
+            .observe(lived.as_secs_f64());
     }
 
     /// Counts a failed reload of the stored keys.

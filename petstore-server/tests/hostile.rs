@@ -32,11 +32,20 @@ const SERVER_FILES: u64 = 512;
 const CAP: f64 = 384.0;
 /// Every timeout of the edge, for these tests.
 const TIMEOUT: Duration = Duration::from_secs(2);
-/// How much later than its timeout a hostile connection may be closed: the
-/// server has thousands of connections to accept on two busy cores.
+/// How long a normal request may take under the load: the server has
+/// thousands of connections to accept on two busy cores.
 const SLACK: Duration = Duration::from_secs(10);
-/// A hang guard for the whole load.
-const LOAD: Duration = Duration::from_secs(60);
+/// How much later than its timeout the server may close a connection it
+/// accepted: a timer's firing and a task's turn. Measured by the server
+/// (`petstore_http_connection_lifetime_seconds`), from the acceptance: the
+/// time a connection waits in the kernel's backlog first grows with the
+/// machine's load, and is no timeout's business.
+const TIMER_SLACK: Duration = Duration::from_secs(1);
+/// A hang guard for the whole load, not a timing: on a quiet machine a flood
+/// is over in seconds, on a busy one it takes a minute or more (with fresh
+/// connections never evicted, the flood drains a cap's worth per timeout).
+/// How soon each connection is closed is measured by the server.
+const LOAD: Duration = Duration::from_secs(300);
 
 const SILENT: usize = 2_000;
 const SLOW_HEADERS: usize = 200;
@@ -100,6 +109,44 @@ impl Metrics {
             .map_or(0.0, |value| value.parse().unwrap())
     }
 
+    /// Every connection closed by the timeout of a request head or of a
+    /// TLS handshake, both counted from the acceptance, lived no longer
+    /// than the timeout and [`TIMER_SLACK`].
+    fn assert_timeouts_kept(&self) {
+        let bound = format!("{:.1}", (TIMEOUT + TIMER_SLACK).as_secs_f64());
+        for reason in ["header_timeout", "tls_handshake_timeout"] {
+            let series = |suffix: &str, le: Option<&str>| {
+                let labels = format!("reason=\"{reason}\"");
+                self.0
+                    .lines()
+                    .filter(|line| {
+                        line.starts_with(&format!(
+                            "petstore_http_connection_lifetime_seconds_{suffix}"
+                        ))
+                    })
+                    .filter(|line| line.contains(&labels))
+                    .filter(|line| le.is_none_or(|le| line.contains(&format!("le=\"{le}\""))))
+                    .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+                    .sum::<f64>()
+            };
+            let closed = series("count", None);
+            let in_time = series("bucket", Some(&bound));
+            assert_eq!(
+                in_time, closed,
+                "{reason}: {closed} closed, {in_time} within {bound} s of their acceptance\n{}",
+                self.0
+            );
+        }
+    }
+
+    /// The `silent` connections were closed by the server, each for one
+    /// of `reasons` (a timeout, or evicted for a newer one), not by the
+    /// client giving up.
+    fn assert_closed_by_the_server(&self, silent: usize, reasons: &[&str]) {
+        let by_server: f64 = reasons.iter().map(|reason| self.closed(reason)).sum();
+        assert!(by_server >= silent as f64, "{by_server} closed\n{}", self.0);
+    }
+
     fn closed(&self, reason: &str) -> f64 {
         self.get(&format!(
             "petstore_http_connections_closed_total{{reason=\"{reason}\"}}"
@@ -107,16 +154,15 @@ impl Metrics {
     }
 }
 
-/// How a hostile connection ended: how long it lasted from its connect,
-/// and what the server sent before closing it.
+/// How a hostile connection ended: what the server sent before closing it.
 struct Ended {
-    lasted: Duration,
     received: Vec<u8>,
 }
 
 /// Connects to `addr` (with TLS when `tls` is given), sends `opening`,
 /// then `drip` a byte at a time until the server closes the connection;
-/// fails if it is not closed within [`TIMEOUT`] and [`SLACK`]. A TLS
+/// fails if it is never closed ([`LOAD`], a hang guard: how soon is the
+/// server's to say, [`Metrics::assert_timeouts_kept`]). A TLS
 /// handshake the server ends (evicting the connection) is a close too.
 async fn hostile(
     addr: SocketAddr,
@@ -125,25 +171,17 @@ async fn hostile(
     drip: &'static [u8],
 ) -> Ended {
     let mut stream = TcpStream::connect(addr).await.expect("the kernel accepts");
-    let began = Instant::now();
-    let received = within(
-        "a hostile connection to be closed",
-        TIMEOUT + SLACK,
-        async {
-            match tls {
-                None => until_closed(&mut stream, opening, drip).await,
-                Some(tls) => match tls.connect(ServerName::from(addr.ip()), stream).await {
-                    Ok(mut stream) => until_closed(&mut stream, opening, drip).await,
-                    Err(_) => Vec::new(),
-                },
-            }
-        },
-    )
+    let received = within("a hostile connection to be closed", LOAD, async {
+        match tls {
+            None => until_closed(&mut stream, opening, drip).await,
+            Some(tls) => match tls.connect(ServerName::from(addr.ip()), stream).await {
+                Ok(mut stream) => until_closed(&mut stream, opening, drip).await,
+                Err(_) => Vec::new(),
+            },
+        }
+    })
     .await;
-    Ended {
-        lasted: began.elapsed(),
-        received,
-    }
+    Ended { received }
 }
 
 /// A TLS client trusting only `ca`.
@@ -266,7 +304,6 @@ async fn beside_normal_clients(
     .await;
     assert!(answered > 0);
     assert_408s(&bodies);
-    assert_closed_in_time("stalled-body", &bodies);
     ended
 }
 
@@ -329,14 +366,6 @@ fn assert_408s(ended: &[Ended]) {
         timed_out >= ended.len() / 2,
         "only {timed_out} of {} stalled bodies got 408",
         ended.len()
-    );
-}
-
-fn assert_closed_in_time(what: &str, ended: &[Ended]) {
-    let longest = ended.iter().map(|end| end.lasted).max().unwrap();
-    assert!(
-        longest <= TIMEOUT + SLACK,
-        "a {what} connection lasted {longest:?}"
     );
 }
 
@@ -410,8 +439,6 @@ async fn flood_over_http(extra: Vec<String>) {
         .unwrap();
     let mut ended = beside_normal_clients(&admin, &base, others, bodies, keeping, fresh).await;
     let silent = ended.split_off(slow);
-    assert_closed_in_time("slow-header", &ended);
-    assert_closed_in_time("silent", &silent);
     assert!(
         silent.iter().all(|end| end.received.is_empty()),
         "a silent connection was sent something"
@@ -424,6 +451,8 @@ async fn flood_over_http(extra: Vec<String>) {
         "{}",
         metrics.0
     );
+    metrics.assert_closed_by_the_server(SILENT, &["idle_timeout", "evicted"]);
+    metrics.assert_timeouts_kept();
     let (status, log) = blocking(move || served.terminate()).await;
     assert!(status.success(), "{log}");
     assert!(!log.contains("accepting a connection failed"), "{log}");
@@ -464,7 +493,6 @@ async fn over_tls_a_flood_of_silent_slow_and_stalled_connections_does_not_stop_a
         &[0x16, 0x03, 0x01, 0x02, 0x00],
         b"",
     );
-    let stalled = hostile.len();
     hostile.extend(spawn_hostile(
         SLOW_HEADERS,
         addr,
@@ -483,10 +511,10 @@ async fn over_tls_a_flood_of_silent_slow_and_stalled_connections_does_not_stop_a
         .unwrap();
     let mut ended = beside_normal_clients(&admin, &base, hostile, bodies, keeping, fresh).await;
     let silent = ended.split_off(slow);
-    let slow = ended.split_off(stalled);
-    assert_closed_in_time("stalled-handshake", &ended);
-    assert_closed_in_time("slow-header", &slow);
-    assert_closed_in_time("silent", &silent);
+    assert!(
+        silent.iter().all(|end| end.received.is_empty()),
+        "a silent connection was sent something"
+    );
 
     let metrics = Metrics::scrape(&admin).await;
     assert!(metrics.closed("evicted") > 0.0, "{}", metrics.0);
@@ -495,6 +523,13 @@ async fn over_tls_a_flood_of_silent_slow_and_stalled_connections_does_not_stop_a
         "{}",
         metrics.0
     );
+    // Silent peers of a TLS server, like the stalled handshakes, end in
+    // the handshake's timeout when they are not evicted.
+    metrics.assert_closed_by_the_server(
+        SILENT + STALLED_HANDSHAKES,
+        &["tls_handshake_timeout", "idle_timeout", "evicted"],
+    );
+    metrics.assert_timeouts_kept();
     let (status, log) = blocking(move || served.terminate()).await;
     assert!(status.success(), "{log}");
     assert!(!log.contains("accepting a connection failed"), "{log}");
@@ -551,7 +586,6 @@ async fn each_timeout_closes_its_connection_and_counts_it_by_reason() {
         let before = Metrics::scrape(&admin).await.closed(reason);
         let ended = hostile(addr, None, opening, b"").await;
         assert_eq!(!ended.received.is_empty(), answered, "{what}");
-        assert_closed_in_time(what, &[ended]);
         let admin = admin.as_str();
         eventually_async_within(
             &format!("{what} counted as {reason}"),
@@ -570,6 +604,7 @@ async fn each_timeout_closes_its_connection_and_counts_it_by_reason() {
     for reason in ["evicted", "error", "tls_handshake_failed"] {
         assert_eq!(metrics.closed(reason), 0.0, "{}", metrics.0);
     }
+    metrics.assert_timeouts_kept();
     let (status, log) = blocking(move || served.terminate()).await;
     assert!(status.success(), "{log}");
 }

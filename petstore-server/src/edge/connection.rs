@@ -7,6 +7,7 @@
 use std::error::Error as StdError;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
@@ -27,11 +28,14 @@ struct Closing {
     shared: Arc<Shared>,
     reason: CloseReason,
     remote: SocketAddr,
+    accepted: Instant,
 }
 
 impl Drop for Closing {
     fn drop(&mut self) {
-        self.shared.metrics.connection_closed(self.reason);
+        self.shared
+            .metrics
+            .connection_closed(self.reason, self.accepted.elapsed());
         self.shared.table.remove(&self.slot);
         let reason: &'static str = self.reason.into();
         slog::debug!(self.shared.log, "connection closed";
@@ -57,6 +61,7 @@ pub(super) async fn run<S>(
         shared: Arc::clone(&shared),
         reason: CloseReason::Shutdown,
         remote,
+        accepted: Instant::now(),
     };
     closing.reason = lifecycle(stream, &slot, &shared, service).await;
 }
