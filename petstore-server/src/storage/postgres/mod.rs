@@ -18,7 +18,7 @@
 use std::sync::Arc;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use tokio_postgres::{NoTls, Row};
+use tokio_postgres::Row;
 
 use super::idempotency::{CreateOutcome, Idempotency};
 use super::keys::{
@@ -28,15 +28,17 @@ use super::keys::{
 use crate::budget::{KeyLimits, LimitsChange};
 use petstore_api::scopes::Scopes;
 mod batch;
+mod connect;
 mod order_statements;
 mod orders;
 mod reads;
 mod shared;
 
 use self::batch::{Batcher, CreateBatcher, WRITERS};
+use self::connect::{PoolConnect, Primary};
 use self::orders::{Place, Update};
 use self::reads::{CountPets, GetPet, ListPets};
-use self::shared::{CONNECTION_TIMEOUT, SharedConnections};
+use self::shared::{CONNECTION_TIMEOUT, STATEMENT_TIMEOUT, SharedConnections};
 use super::{
     ListQuery, OpenError, OrderPage, OrderQuery, Owner, OwnerId, Page, PlaceOutcome, PoolStats,
     PostgresFailure, PostgresUrl, SharedStats, Storage, StorageError, StorageStats, StoredOrder,
@@ -165,12 +167,18 @@ pub(super) fn is_unavailable(failure: &PostgresFailure) -> bool {
     let code = db.code().code();
     // 08 connection exception, 53 insufficient resources, 57 operator
     // intervention (shutdown), 58 system error, 40 transaction rollback
-    // (serialisation, deadlock), 55P03 lock not available.
+    // (serialisation, deadlock), 55P03 lock not available, 25006 a write
+    // refused by a node that no longer accepts writes (fenced or demoted:
+    // the connection is dropped, and the next finds the primary).
     ["08", "53", "57", "58", "40"]
         .iter()
         .any(|class| code.starts_with(class))
         || code == "55P03"
+        || code == READ_ONLY_TRANSACTION
 }
+
+/// SQLSTATE `read_only_sql_transaction`.
+pub(super) const READ_ONLY_TRANSACTION: &str = "25006";
 
 fn postgres<E: Into<PostgresFailure>>(doing: &'static str) -> impl Fn(E) -> StorageError {
     move |e| StorageError::Postgres {
@@ -204,13 +212,14 @@ impl PostgresStorage {
             None => "-c idle_in_transaction_session_timeout=60s".to_owned(),
         };
         config.options(&options);
+        let primary = Primary::new(&config);
         let readers = Arc::new(SharedConnections::new(
-            config.clone(),
+            Arc::clone(&primary),
             url.pool_size().min(READERS_MAX),
         ));
-        let writers = Arc::new(SharedConnections::new(config.clone(), WRITERS));
-        let pool = build_pool(config.clone(), url.pool_size(), url)?;
-        let admin = build_pool(config, 1, url)?;
+        let writers = Arc::new(SharedConnections::new(Arc::clone(&primary), WRITERS));
+        let pool = build_pool(&config, &primary, url.pool_size(), url)?;
+        let admin = build_pool(&config, &primary, 1, url)?;
         let mut client = pool
             .get()
             .await
@@ -234,30 +243,95 @@ impl PostgresStorage {
         })
     }
 
-    async fn client(&self) -> Result<deadpool_postgres::Client, StorageError> {
-        self.pool
-            .get()
-            .await
-            .map_err(postgres("getting a connection"))
+    /// A connection of the transaction pool (see [`Lent`]).
+    async fn client(&self) -> Result<Lent<'_>, StorageError> {
+        Lent::from(&self.pool).await
     }
 
-    async fn admin_client(&self) -> Result<deadpool_postgres::Client, StorageError> {
-        self.admin
-            .get()
-            .await
-            .map_err(postgres("getting a connection"))
+    /// The connection for everything else (see [`Lent`]).
+    async fn admin_client(&self) -> Result<Lent<'_>, StorageError> {
+        Lent::from(&self.admin).await
     }
 }
 
-/// A connection pool of at most `size` connections.
+/// A pooled connection, lent to one piece of work that must be done within
+/// [`STATEMENT_TIMEOUT`] (see [`Lent::settle`]).
+///
+/// deadpool's recycling only asks whether a connection is closed, and a
+/// connection to a database that stopped answering (a hung primary, a
+/// network partition) is not: put back in the pool, it would hang every
+/// request it is lent to, for as long as the database hangs — after a
+/// failover, for ever. So a connection goes back to the pool only once its
+/// work has succeeded; one dropped before (its deadline passed, its
+/// request cancelled, its work failed) may still have a statement in
+/// flight or a transaction open, and is closed instead.
+struct Lent<'p> {
+    client: Option<deadpool_postgres::Client>,
+    pool: &'p Pool,
+}
+
+impl<'p> Lent<'p> {
+    async fn from(pool: &'p Pool) -> Result<Lent<'p>, StorageError> {
+        let client = pool.get().await.map_err(postgres("getting a connection"))?;
+        Ok(Lent {
+            client: Some(client),
+            pool,
+        })
+    }
+
+    fn client(&mut self) -> &mut deadpool_postgres::Client {
+        self.client.as_mut().expect("lent until settled")
+    }
+
+    /// The outcome of the work done on this connection, `answer` (from
+    /// `tokio::time::timeout(STATEMENT_TIMEOUT, …)`): on success, the
+    /// connection goes back to the pool; otherwise it is closed. When the
+    /// deadline passed, the pool's idle connections are closed too: they
+    /// are most likely to the same database, and would each hang a
+    /// request for the same deadline before being found out.
+    fn settle<T, E: From<StorageError>>(
+        mut self,
+        doing: &'static str,
+        answer: Result<Result<T, E>, tokio::time::error::Elapsed>,
+    ) -> Result<T, E> {
+        match answer {
+            Ok(Ok(done)) => {
+                drop(self.client.take());
+                Ok(done)
+            }
+            Ok(Err(failed)) => Err(failed),
+            Err(_) => {
+                self.pool.retain(|_, _| false);
+                Err(StorageError::Postgres {
+                    doing,
+                    source: PostgresFailure::StatementTimeout,
+                }
+                .into())
+            }
+        }
+    }
+}
+
+impl Drop for Lent<'_> {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            // Out of the pool; dropping it ends its connection's task.
+            drop(deadpool_postgres::Client::take(client));
+        }
+    }
+}
+
+/// A connection pool of at most `size` connections, each made through
+/// `primary`.
 fn build_pool(
-    config: tokio_postgres::Config,
+    config: &tokio_postgres::Config,
+    primary: &Arc<Primary>,
     size: usize,
     url: &PostgresUrl,
 ) -> Result<Pool, OpenError> {
-    let manager = Manager::from_config(
-        config,
-        NoTls,
+    let manager = Manager::from_connect(
+        config.clone(),
+        PoolConnect(Arc::clone(primary)),
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },
@@ -366,66 +440,15 @@ impl Storage for PostgresStorage {
         self.creates.submit(pet).await
     }
 
-    /// One transaction: the key's advisory lock (not free: another request,
-    /// on any instance, holds the key: 409), then its live record (a replay
-    /// or a reuse), else the pet and the record together. The record is
-    /// read only once the lock is held, so a request that committed the
-    /// key before is always seen.
     async fn create_idempotent(
         &self,
         pet: NewPet,
         once: Idempotency,
     ) -> Result<CreateOutcome, StorageError> {
-        let doing = "creating a pet with an idempotency key";
-        let sql = postgres(doing);
-        let mut client = self.client().await?;
-        // Replaces an expired record of the key, if one is left.
-        let insert = client
-            .prepare_cached(
-                "WITH pet AS (
-                     INSERT INTO pets (name, category_id, status) VALUES ($1, $2, $3)
-                     RETURNING id, name, category_id, status)
-                 INSERT INTO idempotency_keys
-                     (scope, key, fingerprint, created_at, pet_id, name, category_id, status)
-                 SELECT $4, $5, $6, $7, id, name, category_id, status FROM pet
-                 ON CONFLICT (scope, key) DO UPDATE SET
-                     fingerprint = excluded.fingerprint, created_at = excluded.created_at,
-                     pet_id = excluded.pet_id, name = excluded.name,
-                     category_id = excluded.category_id, status = excluded.status
-                 RETURNING pet_id",
-            )
-            .await
-            .map_err(&sql)?;
-        let select = "SELECT fingerprint, created_at, pet_id, name, category_id, status
-                      FROM idempotency_keys WHERE scope = $1 AND key = $2";
-        let tx = match begin_keyed(&mut client, select, once.lock_id(), &once, doing).await? {
-            KeyState::Free(tx) => tx,
-            KeyState::InUse => return Ok(CreateOutcome::KeyInUse),
-            KeyState::Reused => return Ok(CreateOutcome::KeyReused),
-            KeyState::Replay(record) => {
-                return Ok(CreateOutcome::Replayed(pet_from_columns(&record, 2)?));
-            }
-        };
-        let status = pet.status.map(PetStatus::as_str);
-        let (caller, fingerprint) = (&once.caller.0[..], once.fingerprint.as_bytes());
-        let row = tx
-            .query_one(
-                &insert,
-                &[
-                    &pet.name,
-                    &pet.category_id,
-                    &status,
-                    &caller,
-                    &once.key,
-                    &fingerprint,
-                    &once.now,
-                ],
-            )
-            .await
-            .map_err(&sql)?;
-        let id: i64 = row.try_get(0).map_err(&sql)?;
-        tx.commit().await.map_err(&sql)?;
-        Ok(CreateOutcome::Created(Pet::from_new(id, pet)))
+        let mut lent = self.client().await?;
+        let work = create_once(lent.client(), pet, once);
+        let answer = tokio::time::timeout(STATEMENT_TIMEOUT, work).await;
+        lent.settle("creating a pet with an idempotency key", answer)
     }
 
     async fn purge_idempotency(
@@ -433,15 +456,20 @@ impl Storage for PostgresStorage {
         made_before: i64,
         limit: usize,
     ) -> Result<usize, StorageError> {
-        let client = self.admin_client().await?;
-        let mut left = i64::try_from(limit).unwrap_or(i64::MAX);
-        let mut deleted = 0;
-        for table in ["idempotency_keys", "order_idempotency_keys"] {
-            let gone = purge_keys(&client, table, made_before, left).await?;
-            deleted += gone;
-            left = left.saturating_sub(i64::try_from(gone).unwrap_or(i64::MAX));
-        }
-        Ok(usize::try_from(deleted).unwrap_or(usize::MAX))
+        let mut lent = self.admin_client().await?;
+        let client = lent.client();
+        let work = async {
+            let mut left = i64::try_from(limit).unwrap_or(i64::MAX);
+            let mut deleted = 0;
+            for table in ["idempotency_keys", "order_idempotency_keys"] {
+                let gone = purge_keys(client, table, made_before, left).await?;
+                deleted += gone;
+                left = left.saturating_sub(i64::try_from(gone).unwrap_or(i64::MAX));
+            }
+            Ok(usize::try_from(deleted).unwrap_or(usize::MAX))
+        };
+        let answer = tokio::time::timeout(STATEMENT_TIMEOUT, work).await;
+        lent.settle("purging idempotency records", answer)
     }
 
     async fn list(&self, query: ListQuery) -> Result<Page, StorageError> {
@@ -461,7 +489,10 @@ impl Storage for PostgresStorage {
         match idempotency {
             None => self.places.submit(Place(pet_id, owner)).await,
             Some(once) => {
-                orders::place_once(&mut self.client().await?, pet_id, &owner, &once).await
+                let mut lent = self.client().await?;
+                let work = orders::place_once(lent.client(), pet_id, &owner, &once);
+                let answer = tokio::time::timeout(STATEMENT_TIMEOUT, work).await;
+                lent.settle("placing an order with an idempotency key", answer)
             }
         }
     }
@@ -492,29 +523,29 @@ impl Storage for PostgresStorage {
     }
 
     async fn check_ready(&self) -> Result<(), StorageError> {
-        let client = self.admin_client().await?;
-        client
-            .simple_query("SELECT 1")
-            .await
-            .map_err(postgres("checking the connection"))?;
-        Ok(())
+        let doing = "checking the connection";
+        let mut lent = self.admin_client().await?;
+        let work = lent.client().simple_query("SELECT 1");
+        let answer = tokio::time::timeout(STATEMENT_TIMEOUT, work).await;
+        lent.settle(doing, answer.map(|done| done.map_err(postgres(doing))))
+            .map(drop)
     }
 
     async fn stats(&self) -> Result<StorageStats, StorageError> {
-        let client = self.admin_client().await?;
+        let doing = "counting pets";
+        let mut lent = self.admin_client().await?;
         // Exact while small; above that the planner's estimate, since an
         // exact count would scan the whole table on every scrape.
-        let row = client
-            .query_one(
-                "SELECT CASE WHEN c.reltuples < 100000
-                        THEN (SELECT count(*) FROM pets)
-                        ELSE c.reltuples::bigint END
-                 FROM pg_class c WHERE c.oid = 'pets'::regclass",
-                &[],
-            )
-            .await
-            .map_err(postgres("counting pets"))?;
-        let pets: i64 = row.try_get(0).map_err(postgres("counting pets"))?;
+        let work = lent.client().query_one(
+            "SELECT CASE WHEN c.reltuples < 100000
+                    THEN (SELECT count(*) FROM pets)
+                    ELSE c.reltuples::bigint END
+             FROM pg_class c WHERE c.oid = 'pets'::regclass",
+            &[],
+        );
+        let answer = tokio::time::timeout(STATEMENT_TIMEOUT, work).await;
+        let row = lent.settle(doing, answer.map(|done| done.map_err(postgres(doing))))?;
+        let pets: i64 = row.try_get(0).map_err(postgres(doing))?;
         let status = self.pool.status();
         Ok(StorageStats {
             pets: u64::try_from(pets).unwrap_or(0),
@@ -537,6 +568,67 @@ impl Storage for PostgresStorage {
         self.pool.close();
         self.admin.close();
     }
+}
+
+/// One transaction: the key's advisory lock (not free: another request,
+/// on any instance, holds the key: 409), then its live record (a replay
+/// or a reuse), else the pet and the record together. The record is
+/// read only once the lock is held, so a request that committed the
+/// key before is always seen.
+async fn create_once(
+    client: &mut deadpool_postgres::Client,
+    pet: NewPet,
+    once: Idempotency,
+) -> Result<CreateOutcome, StorageError> {
+    let doing = "creating a pet with an idempotency key";
+    let sql = postgres(doing);
+    // Replaces an expired record of the key, if one is left.
+    let insert = client
+        .prepare_cached(
+            "WITH pet AS (
+                 INSERT INTO pets (name, category_id, status) VALUES ($1, $2, $3)
+                 RETURNING id, name, category_id, status)
+             INSERT INTO idempotency_keys
+                 (scope, key, fingerprint, created_at, pet_id, name, category_id, status)
+             SELECT $4, $5, $6, $7, id, name, category_id, status FROM pet
+             ON CONFLICT (scope, key) DO UPDATE SET
+                 fingerprint = excluded.fingerprint, created_at = excluded.created_at,
+                 pet_id = excluded.pet_id, name = excluded.name,
+                 category_id = excluded.category_id, status = excluded.status
+             RETURNING pet_id",
+        )
+        .await
+        .map_err(&sql)?;
+    let select = "SELECT fingerprint, created_at, pet_id, name, category_id, status
+                  FROM idempotency_keys WHERE scope = $1 AND key = $2";
+    let tx = match begin_keyed(client, select, once.lock_id(), &once, doing).await? {
+        KeyState::Free(tx) => tx,
+        KeyState::InUse => return Ok(CreateOutcome::KeyInUse),
+        KeyState::Reused => return Ok(CreateOutcome::KeyReused),
+        KeyState::Replay(record) => {
+            return Ok(CreateOutcome::Replayed(pet_from_columns(&record, 2)?));
+        }
+    };
+    let status = pet.status.map(PetStatus::as_str);
+    let (caller, fingerprint) = (&once.caller.0[..], once.fingerprint.as_bytes());
+    let row = tx
+        .query_one(
+            &insert,
+            &[
+                &pet.name,
+                &pet.category_id,
+                &status,
+                &caller,
+                &once.key,
+                &fingerprint,
+                &once.now,
+            ],
+        )
+        .await
+        .map_err(&sql)?;
+    let id: i64 = row.try_get(0).map_err(&sql)?;
+    tx.commit().await.map_err(&sql)?;
+    Ok(CreateOutcome::Created(Pet::from_new(id, pet)))
 }
 
 /// What a request with an idempotency key found of its key.
@@ -676,29 +768,33 @@ fn limits_as_integers(name: &str, limits: KeyLimits) -> Result<[Option<i32>; 4],
 #[async_trait::async_trait]
 impl KeyStorage for PostgresStorage {
     async fn create_key(&self, key: StoredKey) -> Result<(), KeyError> {
-        let sql = postgres("storing a key");
-        let client = self.admin_client().await?;
+        let doing = "storing a key";
+        let sql = postgres(doing);
         let [rate_requests, rate_seconds, burst, in_flight] =
             limits_as_integers(&key.name, key.limits)?;
-        let inserted = client
-            .execute(
-                "INSERT INTO api_keys (name, digest, created_at, expires_at, scopes,
+        let mut lent = self.admin_client().await?;
+        let work = async {
+            lent.client()
+                .execute(
+                    "INSERT INTO api_keys (name, digest, created_at, expires_at, scopes,
                      rate_requests, rate_seconds, burst, in_flight)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-                &[
-                    &key.name,
-                    &&key.digest.0[..],
-                    &key.created_at,
-                    &key.expires_at,
-                    &i16::from(key.scopes.bits()),
-                    &rate_requests,
-                    &rate_seconds,
-                    &burst,
-                    &in_flight,
-                ],
-            )
-            .await;
-        match inserted {
+                    &[
+                        &key.name,
+                        &&key.digest.0[..],
+                        &key.created_at,
+                        &key.expires_at,
+                        &i16::from(key.scopes.bits()),
+                        &rate_requests,
+                        &rate_seconds,
+                        &burst,
+                        &in_flight,
+                    ],
+                )
+                .await
+        };
+        let answer = tokio::time::timeout(STATEMENT_TIMEOUT, work).await;
+        let answer = answer.map(|inserted| match inserted {
             Ok(_) => Ok(()),
             Err(e)
                 if e.as_db_error().is_some_and(|db| {
@@ -706,80 +802,99 @@ impl KeyStorage for PostgresStorage {
                         && db.constraint() == Some("api_keys_pkey")
                 }) =>
             {
-                Err(KeyError::DuplicateName(key.name))
+                Err(KeyError::DuplicateName(key.name.clone()))
             }
             Err(e) => Err(sql(e).into()),
-        }
+        });
+        lent.settle(doing, answer)
     }
 
     async fn list_keys(&self) -> Result<Vec<StoredKey>, StorageError> {
-        let sql = postgres("reading the keys");
-        let client = self.admin_client().await?;
-        let select = client
-            .prepare_cached(
-                "SELECT name, digest, created_at, expires_at, last_used_at, revoked_at, scopes,
+        let doing = "reading the keys";
+        let sql = postgres(doing);
+        let mut lent = self.admin_client().await?;
+        let client = lent.client();
+        let work = async {
+            let select = client
+                .prepare_cached(
+                    "SELECT name, digest, created_at, expires_at, last_used_at, revoked_at, scopes,
                      rate_requests, rate_seconds, burst, in_flight
                  FROM api_keys ORDER BY created_at, name",
-            )
-            .await
-            .map_err(&sql)?;
-        let rows = client.query(&select, &[]).await.map_err(&sql)?;
-        rows.iter().map(key_from_row).collect()
-    }
-
-    async fn revoke_key(&self, name: &str, at: i64) -> Result<Revoked, KeyError> {
-        let sql = postgres("revoking a key");
-        let mut client = self.admin_client().await?;
-        let tx = client.transaction().await.map_err(&sql)?;
-        let row = tx
-            .query_opt(
-                "SELECT revoked_at FROM api_keys WHERE name = $1 FOR UPDATE",
-                &[&name],
-            )
-            .await
-            .map_err(&sql)?;
-        let Some(row) = row else {
-            return Err(KeyError::UnknownName(name.to_owned()));
-        };
-        let revoked = match row.try_get::<_, Option<i64>>(0).map_err(&sql)? {
-            Some(earlier) => Revoked::Already(earlier),
-            None => {
-                tx.execute(
-                    "UPDATE api_keys SET revoked_at = $2 WHERE name = $1",
-                    &[&name, &at],
                 )
                 .await
                 .map_err(&sql)?;
-                Revoked::Now
-            }
+            let rows = client.query(&select, &[]).await.map_err(&sql)?;
+            rows.iter().map(key_from_row).collect()
         };
-        tx.commit().await.map_err(&sql)?;
-        Ok(revoked)
+        let answer = tokio::time::timeout(STATEMENT_TIMEOUT, work).await;
+        lent.settle(doing, answer)
+    }
+
+    async fn revoke_key(&self, name: &str, at: i64) -> Result<Revoked, KeyError> {
+        let doing = "revoking a key";
+        let sql = postgres(doing);
+        let mut lent = self.admin_client().await?;
+        let client = lent.client();
+        let work = async {
+            let tx = client.transaction().await.map_err(&sql)?;
+            let row = tx
+                .query_opt(
+                    "SELECT revoked_at FROM api_keys WHERE name = $1 FOR UPDATE",
+                    &[&name],
+                )
+                .await
+                .map_err(&sql)?;
+            let Some(row) = row else {
+                return Err(KeyError::UnknownName(name.to_owned()));
+            };
+            let revoked = match row.try_get::<_, Option<i64>>(0).map_err(&sql)? {
+                Some(earlier) => Revoked::Already(earlier),
+                None => {
+                    tx.execute(
+                        "UPDATE api_keys SET revoked_at = $2 WHERE name = $1",
+                        &[&name, &at],
+                    )
+                    .await
+                    .map_err(&sql)?;
+                    Revoked::Now
+                }
+            };
+            tx.commit().await.map_err(&sql)?;
+            Ok(revoked)
+        };
+        let answer = tokio::time::timeout(STATEMENT_TIMEOUT, work).await;
+        lent.settle(doing, answer)
     }
 
     async fn set_key_scopes(&self, name: &str, scopes: Scopes) -> Result<Scopes, KeyError> {
-        let sql = postgres("changing a key's scopes");
-        let mut client = self.admin_client().await?;
-        let tx = client.transaction().await.map_err(&sql)?;
-        let row = tx
-            .query_opt(
-                "SELECT scopes FROM api_keys WHERE name = $1 FOR UPDATE",
-                &[&name],
+        let doing = "changing a key's scopes";
+        let sql = postgres(doing);
+        let mut lent = self.admin_client().await?;
+        let client = lent.client();
+        let work = async {
+            let tx = client.transaction().await.map_err(&sql)?;
+            let row = tx
+                .query_opt(
+                    "SELECT scopes FROM api_keys WHERE name = $1 FOR UPDATE",
+                    &[&name],
+                )
+                .await
+                .map_err(&sql)?;
+            let Some(row) = row else {
+                return Err(KeyError::UnknownName(name.to_owned()));
+            };
+            let before: Option<i16> = row.try_get(0).map_err(&sql)?;
+            tx.execute(
+                "UPDATE api_keys SET scopes = $2 WHERE name = $1",
+                &[&name, &i16::from(scopes.bits())],
             )
             .await
             .map_err(&sql)?;
-        let Some(row) = row else {
-            return Err(KeyError::UnknownName(name.to_owned()));
+            tx.commit().await.map_err(&sql)?;
+            Ok(stored_scopes(before.map(i64::from)))
         };
-        let before: Option<i16> = row.try_get(0).map_err(&sql)?;
-        tx.execute(
-            "UPDATE api_keys SET scopes = $2 WHERE name = $1",
-            &[&name, &i16::from(scopes.bits())],
-        )
-        .await
-        .map_err(&sql)?;
-        tx.commit().await.map_err(&sql)?;
-        Ok(stored_scopes(before.map(i64::from)))
+        let answer = tokio::time::timeout(STATEMENT_TIMEOUT, work).await;
+        lent.settle(doing, answer)
     }
 
     async fn set_key_limits(
@@ -787,37 +902,43 @@ impl KeyStorage for PostgresStorage {
         name: &str,
         change: LimitsChange,
     ) -> Result<(KeyLimits, KeyLimits), KeyError> {
-        let sql = postgres("changing a key's budget");
-        let mut client = self.admin_client().await?;
-        let tx = client.transaction().await.map_err(&sql)?;
-        let row = tx
-            .query_opt(
-                "SELECT rate_requests, rate_seconds, burst, in_flight
+        let doing = "changing a key's budget";
+        let sql = postgres(doing);
+        let mut lent = self.admin_client().await?;
+        let client = lent.client();
+        let work = async {
+            let tx = client.transaction().await.map_err(&sql)?;
+            let row = tx
+                .query_opt(
+                    "SELECT rate_requests, rate_seconds, burst, in_flight
                  FROM api_keys WHERE name = $1 FOR UPDATE",
-                &[&name],
-            )
-            .await
-            .map_err(&sql)?;
-        let Some(row) = row else {
-            return Err(KeyError::UnknownName(name.to_owned()));
-        };
-        let before = limits_from_columns(name, &row, 0)?;
-        let after = before.changed(change);
-        let [rate_requests, rate_seconds, burst, in_flight] = limits_as_integers(name, after)?;
-        tx.execute(
+                    &[&name],
+                )
+                .await
+                .map_err(&sql)?;
+            let Some(row) = row else {
+                return Err(KeyError::UnknownName(name.to_owned()));
+            };
+            let before = limits_from_columns(name, &row, 0)?;
+            let after = before.changed(change);
+            let [rate_requests, rate_seconds, burst, in_flight] = limits_as_integers(name, after)?;
+            tx.execute(
             "UPDATE api_keys SET rate_requests = $2, rate_seconds = $3, burst = $4, in_flight = $5
              WHERE name = $1",
             &[&name, &rate_requests, &rate_seconds, &burst, &in_flight],
         )
         .await
         .map_err(&sql)?;
-        tx.commit().await.map_err(&sql)?;
-        Ok((before, after))
+            tx.commit().await.map_err(&sql)?;
+            Ok((before, after))
+        };
+        let answer = tokio::time::timeout(STATEMENT_TIMEOUT, work).await;
+        lent.settle(doing, answer)
     }
 
     async fn heartbeat(&self, instance: &str) -> Result<u32, StorageError> {
-        let sql = postgres("recording this instance's heartbeat");
-        let client = self.admin_client().await?;
+        let doing = "recording this instance's heartbeat";
+        let sql = postgres(doing);
         // The database's clock, not the instances': theirs may disagree.
         // The statement's snapshot does not see its own upsert, hence `1 +`
         // the others; instances silent for a minute are deleted on the way.
@@ -832,38 +953,50 @@ impl KeyStorage for PostgresStorage {
              SELECT 1 + count(*) FROM instances
              WHERE id <> $1 AND seen_at > clock_timestamp() - interval '{INSTANCE_ALIVE}'"
         );
-        let statement = client.prepare_cached(&beat).await.map_err(&sql)?;
-        let row = client
-            .query_one(&statement, &[&instance])
-            .await
-            .map_err(&sql)?;
-        let live: i64 = row.try_get(0).map_err(&sql)?;
+        let mut lent = self.admin_client().await?;
+        let client = lent.client();
+        let work = async {
+            let statement = client.prepare_cached(&beat).await.map_err(&sql)?;
+            let row = client
+                .query_one(&statement, &[&instance])
+                .await
+                .map_err(&sql)?;
+            row.try_get::<_, i64>(0).map_err(&sql)
+        };
+        let answer = tokio::time::timeout(STATEMENT_TIMEOUT, work).await;
+        let live = lent.settle(doing, answer)?;
         Ok(u32::try_from(live).unwrap_or(u32::MAX))
     }
 
     async fn forget_instance(&self, instance: &str) -> Result<(), StorageError> {
-        let sql = postgres("removing this instance's heartbeat");
-        let client = self.admin_client().await?;
-        client
-            .execute("DELETE FROM instances WHERE id = $1", &[&instance])
-            .await
-            .map_err(&sql)?;
-        Ok(())
+        let doing = "removing this instance's heartbeat";
+        let mut lent = self.admin_client().await?;
+        let work = async {
+            lent.client()
+                .execute("DELETE FROM instances WHERE id = $1", &[&instance])
+                .await
+        };
+        let answer = tokio::time::timeout(STATEMENT_TIMEOUT, work).await;
+        lent.settle(doing, answer.map(|done| done.map_err(postgres(doing))))
+            .map(drop)
     }
 
     async fn record_key_use(&self, uses: Vec<(String, i64)>) -> Result<(), StorageError> {
-        let sql = postgres("recording key use");
-        let client = self.admin_client().await?;
+        let doing = "recording key use";
         let (names, times): (Vec<String>, Vec<i64>) = uses.into_iter().unzip();
-        client
-            .execute(
-                "UPDATE api_keys k SET last_used_at = u.at
+        let mut lent = self.admin_client().await?;
+        let work = async {
+            lent.client()
+                .execute(
+                    "UPDATE api_keys k SET last_used_at = u.at
                  FROM unnest($1::text[], $2::bigint[]) AS u(name, at)
                  WHERE k.name = u.name AND (k.last_used_at IS NULL OR k.last_used_at < u.at)",
-                &[&names, &times],
-            )
-            .await
-            .map_err(&sql)?;
-        Ok(())
+                    &[&names, &times],
+                )
+                .await
+        };
+        let answer = tokio::time::timeout(STATEMENT_TIMEOUT, work).await;
+        lent.settle(doing, answer.map(|done| done.map_err(postgres(doing))))
+            .map(drop)
     }
 }

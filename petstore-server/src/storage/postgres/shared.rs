@@ -32,8 +32,10 @@ use std::time::Duration;
 use arc_swap::ArcSwapOption;
 use tokio::task::JoinHandle;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, NoTls, Statement};
+use tokio_postgres::{Client, Statement};
 
+use super::READ_ONLY_TRANSACTION;
+use super::connect::Primary;
 use super::order_statements::OrderStatements;
 use crate::storage::{PostgresFailure, StorageError};
 
@@ -75,15 +77,11 @@ pub(super) struct Shared {
 }
 
 impl Shared {
-    /// Connects and prepares the statements; the connection's task runs on
-    /// the current runtime until the connection ends.
-    async fn open(config: &tokio_postgres::Config) -> Result<Shared, tokio_postgres::Error> {
-        let (client, connection) = config.connect(NoTls).await?;
-        // The task ends with the connection (an error or the client's drop);
-        // requests learn of a broken connection from their own query.
-        let task = tokio::spawn(async move {
-            let _ = connection.await;
-        });
+    /// Connects to the primary and prepares the statements; the
+    /// connection's task runs on the current runtime until the connection
+    /// ends (requests learn of a broken connection from their own query).
+    async fn open(primary: &Primary) -> Result<Shared, tokio_postgres::Error> {
+        let (client, task) = primary.connect().await?;
         let (list, list_by_status, get_many, insert_many, orders) = tokio::try_join!(
             client.prepare(
                 "SELECT id, name, category_id, status FROM pets
@@ -134,7 +132,7 @@ struct Slot {
 
 /// The shared connections, handed out in turn.
 pub(super) struct SharedConnections {
-    config: tokio_postgres::Config,
+    primary: Arc<Primary>,
     slots: Box<[Slot]>,
     /// [`DEPTH`] per slot: a request holds one while it uses a connection.
     room: Arc<tokio::sync::Semaphore>,
@@ -145,7 +143,7 @@ pub(super) struct SharedConnections {
 
 impl SharedConnections {
     /// `count` (at least one) slots, connected on first use.
-    pub fn new(config: tokio_postgres::Config, count: usize) -> SharedConnections {
+    pub fn new(primary: Arc<Primary>, count: usize) -> SharedConnections {
         let slots: Box<[Slot]> = (0..count.max(1))
             .map(|_| Slot {
                 current: ArcSwapOption::empty(),
@@ -155,7 +153,7 @@ impl SharedConnections {
             .collect();
         let room = Arc::new(tokio::sync::Semaphore::new(slots.len() * DEPTH));
         SharedConnections {
-            config,
+            primary,
             slots,
             room,
             next: AtomicUsize::new(0),
@@ -220,7 +218,7 @@ impl SharedConnections {
             return Err(StorageError::Closed);
         }
         let shared = Arc::new(
-            Shared::open(&self.config)
+            Shared::open(&self.primary)
                 .await
                 .map_err(|e| unavailable("connecting", e.into()))?,
         );
@@ -282,18 +280,32 @@ impl Lease<'_> {
         statement: impl Future<Output = Result<T, tokio_postgres::Error>>,
     ) -> Result<T, StorageError> {
         match tokio::time::timeout(STATEMENT_TIMEOUT, statement).await {
-            Ok(result) => result.map_err(|e| unavailable_or_not(doing, e)),
-            Err(_) => {
-                let slot = self.counted.0;
-                let current = slot.current.load();
-                if current
-                    .as_ref()
-                    .is_some_and(|current| Arc::ptr_eq(current, &self.shared))
-                {
-                    slot.current.store(None);
+            Ok(Ok(done)) => Ok(done),
+            Ok(Err(error)) => {
+                let code = error.as_db_error().map(|db| db.code().code());
+                if code == Some(READ_ONLY_TRANSACTION) {
+                    // A node that no longer accepts writes.
+                    self.give_up();
                 }
+                Err(unavailable_or_not(doing, error))
+            }
+            Err(_) => {
+                self.give_up();
                 Err(unavailable(doing, PostgresFailure::StatementTimeout))
             }
+        }
+    }
+
+    /// Takes this connection out of its slot (unless it was replaced
+    /// already): the next request makes a new one.
+    fn give_up(&self) {
+        let slot = self.counted.0;
+        let current = slot.current.load();
+        if current
+            .as_ref()
+            .is_some_and(|current| Arc::ptr_eq(current, &self.shared))
+        {
+            slot.current.store(None);
         }
     }
 }
