@@ -68,6 +68,16 @@ impl TestDatabase {
         }
     }
 
+    /// The PostgreSQL database at `url`, which the caller keeps (on
+    /// clusters of its own, say).
+    pub fn postgres_at(url: &str) -> TestDatabase {
+        TestDatabase {
+            url: url.parse().expect("a valid PostgreSQL URL"),
+            dir: tempfile::tempdir().expect("temporary directory"),
+            _postgres: None,
+        }
+    }
+
     /// The URL as the command line takes it, password included.
     pub fn arg(&self) -> String {
         match &self.url {

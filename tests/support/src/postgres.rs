@@ -11,6 +11,7 @@
 //! the async runtime's worker threads.
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -227,6 +228,7 @@ while read -r command; do
     stop) kill -INT "$pid"; wait "$pid"; echo stopped ;;
     start) start; echo started ;;
     freeze) children=$(cat /proc/"$pid"/task/*/children); kill -STOP $children "$pid"; echo frozen ;;
+    kill) children=$(cat /proc/"$pid"/task/*/children); kill -KILL "$pid" $children; wait "$pid"; echo killed ;;
     thaw) children=$(cat /proc/"$pid"/task/*/children); kill -CONT "$pid" $children; echo thawed ;;
   esac
 done
@@ -278,9 +280,77 @@ impl Cluster {
                 "--locale=C",
             ],
         ))?;
-        let port = free_loopback_addr()
-            .map_err(|e| format!("finding a free port: {e}"))?
-            .port();
+        Cluster::launch(bin, dir, fsync, None)
+    }
+
+    /// A standby of `primary` named `name`: a base backup of it, started
+    /// streaming from it (`pg_basebackup -R`), `name` its
+    /// `application_name` on the primary (see [`Cluster::make_synchronous`]).
+    /// Returns once it accepts (read-only) sessions; on `port` if given,
+    /// else on a free one.
+    pub fn standby_of(primary: &Cluster, name: &str, port: Option<u16>) -> Result<Cluster, String> {
+        let dir = tempfile::Builder::new()
+            .prefix("petstore-pg-standby-")
+            .tempdir()
+            .map_err(|e| format!("temporary directory: {e}"))?
+            .keep();
+        // PostgreSQL refuses a data directory others may read; initdb sees
+        // to that, pg_basebackup leaves an existing directory as it is.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        let as_root = is_root();
+        if as_root {
+            run(Command::new("chown").arg("postgres:postgres").arg(&dir))?;
+        }
+        let data = dir.to_string_lossy().into_owned();
+        let basebackup = primary.bin.join("pg_basebackup");
+        let source = format!(
+            "host=127.0.0.1 port={} user=postgres application_name={name}",
+            primary.port
+        );
+        run(&mut as_postgres(
+            as_root,
+            &[
+                &basebackup.to_string_lossy(),
+                "-D",
+                &data,
+                "-d",
+                &source,
+                "-R",
+                "-X",
+                "stream",
+                "--checkpoint=fast",
+                "--no-sync",
+            ],
+        ))?;
+        // `-R` writes the connection it was given, but not every setting of
+        // it in every version: say the standby's name here, last, to win.
+        let auto_conf = dir.join("postgresql.auto.conf");
+        let mut conf = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&auto_conf)
+            .map_err(|e| format!("{}: {e}", auto_conf.display()))?;
+        writeln!(conf, "primary_conninfo = '{source}'")
+            .map_err(|e| format!("{}: {e}", auto_conf.display()))?;
+        Cluster::launch(primary.bin.clone(), dir, false, port)
+    }
+
+    /// Starts the server of the data directory `dir` under a supervisor, on
+    /// `port` or a free one; waits until it accepts sessions.
+    fn launch(
+        bin: PathBuf,
+        dir: PathBuf,
+        fsync: bool,
+        port: Option<u16>,
+    ) -> Result<Cluster, String> {
+        let as_root = is_root();
+        let data = dir.to_string_lossy().into_owned();
+        let port = match port {
+            Some(port) => port,
+            None => free_loopback_addr()
+                .map_err(|e| format!("finding a free port: {e}"))?
+                .port(),
+        };
         let bin_dir = bin.to_string_lossy().into_owned();
         let mut supervisor = ChildGuard::spawn(
             "the PostgreSQL supervisor",
@@ -323,6 +393,69 @@ impl Cluster {
         format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
     }
 
+    /// The port it listens on, on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Makes the standby `name` synchronous: once it streams, every commit
+    /// on this primary waits until the standby has flushed it. (Asked for
+    /// before the standby streams, every commit would wait for ever.)
+    pub async fn make_synchronous(&self, name: &str) -> Result<(), String> {
+        let client = admin_client(&self.url("postgres")).await?;
+        let sql = |e: tokio_postgres::Error| {
+            let reason = e
+                .as_db_error()
+                .map_or(e.to_string(), |db| db.message().to_owned());
+            format!("making {name} synchronous: {reason}")
+        };
+        let state = "SELECT sync_state FROM pg_stat_replication
+                     WHERE application_name = $1 AND state = 'streaming'";
+        let deadline = Deadline::after(READY_TIMEOUT);
+        while client
+            .query_opt(state, &[&name])
+            .await
+            .map_err(sql)?
+            .is_none()
+        {
+            deadline.check(&format!("the standby {name} streams"));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Two statements: ALTER SYSTEM refuses to run in a transaction.
+        client
+            .batch_execute(&format!(
+                "ALTER SYSTEM SET synchronous_standby_names = '{name}'"
+            ))
+            .await
+            .map_err(sql)?;
+        client
+            .batch_execute("SELECT pg_reload_conf()")
+            .await
+            .map_err(sql)?;
+        loop {
+            let row = client.query_opt(state, &[&name]).await.map_err(sql)?;
+            if row.is_some_and(|row| row.get::<_, &str>(0) == "sync") {
+                return Ok(());
+            }
+            deadline.check(&format!("the standby {name} is synchronous"));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Promotes this standby to primary; returns once it accepts writes.
+    pub async fn promote(&self) -> Result<(), String> {
+        let client = admin_client(&self.url("postgres")).await?;
+        let promoted: bool = client
+            .query_one("SELECT pg_promote(true, 60)", &[])
+            .await
+            .and_then(|row| row.try_get(0))
+            .map_err(|e| format!("promoting the standby: {e}"))?;
+        match promoted {
+            true => Ok(()),
+            false => Err("the standby was not promoted within 60 s".to_owned()),
+        }
+    }
+
     /// A new, empty database on this cluster (removed with the cluster).
     pub async fn fresh_database(&self) -> TestDatabase {
         create_database(&self.url("postgres"), false).await
@@ -339,6 +472,12 @@ impl Cluster {
     /// network partition or a stalled disk makes one.
     pub fn freeze(&self) {
         self.command("freeze", "frozen");
+    }
+
+    /// Kills the server and every backend at once (SIGKILL), as a crash of
+    /// its machine would; frozen or not.
+    pub fn kill(&self) {
+        self.command("kill", "killed");
     }
 
     /// Lets a frozen server go on (SIGCONT).
