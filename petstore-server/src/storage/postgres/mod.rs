@@ -716,6 +716,21 @@ async fn begin_keyed<'c>(
     Ok(state)
 }
 
+/// The key `name`'s `columns`, its row locked until `tx` ends; an unknown
+/// name is an error.
+async fn locked_key(
+    tx: &deadpool_postgres::Transaction<'_>,
+    columns: &str,
+    name: &str,
+    doing: &'static str,
+) -> Result<Row, KeyError> {
+    let select = format!("SELECT {columns} FROM api_keys WHERE name = $1 FOR UPDATE");
+    tx.query_opt(select.as_str(), &[&name])
+        .await
+        .map_err(postgres(doing))?
+        .ok_or_else(|| KeyError::UnknownName(name.to_owned()))
+}
+
 fn key_from_row(row: &Row) -> Result<StoredKey, StorageError> {
     let decode = postgres("decoding a key");
     let name: String = row.try_get(0).map_err(&decode)?;
@@ -837,16 +852,7 @@ impl KeyStorage for PostgresStorage {
         let client = lent.client();
         let work = async {
             let tx = client.transaction().await.map_err(&sql)?;
-            let row = tx
-                .query_opt(
-                    "SELECT revoked_at FROM api_keys WHERE name = $1 FOR UPDATE",
-                    &[&name],
-                )
-                .await
-                .map_err(&sql)?;
-            let Some(row) = row else {
-                return Err(KeyError::UnknownName(name.to_owned()));
-            };
+            let row = locked_key(&tx, "revoked_at", name, doing).await?;
             let revoked = match row.try_get::<_, Option<i64>>(0).map_err(&sql)? {
                 Some(earlier) => Revoked::Already(earlier),
                 None => {
@@ -873,16 +879,7 @@ impl KeyStorage for PostgresStorage {
         let client = lent.client();
         let work = async {
             let tx = client.transaction().await.map_err(&sql)?;
-            let row = tx
-                .query_opt(
-                    "SELECT scopes FROM api_keys WHERE name = $1 FOR UPDATE",
-                    &[&name],
-                )
-                .await
-                .map_err(&sql)?;
-            let Some(row) = row else {
-                return Err(KeyError::UnknownName(name.to_owned()));
-            };
+            let row = locked_key(&tx, "scopes", name, doing).await?;
             let before: Option<i16> = row.try_get(0).map_err(&sql)?;
             tx.execute(
                 "UPDATE api_keys SET scopes = $2 WHERE name = $1",
@@ -908,17 +905,13 @@ impl KeyStorage for PostgresStorage {
         let client = lent.client();
         let work = async {
             let tx = client.transaction().await.map_err(&sql)?;
-            let row = tx
-                .query_opt(
-                    "SELECT rate_requests, rate_seconds, burst, in_flight
-                 FROM api_keys WHERE name = $1 FOR UPDATE",
-                    &[&name],
-                )
-                .await
-                .map_err(&sql)?;
-            let Some(row) = row else {
-                return Err(KeyError::UnknownName(name.to_owned()));
-            };
+            let row = locked_key(
+                &tx,
+                "rate_requests, rate_seconds, burst, in_flight",
+                name,
+                doing,
+            )
+            .await?;
             let before = limits_from_columns(name, &row, 0)?;
             let after = before.changed(change);
             let [rate_requests, rate_seconds, burst, in_flight] = limits_as_integers(name, after)?;
