@@ -7,8 +7,10 @@
 //!   `pending` and inserts an order for each. PostgreSQL re-reads a row it
 //!   had to wait for: a concurrent order for the same animal, from this
 //!   instance or another, finds it `pending` and inserts nothing. Exactly
-//!   one wins. Updates are batched the same way (the orders, only if
-//!   `placed`, and their animals). In autocommit, each batch is one
+//!   one wins. Updates are batched the same way (the orders, locked in id
+//!   order and changed only if `placed`, and their animals). Every row is
+//!   found by its id, one index probe each, never by a scan of a status's
+//!   range (`order_statements.rs`). In autocommit, each batch is one
 //!   transaction and one WAL flush. Whatever a batch did not do is read
 //!   afterwards, to tell the refusals apart (no such animal, its status;
 //!   no such order, its status).
