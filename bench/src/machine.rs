@@ -100,6 +100,48 @@ pub fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
     ))
 }
 
+/// CPU time a PostgreSQL cluster has used so far: its postmaster's and that
+/// of every process it started — backends, autovacuum, checkpointer, WAL
+/// writer — including those that have exited (the postmaster reaps them,
+/// and their time becomes its children's).
+pub fn cluster_cpu_time(postmaster: u32) -> anyhow::Result<Duration> {
+    let stat = process(postmaster)?
+        .stat()
+        .context("reading the postmaster's /proc/PID/stat")?;
+    let reaped = u64::try_from(stat.cutime + stat.cstime).unwrap_or(0);
+    let mut ticks = stat.utime + stat.stime + reaped;
+    let all = procfs::process::all_processes().context("listing processes")?;
+    for child in all.flatten() {
+        // A process may exit while it is read: it is then counted as reaped.
+        if let Ok(stat) = child.stat()
+            && u32::try_from(stat.ppid) == Ok(postmaster)
+        {
+            ticks += stat.utime + stat.stime;
+        }
+    }
+    Ok(Duration::from_secs_f64(
+        ticks as f64 / procfs::ticks_per_second() as f64,
+    ))
+}
+
+/// The pid of the postmaster of the cluster at `url`: the parent of the
+/// backend of a session.
+pub async fn postmaster(url: &str) -> anyhow::Result<u32> {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .with_context(|| format!("connecting to {url}"))?;
+    let connection = tokio::spawn(connection);
+    let backend: i32 = client
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await?
+        .try_get(0)?;
+    // Read while the session (and so its backend) lives.
+    let parent = process(u32::try_from(backend)?)?.stat()?.ppid;
+    drop(client);
+    let _ = connection.await;
+    Ok(u32::try_from(parent)?)
+}
+
 /// The most resident memory the process `pid` has had (`VmHWM`), in KiB.
 pub fn peak_rss_kib(pid: u32) -> anyhow::Result<u64> {
     let status = process(pid)?.status().context("reading /proc/PID/status")?;

@@ -31,6 +31,7 @@ use petstore_support::{Service, free_loopback_addr, generate_key};
 
 mod canned;
 mod capture;
+mod cycle;
 mod machine;
 mod options;
 mod report;
@@ -80,6 +81,7 @@ fn run(options: Options) -> anyhow::Result<()> {
         interrupted: watch_interrupts(&runtime)?,
         runtime,
         rates: Default::default(),
+        cycle_animals: Default::default(),
     };
     let outcome = bench.run_all(&machine);
     if bench.interrupted.load(Ordering::Relaxed) {
@@ -160,6 +162,9 @@ struct Bench {
     /// The last rate of each scenario on each target (by address), which
     /// sizes the next supply of animals to order.
     rates: std::cell::RefCell<std::collections::HashMap<(Scenario, std::net::SocketAddr), f64>>,
+    /// `order_cycle`'s fixed animals on each target (by address), made at
+    /// its first run.
+    cycle_animals: std::cell::RefCell<std::collections::HashMap<std::net::SocketAddr, Vec<i64>>>,
 }
 
 impl Bench {
@@ -203,7 +208,7 @@ impl Bench {
             Scenario::value_variants()
                 .iter()
                 .copied()
-                .filter(|s| self.options.scenario.is_none_or(|only| only == *s))
+                .filter(|s| self.options.scenario.is_empty() || self.options.scenario.contains(s))
                 .filter(|s| !reads_only || s.reads_only())
                 .collect()
         };
@@ -285,11 +290,22 @@ impl Bench {
             databases.push(url.clone());
         }
         databases.extend(peer.as_ref().map(|peer| peer.database.clone()));
+        // Whose database is whose, to measure its CPU beside the target's.
+        let mut postmasters = std::collections::HashMap::new();
+        if setup.backend == Backend::Postgres {
+            let ours = self.runtime.block_on(machine::postmaster(&url))?;
+            postmasters.insert(server.addr, ours);
+        }
+        if let Some(peer) = &peer {
+            let theirs = self.runtime.block_on(machine::postmaster(&peer.database))?;
+            postmasters.insert(peer.service.addr, theirs);
+        }
         let targets = Targets {
             server: &server,
             ceiling: &ceiling,
             peer: peer.as_ref().map(|peer| &peer.service),
             databases: &databases,
+            postmasters,
         };
         let rows = self.rounds(setup, &label, &targets, &key, &dir)?;
         server.stop()?;
@@ -428,7 +444,8 @@ impl Bench {
         let mut samples = Vec::new();
         for target in order {
             self.stock(scenario, targets, target, duration, key, &supply)?;
-            let sample = measure(target, script, duration, &out)?;
+            let postmaster = targets.postmasters.get(&target.addr).copied();
+            let sample = measure(target, postmaster, script, duration, &out)?;
             self.rates
                 .borrow_mut()
                 .insert((scenario, target.addr), sample.rate);
@@ -449,10 +466,12 @@ impl Bench {
 
 impl Bench {
     /// Writes to `path` the animals a run of `scenario` on `target` will
-    /// order, one id a line: enough for `duration` at the target's last
-    /// rate and half as many again (the first run guesses), created on it
-    /// just before. The ceiling answers every order alike, so its ids are
-    /// made up.
+    /// order, one id a line. For `place_order`, enough for `duration` at
+    /// the target's last rate and half as many again (the first run
+    /// guesses), created on it just before. For `order_cycle`, its
+    /// [`scenario::CYCLE_ANIMALS`] animals, made at the target's first run
+    /// and every one made available again before each later one. The
+    /// ceiling answers every order alike, so its ids are made up.
     fn stock(
         &self,
         scenario: Scenario,
@@ -465,14 +484,32 @@ impl Bench {
         if !scenario.needs_supply() {
             return Ok(());
         }
-        let rate = self.rates.borrow().get(&(scenario, target.addr)).copied();
-        let rate = rate.unwrap_or(FIRST_ORDER_RATE_GUESS);
-        let count = ((rate * duration.as_secs_f64() * 1.5) as usize).max(SUPPLY_MIN);
+        let count = match scenario {
+            Scenario::OrderCycle => scenario::CYCLE_ANIMALS,
+            _ => {
+                let rate = self.rates.borrow().get(&(scenario, target.addr)).copied();
+                let rate = rate.unwrap_or(FIRST_ORDER_RATE_GUESS);
+                ((rate * duration.as_secs_f64() * 1.5) as usize).max(SUPPLY_MIN)
+            }
+        };
+        let kept = self.cycle_animals.borrow().get(&target.addr).cloned();
         let ids: Vec<i64> = if target.addr == targets.ceiling.addr {
             (1..=count as i64).collect()
-        } else {
+        } else if let (Scenario::OrderCycle, Some(ids)) = (scenario, kept) {
             self.runtime
-                .block_on(petstore_support::create_available(target.addr, key, count))?
+                .block_on(cycle::make_available(target.addr, key, &ids))?;
+            ids
+        } else {
+            let ids = self.runtime.block_on(petstore_support::create_available(
+                target.addr,
+                key,
+                count,
+            ))?;
+            if scenario == Scenario::OrderCycle {
+                let mut kept = self.cycle_animals.borrow_mut();
+                kept.insert(target.addr, ids.clone());
+            }
+            ids
         };
         let lines: String = ids.iter().map(|id| format!("{id}\n")).collect();
         std::fs::write(path, lines).with_context(|| format!("writing {}", path.display()))
@@ -493,6 +530,9 @@ struct Targets<'a> {
     /// The PostgreSQL databases of the server and the peer, settled before
     /// each round.
     databases: &'a [String],
+    /// The postmaster of each target's PostgreSQL cluster, by the target's
+    /// address.
+    postmasters: std::collections::HashMap<std::net::SocketAddr, u32>,
 }
 
 impl<'a> Targets<'a> {
@@ -541,22 +581,33 @@ async fn settle(databases: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One wrk run against `target`, with its CPU time before and after.
+/// One wrk run against `target`, with its CPU time before and after, and
+/// that of its PostgreSQL cluster (whose `postmaster` is given).
 fn measure(
     target: &Service,
+    postmaster: Option<u32>,
     script: &Path,
     duration: Duration,
     out: &Path,
 ) -> anyhow::Result<Sample> {
     std::thread::sleep(SETTLE);
+    let database_before = postmaster.map(machine::cluster_cpu_time).transpose()?;
     let cpu_before = machine::cpu_time(target.pid())?;
     let run = wrk::run(script, target.addr, duration, out)?;
     let cpu = machine::cpu_time(target.pid())?.saturating_sub(cpu_before);
+    let database = match (postmaster, database_before) {
+        (Some(postmaster), Some(before)) => {
+            Some(machine::cluster_cpu_time(postmaster)?.saturating_sub(before))
+        }
+        _ => None,
+    };
+    let per_request = |cpu: Duration| cpu.div_f64(run.requests.max(1) as f64);
     Ok(Sample {
         rate: run.rate(),
         p50: run.p50,
         p99: run.p99,
-        cpu_per_request: cpu.div_f64(run.requests.max(1) as f64),
+        cpu_per_request: per_request(cpu),
+        database_cpu_per_request: database.map(per_request),
         peak_rss_kib: machine::peak_rss_kib(target.pid())?,
         error: run.error(),
     })
@@ -566,10 +617,15 @@ fn print_round(label: &str, scenario: Scenario, round: u64, rounds: u64, r: &Rou
     let describe = |s: &Sample| match &s.error {
         Some(error) => format!("ERROR ({error})"),
         None => format!(
-            "{:.0} req/s, p99 {:.2} ms, {:.0} µs CPU/req",
+            "{:.0} req/s, p99 {:.2} ms, {:.0} µs CPU/req{}",
             s.rate,
             s.p99.as_secs_f64() * 1e3,
-            s.cpu_per_request.as_secs_f64() * 1e6
+            s.cpu_per_request.as_secs_f64() * 1e6,
+            s.database_cpu_per_request
+                .map_or(String::new(), |cpu| format!(
+                    " (+{:.0} µs its database's)",
+                    cpu.as_secs_f64() * 1e6
+                ))
         ),
     };
     let peer = r.peer.as_ref().map_or(String::new(), |peer| {

@@ -16,9 +16,9 @@ pub struct Options {
     /// Rounds per scenario, ceiling and server alternating
     #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
     pub rounds: u64,
-    /// Run only this scenario
+    /// Run only this scenario (repeat it to run several, in their usual order)
     #[arg(long, value_name = "NAME")]
-    pub scenario: Option<Scenario>,
+    pub scenario: Vec<Scenario>,
     /// Also run the 1k scenarios on a throwaway PostgreSQL cluster
     #[arg(long)]
     postgres: bool,
@@ -102,7 +102,7 @@ mod tests {
             (options.duration(), options.rounds),
             (Duration::from_secs(10), 3)
         );
-        assert_eq!((options.scenario, options.scaling_pets), (None, 1_000_000));
+        assert!(options.scenario.is_empty() && options.scaling_pets == 1_000_000);
         assert!(!options.postgres() && options.metrics == Switch::On);
     }
 
@@ -115,7 +115,9 @@ mod tests {
             (options.duration(), options.rounds),
             (Duration::from_secs(3), 1)
         );
-        assert_eq!(options.scenario, Some(Scenario::List100Available));
+        assert_eq!(options.scenario, [Scenario::List100Available]);
+        let two = parse(&["--scenario", "order_cycle", "--scenario", "place_order"]).unwrap();
+        assert_eq!(two.scenario, [Scenario::OrderCycle, Scenario::PlaceOrder]);
         assert!(options.postgres() && options.postgres_only);
         assert_eq!(
             (options.scaling_pets, options.log_level.as_deref()),

@@ -19,6 +19,9 @@ pub struct Sample {
     pub p99: Duration,
     /// The target's CPU time (user + system) over the run, per request.
     pub cpu_per_request: Duration,
+    /// Its PostgreSQL cluster's CPU time over the run (every process of
+    /// the cluster), per request; none for a target without one.
+    pub database_cpu_per_request: Option<Duration>,
     /// The target's peak resident memory so far, in KiB.
     pub peak_rss_kib: u64,
     /// Why the run does not count (non-2xx responses, socket errors).
@@ -77,14 +80,16 @@ pub struct Summary {
     pub errors: Vec<String>,
 }
 
-/// One target's medians: req/s, p50 and p99 in ms, CPU µs per request; and
-/// its peak RSS over every round, MiB.
+/// One target's medians: req/s, p50 and p99 in ms, CPU µs per request (its
+/// own, and its database's: NaN without one); and its peak RSS over every
+/// round, MiB.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Stats {
     pub rate: f64,
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub cpu_us: f64,
+    pub db_cpu_us: f64,
     pub rss_mib: f64,
 }
 
@@ -116,6 +121,11 @@ impl Row {
             p50_ms: of(&|r| pick(r).p50.as_secs_f64() * 1e3),
             p99_ms: of(&|r| pick(r).p99.as_secs_f64() * 1e3),
             cpu_us: of(&|r| pick(r).cpu_per_request.as_secs_f64() * 1e6),
+            db_cpu_us: of(&|r| {
+                pick(r)
+                    .database_cpu_per_request
+                    .map_or(f64::NAN, |cpu| cpu.as_secs_f64() * 1e6)
+            }),
             rss_mib: self
                 .rounds
                 .iter()
@@ -180,7 +190,8 @@ pub fn pets_label(pets: u64) -> String {
 const TSV_HEADER: &str = "scenario\tpets\tbackend\trounds\trounds_ok\tserver_rps\tceiling_rps\t\
     ratio\tserver_p50_ms\tserver_p99_ms\tceiling_p50_ms\tceiling_p99_ms\tp99_vs_1k\t\
     server_cpu_us_per_req\tceiling_cpu_us_per_req\tserver_peak_rss_mib\tceiling_peak_rss_mib\t\
-    peer_rps\tserver_vs_peer\tpeer_p50_ms\tpeer_p99_ms\tpeer_cpu_us_per_req\tpeer_peak_rss_mib\terrors";
+    peer_rps\tserver_vs_peer\tpeer_p50_ms\tpeer_p99_ms\tpeer_cpu_us_per_req\tpeer_peak_rss_mib\t\
+    server_db_cpu_us_per_req\tpeer_db_cpu_us_per_req\terrors";
 
 /// One TSV line per row, with a header line.
 pub fn tsv(rows: &[Row]) -> String {
@@ -197,9 +208,18 @@ pub fn tsv(rows: &[Row]) -> String {
                 p.rate, p.p50_ms, p.p99_ms, p.cpu_us, p.rss_mib
             )
         });
+        let known = |us: f64| match us.is_finite() {
+            true => format!("{us:.1}"),
+            false => String::new(),
+        };
+        let database = format!(
+            "{}\t{}",
+            known(server.db_cpu_us),
+            known(s.peer.as_ref().map_or(f64::NAN, |(p, _)| p.db_cpu_us))
+        );
         let _ = writeln!(
             out,
-            "{}\t{}\t{}\t{}\t{}\t{:.0}\t{:.0}\t{:.4}\t{:.3}\t{:.3}\t{:.3}\t{:.3}\t{vs}\t{:.1}\t{:.1}\t{:.1}\t{:.1}\t{peer}\t{}",
+            "{}\t{}\t{}\t{}\t{}\t{:.0}\t{:.0}\t{:.4}\t{:.3}\t{:.3}\t{:.3}\t{:.3}\t{vs}\t{:.1}\t{:.1}\t{:.1}\t{:.1}\t{peer}\t{database}\t{}",
             row.scenario.name(),
             row.pets,
             row.backend,
@@ -288,10 +308,11 @@ fn row_head(row: &Row) -> String {
     )
 }
 
-/// The server beside the peer (`--compare-with`), for the rows it ran in;
-/// empty when it ran in none.
+/// The server beside the peer (`--compare-with`), for the rows it ran in,
+/// then each one's rate round by round; empty when it ran in none.
 fn peer_table(rows: &[Row]) -> String {
     let mut out = String::new();
+    let mut by_round = String::new();
     for row in rows {
         let s = row.summary();
         let (Some((peer, vs)), true) = (&s.peer, s.rounds_ok > 0) else {
@@ -300,7 +321,7 @@ fn peer_table(rows: &[Row]) -> String {
         let server = &s.server;
         let _ = writeln!(
             out,
-            "{}| {:.0} | {:.0} | **{vs:.2}** | {:.2} / {:.2} | {:.0} / {:.0} | {:.1} / {:.1} |",
+            "{}| {:.0} | {:.0} | **{vs:.2}** | {:.2} / {:.2} | {:.0} / {:.0} | {} / {} | {:.1} / {:.1} |",
             row_head(row),
             peer.rate,
             server.rate,
@@ -308,18 +329,66 @@ fn peer_table(rows: &[Row]) -> String {
             server.p99_ms,
             peer.cpu_us,
             server.cpu_us,
+            whole(peer.db_cpu_us),
+            whole(server.db_cpu_us),
             peer.rss_mib,
             server.rss_mib,
+        );
+        let rates = |pick: &dyn Fn(&Round) -> Option<&Sample>| {
+            let rates: Vec<String> = row
+                .rounds
+                .iter()
+                .map(|r| pick(r).map_or("—".to_owned(), |s| format!("{:.0}", s.rate)))
+                .collect();
+            let (first, last) = (row.rounds.first(), row.rounds.last());
+            let change = match (first.and_then(pick), last.and_then(pick)) {
+                (Some(first), Some(last)) => {
+                    format!("{:+.0} %", (last.rate / first.rate - 1.0) * 100.0)
+                }
+                _ => "—".to_owned(),
+            };
+            format!("{} | {change}", rates.join(", "))
+        };
+        let ratios: Vec<String> = row
+            .rounds
+            .iter()
+            .map(|r| {
+                r.peer.as_ref().map_or("—".to_owned(), |p| {
+                    format!("{:.2}", r.server.rate / p.rate)
+                })
+            })
+            .collect();
+        let _ = writeln!(
+            by_round,
+            "{}| {} | {} | {} |",
+            row_head(row),
+            rates(&|r| Some(&r.server)),
+            rates(&|r| r.peer.as_ref()),
+            ratios.join(", "),
         );
     }
     if out.is_empty() {
         return out;
     }
-    "\nBeside the peer (`--compare-with`), same rounds, same load, each on its own PostgreSQL cluster:\n\n\
+    "\nBeside the peer (`--compare-with`), same rounds, same load, each on its own PostgreSQL cluster \
+     (database CPU: every process of the target's cluster):\n\n\
      | scenario | pets | backend | peer req/s | server req/s | server ÷ peer | p99 ms, peer / server | \
-     CPU µs/req, peer / server | peak RSS MiB, peer / server |\n|---|---|---|--:|--:|--:|--:|--:|--:|\n"
+     CPU µs/req, peer / server | database CPU µs/req, peer / server | peak RSS MiB, peer / server |\n\
+     |---|---|---|--:|--:|--:|--:|--:|--:|--:|\n"
         .to_owned()
         + &out
+        + "\nRound by round (req/s, and the last round beside the first):\n\n\
+           | scenario | pets | backend | server | last ÷ first | peer | last ÷ first | server ÷ peer |\n\
+           |---|---|---|--:|--:|--:|--:|--:|\n"
+        + &by_round
+}
+
+/// A number of µs, or a dash when unknown.
+fn whole(us: f64) -> String {
+    match us.is_finite() {
+        true => format!("{us:.0}"),
+        false => "—".to_owned(),
+    }
 }
 
 #[cfg(test)]
@@ -332,6 +401,7 @@ mod tests {
             p50: Duration::from_millis(1),
             p99: Duration::from_millis(p99_ms),
             cpu_per_request: Duration::from_micros(50),
+            database_cpu_per_request: Some(Duration::from_micros(70)),
             peak_rss_kib: 2048,
             error: error.map(str::to_owned),
         }
@@ -363,10 +433,16 @@ mod tests {
         assert_eq!((peer.rate, peer.p99_ms), (100.0, 20.0));
         let table = markdown_table(std::slice::from_ref(&row));
         assert!(
-            table.contains("| get_by_id | 1k | postgres | 100 | 100 | **1.00** | 20.00 / 10.00 |"),
+            table.contains(
+                "| get_by_id | 1k | postgres | 100 | 100 | **1.00** | 20.00 / 10.00 | 50 / 50 | 70 / 70 |"
+            ),
             "{table}"
         );
-        assert_eq!(tsv(&[row]).lines().nth(1).unwrap().split('\t').count(), 24);
+        assert!(
+            table.contains("| get_by_id | 1k | postgres | 100, 300, 90 | -10 % | 50, 300, 100 | +100 % | 2.00, 1.00, 0.90 |"),
+            "{table}"
+        );
+        assert_eq!(tsv(&[row]).lines().nth(1).unwrap().split('\t').count(), 26);
 
         let mut failed = round(1.0, 1.0);
         failed.peer = Some(sample(1.0, 1, Some("3 non-2xx responses")));

@@ -102,6 +102,9 @@ const MIGRATIONS: &[&str] = &[
         id      TEXT        PRIMARY KEY,
         seen_at TIMESTAMPTZ NOT NULL
     );",
+    // The counts' triggers, each one statement planned once per session
+    // (see `orders.rs`): the inventory as exact, the Store's writes cheaper.
+    orders::COUNTS_IN_ONE_STATEMENT,
 ];
 
 /// How long an instance is counted after its last heartbeat: four beats
