@@ -247,6 +247,16 @@ mod tests {
         Client::with_api_key("http://127.0.0.1:1/v1", "bad\rkey");
     }
 
+    /// The crate's version is its own; its build metadata is the version
+    /// of the contract it was generated from (`2.0.0+1.5.0`).
+    #[test]
+    fn the_version_names_the_contract_it_was_generated_from() {
+        let (_, contract) = env!("CARGO_PKG_VERSION")
+            .split_once('+')
+            .expect("the crate's version has the contract's as build metadata");
+        assert_eq!(contract, <Client as ClientInfo<()>>::api_version());
+    }
+
     #[test]
     fn names_are_checked_against_the_contract() {
         assert!(NewPetName::try_from("Rex").is_ok());

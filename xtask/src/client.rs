@@ -37,6 +37,10 @@ use syn::{
 
 use crate::{openapi::contract_path, workspace_root};
 
+mod release;
+
+pub use release::semver;
+
 /// The committed generated client, relative to the workspace root.
 const GENERATED: &str = "petstore-client/src/generated.rs";
 /// The committed generated mocks, relative to the workspace root.
@@ -66,7 +70,8 @@ fn rendered() -> anyhow::Result<[(&'static str, String); 3]> {
     ])
 }
 
-/// Regenerates the client and its mocks from the contract.
+/// Regenerates the client and its mocks from the contract, and says when
+/// the client's version is still to be changed.
 pub fn generate() -> anyhow::Result<()> {
     for (file, code) in rendered()? {
         let path = workspace_root().join(file);
@@ -77,12 +82,17 @@ pub fn generate() -> anyhow::Result<()> {
         std::fs::write(&path, code).with_context(|| format!("writing {}", path.display()))?;
         println!("wrote {}", path.display());
     }
+    if let Err(e) = release::check_names_contract(&contract()?.info.version) {
+        println!("to do: {e:#}");
+    }
     Ok(())
 }
 
 /// Fails when a committed file differs from what the contract generates,
-/// showing how (a unified diff).
+/// showing how (a unified diff), or when the client's version does not name
+/// the contract's.
 pub fn check() -> anyhow::Result<()> {
+    release::check_names_contract(&contract()?.info.version)?;
     for (file, expected) in rendered()? {
         let path = workspace_root().join(file);
         let committed = std::fs::read_to_string(&path)
