@@ -93,6 +93,46 @@
 //!   URLs work.
 //! - `mock`: [`mock`], typed [httpmock](https://crates.io/crates/httpmock)
 //!   mocks of every operation, for testing code that uses this client.
+//!
+//! # Versions
+//!
+//! The crate's version follows Rust's semver for the crate, and its build
+//! metadata is the version of the contract it is generated from:
+//! `2.0.0+1.5.0` is the crate's 2.0.0, generated from contract 1.5.0, which
+//! [`Client::api_version`](ClientInfo::api_version) also gives. A
+//! compatible contract version (a new operation, field or error status) is
+//! a minor version of the crate, a breaking one a major version.
+//!
+//! So that a new field is not a breaking change, the contract's object
+//! types ([`Pet`], [`NewPet`], [`Order`], [`NewOrder`], [`OrderUpdate`],
+//! [`Inventory`], [`types::Error`]) are `#[non_exhaustive]`: build one with
+//! its builder and match it with `..`:
+//!
+//! ```
+//! use petstore_client::{Order, OrderStatus};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let order: Order = Order::builder()
+//!     .id(1)
+//!     .pet_id(2)
+//!     .status(OrderStatus::Placed)
+//!     .placed_at("2026-11-25T10:00:00.123456Z".parse::<chrono::DateTime<chrono::Utc>>()?)
+//!     .try_into()?;
+//! let Order { id, status, .. } = &order;
+//! assert_eq!((*id, *status), (1, OrderStatus::Placed));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A request body can be given to the operation as its builder, which
+//! `send()` checks: `client.update_order().order_id(1).body(
+//! OrderUpdate::builder().status(OrderUpdateStatus::Delivered))`. The enums
+//! that answers hold ([`PetStatus`], [`OrderStatus`]) are exhaustive, since
+//! a new value there would be a new major version of the contract; those
+//! only requests hold ([`OrderInclude`], [`OrderUpdateStatus`]) are
+//! `#[non_exhaustive]`. The error body's `code` is a string: new codes come
+//! in minor versions, and an unknown one is to be treated like the generic
+//! error of its status. The crate's CHANGELOG.md has the whole policy.
 
 use std::time::Duration;
 
@@ -220,6 +260,11 @@ impl std::error::Error for BuildError {
         }
     }
 }
+
+// The README's examples are compiled (not run) with the crate's doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 #[cfg(test)]
 mod tests {
