@@ -590,3 +590,53 @@ fn space_out(code: &str) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A type that may grow but is no component schema (an inline body) is
+    /// not released exhaustive: generation fails, naming it.
+    #[test]
+    fn a_type_that_may_grow_is_never_generated_exhaustive() {
+        let mut document = serde_json::to_value(contract().unwrap()).unwrap();
+        document["paths"]["/store/orders"]["post"]["requestBody"]["content"]["application/json"]
+            ["schema"] = serde_json::json!({
+            "type": "object",
+            "required": ["petId"],
+            "properties": {"petId": {"type": "integer", "format": "int64"}},
+        });
+        let spec: OpenAPI = serde_json::from_value(document).unwrap();
+        let error = render(&spec).unwrap_err().to_string();
+        assert!(
+            error.contains("not #[non_exhaustive]: PlaceOrderBody;"),
+            "{error}"
+        );
+    }
+
+    /// The contract's own types: every object and every enum only requests
+    /// hold are marked; the enums responses hold are not.
+    #[test]
+    fn the_contract_s_types_are_marked_as_the_policy_says() {
+        let spec = contract().unwrap();
+        let mut marked = non_exhaustive(&spec);
+        marked.sort_unstable();
+        assert_eq!(
+            marked,
+            [
+                "Error",
+                "Inventory",
+                "NewOrder",
+                "NewPet",
+                "Order",
+                "OrderInclude",
+                "OrderUpdate",
+                "OrderUpdateStatus",
+                "Pet",
+            ]
+        );
+        let in_responses = in_responses(&spec);
+        assert!(in_responses.contains("PetStatus") && in_responses.contains("OrderStatus"));
+        assert!(!in_responses.contains("OrderUpdateStatus") && !in_responses.contains("NewPet"));
+    }
+}
