@@ -76,8 +76,8 @@
 //! headers. The [`Error`] variants that matter most:
 //!
 //! - [`Error::ErrorResponse`]: a status the contract declares for the
-//!   operation (400, 401, 404, 413, 500, 503), with the service's
-//!   [`types::Error`] body (`code`, `message`, `status`).
+//!   operation (400, 401, 403, 404, 409, 413, 422, 429, 500, 503), with the
+//!   service's [`types::Error`] body (`code`, `message`, `status`).
 //! - [`Error::InvalidRequest`]: the request was not sent because a value does
 //!   not fit the contract (for example a name with a control character, or a
 //!   missing required parameter).
