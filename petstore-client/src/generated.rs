@@ -79,6 +79,7 @@ pub mod types {
     }
 
     ///The body of every error response.
+    #[non_exhaustive]
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
     pub struct Error {
         /**Machine-readable error code: `bad_request`, `unauthorized`,
@@ -103,6 +104,7 @@ treat an unknown code like the generic error of its HTTP status.
     }
 
     ///How many animals have each status. Animals without a status are in no count.
+    #[non_exhaustive]
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
     pub struct Inventory {
         ///Animals that can be ordered.
@@ -120,6 +122,7 @@ treat an unknown code like the generic error of its HTTP status.
     }
 
     ///An order to place.
+    #[non_exhaustive]
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
     #[serde(deny_unknown_fields)]
     pub struct NewOrder {
@@ -135,6 +138,7 @@ treat an unknown code like the generic error of its HTTP status.
     }
 
     ///An animal to add. A Pet is a NewPet plus the `id` field.
+    #[non_exhaustive]
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
     #[serde(deny_unknown_fields)]
     pub struct NewPet {
@@ -225,6 +229,7 @@ treat an unknown code like the generic error of its HTTP status.
     }
 
     ///An order for an animal.
+    #[non_exhaustive]
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
     pub struct Order {
         ///Unique identifier assigned by the service when the order is placed.
@@ -256,6 +261,7 @@ only when asked for with `include=placedBy` (a key with the scope
     /**What an order's answer may include beyond its own fields (since 1.4.0):
 `placedBy`, the name of the API key that placed it.
 */
+    #[non_exhaustive]
     #[derive(
         ::serde::Deserialize,
         ::serde::Serialize,
@@ -379,6 +385,7 @@ again).
     }
 
     ///The status an order is to have.
+    #[non_exhaustive]
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
     #[serde(deny_unknown_fields)]
     pub struct OrderUpdate {
@@ -392,6 +399,7 @@ again).
     }
 
     ///`delivered` (the animal is sold) or `cancelled` (the animal is available again).
+    #[non_exhaustive]
     #[derive(
         ::serde::Deserialize,
         ::serde::Serialize,
@@ -452,6 +460,7 @@ again).
     }
 
     ///An animal in the catalogue.
+    #[non_exhaustive]
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
     pub struct Pet {
         ///Identifier of the category the animal belongs to.

@@ -76,8 +76,8 @@
 //! headers. The [`Error`] variants that matter most:
 //!
 //! - [`Error::ErrorResponse`]: a status the contract declares for the
-//!   operation (400, 401, 404, 413, 500, 503), with the service's
-//!   [`types::Error`] body (`code`, `message`, `status`).
+//!   operation (400, 401, 403, 404, 409, 413, 422, 429, 500, 503), with the
+//!   service's [`types::Error`] body (`code`, `message`, `status`).
 //! - [`Error::InvalidRequest`]: the request was not sent because a value does
 //!   not fit the contract (for example a name with a control character, or a
 //!   missing required parameter).
@@ -93,6 +93,46 @@
 //!   URLs work.
 //! - `mock`: [`mock`], typed [httpmock](https://crates.io/crates/httpmock)
 //!   mocks of every operation, for testing code that uses this client.
+//!
+//! # Versions
+//!
+//! The crate's version follows Rust's semver for the crate, and its build
+//! metadata is the version of the contract it is generated from:
+//! `2.0.0+1.5.0` is the crate's 2.0.0, generated from contract 1.5.0, which
+//! [`Client::api_version`](ClientInfo::api_version) also gives. A
+//! compatible contract version (a new operation, field or error status) is
+//! a minor version of the crate, a breaking one a major version.
+//!
+//! So that a new field is not a breaking change, the contract's object
+//! types ([`Pet`], [`NewPet`], [`Order`], [`NewOrder`], [`OrderUpdate`],
+//! [`Inventory`], [`types::Error`]) are `#[non_exhaustive]`: build one with
+//! its builder and match it with `..`:
+//!
+//! ```
+//! use petstore_client::{Order, OrderStatus};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let order: Order = Order::builder()
+//!     .id(1)
+//!     .pet_id(2)
+//!     .status(OrderStatus::Placed)
+//!     .placed_at("2026-11-25T10:00:00.123456Z".parse::<chrono::DateTime<chrono::Utc>>()?)
+//!     .try_into()?;
+//! let Order { id, status, .. } = &order;
+//! assert_eq!((*id, *status), (1, OrderStatus::Placed));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A request body can be given to the operation as its builder, which
+//! `send()` checks: `client.update_order().order_id(1).body(
+//! OrderUpdate::builder().status(OrderUpdateStatus::Delivered))`. The enums
+//! that answers hold ([`PetStatus`], [`OrderStatus`]) are exhaustive, since
+//! a new value there would be a new major version of the contract; those
+//! only requests hold ([`OrderInclude`], [`OrderUpdateStatus`]) are
+//! `#[non_exhaustive]`. The error body's `code` is a string: new codes come
+//! in minor versions, and an unknown one is to be treated like the generic
+//! error of its status. The crate's CHANGELOG.md has the whole policy.
 
 use std::time::Duration;
 
@@ -221,6 +261,11 @@ impl std::error::Error for BuildError {
     }
 }
 
+// The README's examples are compiled (not run) with the crate's doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,6 +290,16 @@ mod tests {
     #[should_panic(expected = "API key")]
     fn with_api_key_panics_on_an_unusable_key() {
         Client::with_api_key("http://127.0.0.1:1/v1", "bad\rkey");
+    }
+
+    /// The crate's version is its own; its build metadata is the version
+    /// of the contract it was generated from (`2.0.0+1.5.0`).
+    #[test]
+    fn the_version_names_the_contract_it_was_generated_from() {
+        let (_, contract) = env!("CARGO_PKG_VERSION")
+            .split_once('+')
+            .expect("the crate's version has the contract's as build metadata");
+        assert_eq!(contract, <Client as ClientInfo<()>>::api_version());
     }
 
     #[test]

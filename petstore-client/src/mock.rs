@@ -1032,7 +1032,7 @@ pub mod operations {
 /// An extension trait for [`MockServer`](::httpmock::MockServer) that
 /// adds a method for each operation. These are the equivalent of
 /// type-checked [`mock()`](::httpmock::MockServer::mock) calls.
-pub trait MockServerExt {
+pub trait MockServerExt: sealed::Sealed {
     fn list_pets<F>(&self, config_fn: F) -> ::httpmock::Mock<'_>
     where
         F: FnOnce(operations::ListPetsWhen, operations::ListPetsThen);
@@ -1155,4 +1155,11 @@ impl MockServerExt for ::httpmock::MockServer {
             )
         })
     }
+}
+
+/// [`MockServerExt`] is implemented by this crate only.
+mod sealed {
+    pub trait Sealed {}
+
+    impl Sealed for ::httpmock::MockServer {}
 }

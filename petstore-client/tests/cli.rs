@@ -434,6 +434,19 @@ async fn the_url_may_omit_the_api_prefix() {
     assert_eq!(via_env.json(), json!([rex]));
 }
 
+/// `--version` is the crate's version and, apart, the contract's (the
+/// crate's build metadata, which it does not repeat).
+#[tokio::test]
+async fn the_version_names_the_crate_and_the_contract() {
+    let run = petstore_at("http://127.0.0.1:1", None, &["--version"]).await;
+    assert_eq!(run.code, Some(0), "{run:#?}");
+    let (number, contract) = env!("CARGO_PKG_VERSION").split_once('+').unwrap();
+    assert_eq!(
+        run.stdout,
+        format!("petstore {number} (contract {contract})\n")
+    );
+}
+
 #[tokio::test]
 async fn no_service_is_exit_status_3() {
     // Port 1: nothing listens there, and no test server can take it (they

@@ -220,7 +220,7 @@ fn undecided(error: &Error<types::Error>) -> bool {
 async fn settle_order(client: &Client, order: i64, to: types::OrderUpdateStatus) -> types::Order {
     let what = format!("order {order} -> {to} answered");
     eventually_some(&what, THROUGH_A_RESTART, || async {
-        let body = types::OrderUpdate { status: to };
+        let body = types::OrderUpdate::builder().status(to);
         match client
             .update_order()
             .order_id(order)

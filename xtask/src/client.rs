@@ -10,26 +10,36 @@
 //! nor the YAML; `client check` regenerates
 //! in memory and fails when a committed file is not what the YAML generates.
 //!
-//! Generation is progenitor's library API (builder interface, merged tags)
-//! followed by one post-processing step on the syntax tree: progenitor
-//! ignores `deprecated: true`, so every deprecated operation gets a
-//! `#[deprecated]` attribute on its `Client` method and on its builder type,
-//! `since` the document's `info.version` (the API version that deprecates
-//! it), its note taken from the "Deprecated:" paragraph of the operation's
-//! description. The result is printed with `prettyplease`; rustfmt is told to
-//! leave it alone, so the committed text is exactly what generation produces.
+//! Generation is progenitor's library API (builder interface, merged tags,
+//! `#[non_exhaustive]` on the types that may grow in a minor version of the
+//! contract: see [`non_exhaustive`]; the mocks' extension trait sealed: see
+//! [`render_mock`]) followed by one post-processing step on the syntax
+//! tree: progenitor ignores `deprecated: true`, so every deprecated
+//! operation gets a `#[deprecated]` attribute on its `Client` method and on
+//! its builder type, `since` the document's `info.version` (the API version
+//! that deprecates it), its note taken from the "Deprecated:" paragraph of
+//! the operation's description. The result is printed with `prettyplease`;
+//! rustfmt is told to leave it alone, so the committed text is exactly what
+//! generation produces.
+
+use std::collections::BTreeSet;
 
 use anyhow::{Context, bail};
 // As progenitor names the `Client` methods (snake case) and builders (upper camel case).
 use heck::{ToSnakeCase, ToUpperCamelCase};
-use openapiv3::{OpenAPI, Operation};
-use progenitor::{GenerationSettings, Generator, InterfaceStyle, TagStyle};
+use openapiv3::{OpenAPI, Operation, SchemaKind};
+use progenitor::{GenerationSettings, Generator, InterfaceStyle, TagStyle, TypePatch};
+use serde_json::Value;
 use syn::visit_mut::{self, VisitMut};
 use syn::{
     Attribute, Expr, ExprLit, ImplItem, Item, Lit, PredicateType, Type, TypeParamBound, parse_quote,
 };
 
 use crate::{openapi::contract_path, workspace_root};
+
+mod release;
+
+pub use release::semver;
 
 /// The committed generated client, relative to the workspace root.
 const GENERATED: &str = "petstore-client/src/generated.rs";
@@ -60,7 +70,8 @@ fn rendered() -> anyhow::Result<[(&'static str, String); 3]> {
     ])
 }
 
-/// Regenerates the client and its mocks from the contract.
+/// Regenerates the client and its mocks from the contract, and says when
+/// the client's version is still to be changed.
 pub fn generate() -> anyhow::Result<()> {
     for (file, code) in rendered()? {
         let path = workspace_root().join(file);
@@ -71,12 +82,17 @@ pub fn generate() -> anyhow::Result<()> {
         std::fs::write(&path, code).with_context(|| format!("writing {}", path.display()))?;
         println!("wrote {}", path.display());
     }
+    if let Err(e) = release::check_names_contract(&contract()?.info.version) {
+        println!("to do: {e:#}");
+    }
     Ok(())
 }
 
 /// Fails when a committed file differs from what the contract generates,
-/// showing how (a unified diff).
+/// showing how (a unified diff), or when the client's version does not name
+/// the contract's.
 pub fn check() -> anyhow::Result<()> {
+    release::check_names_contract(&contract()?.info.version)?;
     for (file, expected) in rendered()? {
         let path = workspace_root().join(file);
         let committed = std::fs::read_to_string(&path)
@@ -106,21 +122,113 @@ fn contract() -> anyhow::Result<OpenAPI> {
         .with_context(|| format!("{} is not an OpenAPI 3.0 document", contract.display()))
 }
 
-/// progenitor as this crate uses it.
-fn generator() -> Generator {
+/// progenitor as this crate uses it, for `spec`: its types marked as
+/// [`non_exhaustive`] says.
+fn generator(spec: &OpenAPI) -> Generator {
     let mut settings = GenerationSettings::new();
     settings
         .with_interface(InterfaceStyle::Builder)
         .with_tag(TagStyle::Merged)
         // So that users (and tests) can compare pets and error bodies.
         .with_derive("PartialEq");
+    let mut patch = TypePatch::default();
+    patch.with_attr("#[non_exhaustive]");
+    for name in non_exhaustive(spec) {
+        settings.with_patch(name, &patch);
+    }
     Generator::new(&settings)
+}
+
+/// The component schemas whose types are `#[non_exhaustive]`, so that what
+/// a minor version of the contract may add to them is not a breaking change
+/// of the crate (Rust's semver): every object (a struct: a new property is
+/// a new field), built through its builder (`Pet::builder()`) and matched
+/// with `..`; and every enum no response holds (a new value in a request
+/// is compatible). An enum a response holds stays exhaustive: a new value
+/// there breaks the contract (`cargo xtask openapi compat`), so it comes
+/// only with a new major version of both.
+fn non_exhaustive(spec: &OpenAPI) -> Vec<&str> {
+    let in_responses = in_responses(spec);
+    let schemas = spec.components.iter().flat_map(|c| &c.schemas);
+    schemas
+        .filter_map(|(name, schema)| {
+            let schema = schema.as_item()?;
+            let grows = match &schema.schema_kind {
+                SchemaKind::Type(openapiv3::Type::Object(_)) => true,
+                SchemaKind::Type(openapiv3::Type::String(s)) => {
+                    !s.enumeration.is_empty() && !in_responses.contains(name.as_str())
+                }
+                _ => false,
+            };
+            grows.then_some(name.as_str())
+        })
+        .collect()
+}
+
+/// The names of the component schemas that a response can hold, directly
+/// or inside another schema.
+fn in_responses(spec: &OpenAPI) -> BTreeSet<String> {
+    let document = serde_json::to_value(spec).expect("a parsed document is JSON");
+    let mut todo: Vec<&Value> = document["paths"]
+        .as_object()
+        .into_iter()
+        .flat_map(|paths| paths.values())
+        .flat_map(|item| item.as_object().into_iter().flat_map(|ops| ops.values()))
+        .map(|operation| &operation["responses"])
+        .chain([&document["components"]["responses"]])
+        .collect();
+    let mut seen = BTreeSet::new();
+    let mut schemas = BTreeSet::new();
+    while let Some(value) = todo.pop() {
+        match value {
+            Value::Object(map) => {
+                // `#/components/KIND/NAME`: schemas, responses, headers.
+                if let Some(Value::String(reference)) = map.get("$ref")
+                    && let Some((kind, name)) = reference
+                        .strip_prefix("#/components/")
+                        .and_then(|r| r.split_once('/'))
+                    && seen.insert(reference.as_str())
+                {
+                    if kind == "schemas" {
+                        schemas.insert(name.to_owned());
+                    }
+                    todo.push(&document["components"][kind][name]);
+                }
+                todo.extend(map.values());
+            }
+            Value::Array(items) => todo.extend(items),
+            _ => {}
+        }
+    }
+    schemas
 }
 
 /// progenitor's `httpmock` extension for the client, as the committed
 /// file's text; it refers to the client's types through the crate root.
+///
+/// Its `MockServerExt` trait, which adds a method per operation to
+/// `httpmock::MockServer`, is sealed: only this crate implements it, so that
+/// a new operation (a minor version of the contract) adds a method to it
+/// without breaking anyone.
 fn render_mock(spec: &OpenAPI) -> anyhow::Result<String> {
-    let file = parse("the mocks", generator().httpmock(spec, "crate"))?;
+    let mut file = parse("the mocks", generator(spec).httpmock(spec, "crate"))?;
+    let sealed = file.items.iter_mut().find_map(|item| match item {
+        Item::Trait(t) if t.ident == "MockServerExt" && t.supertraits.is_empty() => Some(t),
+        _ => None,
+    });
+    let Some(extension) = sealed else {
+        bail!(
+            "progenitor's mocks have changed: no `MockServerExt` trait without supertraits to seal"
+        );
+    };
+    extension.supertraits.push(parse_quote!(sealed::Sealed));
+    file.items.push(parse_quote! {
+        /// [`MockServerExt`] is implemented by this crate only.
+        mod sealed {
+            pub trait Sealed {}
+            impl Sealed for ::httpmock::MockServer {}
+        }
+    });
     Ok(text(&file))
 }
 
@@ -154,7 +262,10 @@ fn text(file: &syn::File) -> String {
 ///   as the client's `#[deprecated]` attribute has it, so that the command
 ///   can warn.
 fn render_cli(spec: &OpenAPI) -> anyhow::Result<String> {
-    let mut file = parse("the command line", generator().cli(spec, "petstore_client"))?;
+    let mut file = parse(
+        "the command line",
+        generator(spec).cli(spec, "petstore_client"),
+    )?;
 
     let mut edits = CliEdits::default();
     edits.visit_file_mut(&mut file);
@@ -254,9 +365,46 @@ fn deprecation_table(spec: &OpenAPI) -> anyhow::Result<Item> {
 
 /// The generated client for the contract, as the committed file's text.
 fn render(spec: &OpenAPI) -> anyhow::Result<String> {
-    let mut file = parse("a client", generator().generate_tokens(spec))?;
+    let mut file = parse("a client", generator(spec).generate_tokens(spec))?;
     mark_deprecated(&mut file, spec)?;
+    exhaustive_only_where_meant(&file, spec)?;
     Ok(text(&file))
+}
+
+/// Fails when a type of `types` that may grow is not `#[non_exhaustive]`:
+/// a struct with named fields, or an enum no response holds. Those of the
+/// component schemas are marked by [`non_exhaustive`]; this finds any other
+/// (a schema written inline, say) before it is released exhaustive.
+fn exhaustive_only_where_meant(file: &syn::File, spec: &OpenAPI) -> anyhow::Result<()> {
+    let in_responses = in_responses(spec);
+    let marked = |attrs: &[Attribute]| attrs.iter().any(|a| a.path().is_ident("non_exhaustive"));
+    let types = file.items.iter().find_map(|item| match item {
+        Item::Mod(module) if module.ident == "types" => module.content.as_ref(),
+        _ => None,
+    });
+    let Some((_, items)) = types else {
+        bail!("progenitor generated no `types` module");
+    };
+    let mut exhaustive = Vec::new();
+    for item in items {
+        match item {
+            Item::Struct(s) if matches!(s.fields, syn::Fields::Named(_)) && !marked(&s.attrs) => {
+                exhaustive.push(s.ident.to_string());
+            }
+            Item::Enum(e) if !marked(&e.attrs) && !in_responses.contains(&e.ident.to_string()) => {
+                exhaustive.push(e.ident.to_string());
+            }
+            _ => {}
+        }
+    }
+    if !exhaustive.is_empty() {
+        bail!(
+            "types that may grow in a minor version are not #[non_exhaustive]: {}; \
+             mark them in xtask/src/client.rs (`non_exhaustive`)",
+            exhaustive.join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// Every operation of the document with its method and path.
@@ -441,4 +589,54 @@ fn space_out(code: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A type that may grow but is no component schema (an inline body) is
+    /// not released exhaustive: generation fails, naming it.
+    #[test]
+    fn a_type_that_may_grow_is_never_generated_exhaustive() {
+        let mut document = serde_json::to_value(contract().unwrap()).unwrap();
+        document["paths"]["/store/orders"]["post"]["requestBody"]["content"]["application/json"]
+            ["schema"] = serde_json::json!({
+            "type": "object",
+            "required": ["petId"],
+            "properties": {"petId": {"type": "integer", "format": "int64"}},
+        });
+        let spec: OpenAPI = serde_json::from_value(document).unwrap();
+        let error = render(&spec).unwrap_err().to_string();
+        assert!(
+            error.contains("not #[non_exhaustive]: PlaceOrderBody;"),
+            "{error}"
+        );
+    }
+
+    /// The contract's own types: every object and every enum only requests
+    /// hold are marked; the enums responses hold are not.
+    #[test]
+    fn the_contract_s_types_are_marked_as_the_policy_says() {
+        let spec = contract().unwrap();
+        let mut marked = non_exhaustive(&spec);
+        marked.sort_unstable();
+        assert_eq!(
+            marked,
+            [
+                "Error",
+                "Inventory",
+                "NewOrder",
+                "NewPet",
+                "Order",
+                "OrderInclude",
+                "OrderUpdate",
+                "OrderUpdateStatus",
+                "Pet",
+            ]
+        );
+        let in_responses = in_responses(&spec);
+        assert!(in_responses.contains("PetStatus") && in_responses.contains("OrderStatus"));
+        assert!(!in_responses.contains("OrderUpdateStatus") && !in_responses.contains("NewPet"));
+    }
 }

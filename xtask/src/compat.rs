@@ -303,12 +303,12 @@ pub fn freeze_failures(root: &Path, contract: &Path, dir: &Path) -> anyhow::Resu
 }
 
 /// What `git args` prints, run in `root`.
-fn git(root: &Path, args: &[&str]) -> anyhow::Result<String> {
+pub(crate) fn git(root: &Path, args: &[&str]) -> anyhow::Result<String> {
     let output = std::process::Command::new("git")
         .args(args)
         .current_dir(root)
         .output()
-        .context("running git (the freeze rule reads the released files' history)")?;
+        .context("running git (the freeze rule and `client semver` read the history)")?;
     if !output.status.success() {
         bail!(
             "git {}: {}",

@@ -53,8 +53,12 @@ enum Openapi {
 enum Client {
     /// Regenerate the client, its mocks and its CLI from openapi/petstore.yaml
     Generate,
-    /// Fail when the committed client, mocks or CLI are not what the YAML generates
+    /// Fail when the committed client, mocks or CLI are not what the YAML generates,
+    /// or the client's version does not name the YAML's
     Check,
+    /// Fail when the client breaks Rust's semver against its last release
+    /// (petstore-client/RELEASED), with cargo-semver-checks
+    Semver,
 }
 
 fn main() -> ExitCode {
@@ -65,6 +69,7 @@ fn main() -> ExitCode {
         Command::Openapi(Openapi::Compat) => compat::check(),
         Command::Client(Client::Generate) => client::generate(),
         Command::Client(Client::Check) => client::check(),
+        Command::Client(Client::Semver) => client::semver(),
         Command::Conformance => conformance::run(),
         Command::Bench { args } => bench(&args),
     };

@@ -1,6 +1,9 @@
 //! A user of `petstore-client` tests its own code against the crate's
 //! generated mocks (feature `mock`): no server, only the public API of the
-//! client and of `httpmock`, as a downstream crate would write it.
+//! client and of `httpmock`, as a downstream crate would write it. The
+//! contract's types are `#[non_exhaustive]` (a minor version may add a
+//! field), so, as there, the answers the mocks give are built with their
+//! builders, not struct literals.
 
 use httpmock::MockServer;
 use petstore_client::mock::MockServerExt;
@@ -39,12 +42,23 @@ async fn describe(client: &Client, id: i64) -> Result<String, Error<types::Error
 }
 
 fn pet(id: i64, name: &str) -> Pet {
-    Pet {
-        id,
-        name: name.try_into().unwrap(),
-        category_id: 7,
-        status: Some(PetStatus::Available),
-    }
+    Pet::builder()
+        .id(id)
+        .name(name)
+        .category_id(7)
+        .status(PetStatus::Available)
+        .try_into()
+        .unwrap()
+}
+
+/// The service's error body.
+fn error(status: i32, code: &str, message: &str) -> types::Error {
+    types::Error::builder()
+        .status(status)
+        .code(code)
+        .message(message)
+        .try_into()
+        .unwrap()
 }
 
 /// The user's async code, run to completion.
@@ -106,22 +120,18 @@ fn a_typed_404_is_told_apart_from_other_errors() {
     let server = MockServer::start();
     server.get_pet(|when, then| {
         when.pet_id(42);
-        then.not_found(&types::Error {
-            code: "not_found".into(),
-            message: "no pet has id 42".into(),
-            status: 404,
-        });
+        then.not_found(&error(404, "not_found", "no pet has id 42"));
     });
     server.get_pet(|when, then| {
         when.pet_id(3);
         then.ok(&pet(3, "Rex"));
     });
     server.list_pets(|_, then| {
-        then.service_unavailable(&types::Error {
-            code: "service_unavailable".into(),
-            message: "the database is unavailable; retry later".into(),
-            status: 503,
-        });
+        then.service_unavailable(&error(
+            503,
+            "service_unavailable",
+            "the database is unavailable; retry later",
+        ));
     });
     let client = client(&server);
     assert_eq!(
@@ -155,29 +165,40 @@ async fn try_to_buy(
 }
 
 fn order(id: i64, pet_id: i64) -> types::Order {
-    types::Order {
-        id,
-        pet_id,
-        status: types::OrderStatus::Placed,
-        placed_at: "2026-11-24T10:00:00.123456Z".parse().unwrap(),
-        placed_by: None,
-    }
+    types::Order::builder()
+        .id(id)
+        .pet_id(pet_id)
+        .status(types::OrderStatus::Placed)
+        .placed_at(
+            "2026-11-24T10:00:00.123456Z"
+                .parse::<chrono::DateTime<chrono::Utc>>()
+                .unwrap(),
+        )
+        .try_into()
+        .unwrap()
+}
+
+fn new_order(pet_id: i64) -> types::NewOrder {
+    types::NewOrder::builder()
+        .pet_id(pet_id)
+        .try_into()
+        .unwrap()
 }
 
 #[test]
 fn an_order_is_placed_once_and_a_taken_animal_is_told_apart() {
     let server = MockServer::start();
     let placed = server.place_order(|when, then| {
-        when.body(&types::NewOrder { pet_id: 3 });
+        when.body(&new_order(3));
         then.created(&order(10, 3));
     });
     let taken = server.place_order(|when, then| {
-        when.body(&types::NewOrder { pet_id: 4 });
-        then.conflict(&types::Error {
-            code: "pet_not_available".into(),
-            message: "pet 4 is pending; only an available animal can be ordered".into(),
-            status: 409,
-        });
+        when.body(&new_order(4));
+        then.conflict(&error(
+            409,
+            "pet_not_available",
+            "pet 4 is pending; only an available animal can be ordered",
+        ));
     });
     let client = client(&server);
     assert_eq!(run(try_to_buy(&client, 3)).unwrap(), Some(order(10, 3)));
@@ -187,11 +208,12 @@ fn an_order_is_placed_once_and_a_taken_animal_is_told_apart() {
     taken.assert_calls(1);
 
     let inventory = server.get_inventory(|_, then| {
-        then.ok(&types::Inventory {
-            available: 1,
-            pending: 2,
-            sold: 3,
-        });
+        then.ok(&types::Inventory::builder()
+            .available(1)
+            .pending(2)
+            .sold(3)
+            .try_into()
+            .unwrap());
     });
     let counted = run(client.get_inventory().send()).unwrap().into_inner();
     assert_eq!(

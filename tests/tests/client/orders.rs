@@ -39,7 +39,7 @@ on_every_backend! {
             let updated = client
                 .update_order()
                 .order_id(order.id)
-                .body(petstore_client::OrderUpdate { status: to })
+                .body(petstore_client::OrderUpdate::builder().status(to))
                 .send()
                 .await
                 .unwrap()

@@ -136,9 +136,13 @@ fn command() -> Command {
         }
     }
     Command::new("petstore")
+        // The crate's version without its build metadata, which is the
+        // contract's version: `2.0.0 (contract 1.5.0)`.
         .version(format!(
-            "{} (contract {})",
-            env!("CARGO_PKG_VERSION"),
+            "{}.{}.{} (contract {})",
+            env!("CARGO_PKG_VERSION_MAJOR"),
+            env!("CARGO_PKG_VERSION_MINOR"),
+            env!("CARGO_PKG_VERSION_PATCH"),
             <Client as ClientInfo<()>>::api_version()
         ))
         .about("The pet store service from the command line: every answer is printed as JSON")
