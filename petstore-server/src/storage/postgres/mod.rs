@@ -203,9 +203,8 @@ impl PostgresStorage {
             .parse()
             .map_err(postgres("parsing the URL"))
             .map_err(in_database)?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(CONNECTION_TIMEOUT);
-        }
+        // No default `connect_timeout` here: `Primary` bounds each host's
+        // whole handshake, by the URL's or its own (2 s).
         // A session cut off from us mid-transaction (a network partition)
         // would hold its idempotency key's lock until TCP gives up, hours
         // later; our transactions never idle, so a minute ends such a one.
