@@ -6,9 +6,13 @@
 //! which CI compares with `openapi/petstore.yaml`.
 
 mod encoded;
+mod event;
 mod order;
 
 pub use encoded::{EncodedPets, PetArrayWriter};
+pub use event::{
+    CLOUDEVENTS_SPEC_VERSION, EVENT_DATA_CONTENT_TYPE, EVENT_SOURCE, Event, EventData, EventType,
+};
 pub use order::{
     Inventory, NewOrder, Order, OrderInclude, OrderStatus, OrderUpdate, OrderUpdateStatus,
 };

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use petstore_api::model::{EncodedPets, Inventory, NewPet, OrderUpdateStatus, Pet, PetStatus};
 
+pub mod events;
 pub mod idempotency;
 pub mod keys;
 pub mod orders;
@@ -15,6 +16,9 @@ mod postgres;
 mod sqlite;
 mod url;
 
+pub use events::{
+    EVENT_SCAN_MAX, EventKind, EventPage, EventQuery, EventsOutcome, StoredEvent,
+};
 pub use idempotency::{CreateOutcome, Fingerprint, Idempotency, PURGE_BATCH, Retention};
 pub use keys::{KeyError, KeyStorage, Revoked, StoredKey};
 pub use orders::{
@@ -337,6 +341,27 @@ pub trait Storage: Send + Sync + 'static {
     /// the same however many animals there are.
     async fn inventory(&self) -> Result<Inventory, StorageError>;
 
+    /// A page of the feed (since contract 1.6.0; see [`events`]): the
+    /// events after `query.after` up to the head, in id order, or
+    /// [`EventsOutcome::Expired`] when `after` is below the floor. Costs
+    /// the same at any depth (at most [`EVENT_SCAN_MAX`] rows examined).
+    async fn events(&self, query: EventQuery) -> Result<EventsOutcome, StorageError>;
+
+    /// The feed's head as it moves: the largest id a page may return. It
+    /// changes after each commit that wrote events (on PostgreSQL, also
+    /// after other instances' commits, within a poll interval), so a
+    /// long-poll waits on it instead of querying.
+    fn events_head(&self) -> tokio::sync::watch::Receiver<i64>;
+
+    /// Deletes at most `limit` of the oldest events, and only those
+    /// committed before `before`, smallest ids first; raises the floor to
+    /// the largest id deleted. Returns how many it deleted.
+    async fn purge_events(
+        &self,
+        before: chrono::DateTime<chrono::Utc>,
+        limit: usize,
+    ) -> Result<usize, StorageError>;
+
     /// Whether the storage can serve now: the database is reachable (and its
     /// file is still the one opened), and nothing stopped it for good.
     async fn check_ready(&self) -> Result<(), StorageError>;
@@ -353,6 +378,11 @@ pub trait Storage: Send + Sync + 'static {
 pub struct StorageStats {
     /// Pets stored (on PostgreSQL, above 100,000, the planner's estimate).
     pub pets: u64,
+    /// Events retained in the feed (on PostgreSQL, above 100,000, the
+    /// planner's estimate).
+    pub events: u64,
+    /// When the oldest retained event was committed, if there is one.
+    pub oldest_event: Option<chrono::DateTime<chrono::Utc>>,
     /// The connection pool, for a backend that has one (PostgreSQL: the
     /// connections of idempotent creates' transactions).
     pub pool: Option<PoolStats>,

@@ -524,6 +524,25 @@ impl Storage for PostgresStorage {
         self.counts.submit(CountPets).await
     }
 
+    async fn events(
+        &self,
+        _query: crate::storage::EventQuery,
+    ) -> Result<crate::storage::EventsOutcome, StorageError> {
+        Err(StorageError::Invariant("events: not yet implemented on this backend"))
+    }
+
+    fn events_head(&self) -> tokio::sync::watch::Receiver<i64> {
+        tokio::sync::watch::channel(0).1
+    }
+
+    async fn purge_events(
+        &self,
+        _before: chrono::DateTime<chrono::Utc>,
+        _limit: usize,
+    ) -> Result<usize, StorageError> {
+        Ok(0)
+    }
+
     async fn check_ready(&self) -> Result<(), StorageError> {
         let doing = "checking the connection";
         let mut lent = self.admin_client().await?;
@@ -551,6 +570,8 @@ impl Storage for PostgresStorage {
         let status = self.pool.status();
         Ok(StorageStats {
             pets: u64::try_from(pets).unwrap_or(0),
+            events: 0,
+            oldest_event: None,
             pool: Some(PoolStats {
                 max: status.max_size,
                 open: status.size,

@@ -325,6 +325,25 @@ impl Storage for SqliteStorage {
         read(&self.memory, |memory| memory.pets.inventory())
     }
 
+    async fn events(
+        &self,
+        _query: crate::storage::EventQuery,
+    ) -> Result<crate::storage::EventsOutcome, StorageError> {
+        Err(StorageError::Invariant("events: not yet implemented on this backend"))
+    }
+
+    fn events_head(&self) -> tokio::sync::watch::Receiver<i64> {
+        tokio::sync::watch::channel(0).1
+    }
+
+    async fn purge_events(
+        &self,
+        _before: chrono::DateTime<chrono::Utc>,
+        _limit: usize,
+    ) -> Result<usize, StorageError> {
+        Ok(0)
+    }
+
     async fn check_ready(&self) -> Result<(), StorageError> {
         if self.closing.load(Ordering::SeqCst) {
             return Err(StorageError::Closed);
@@ -351,6 +370,8 @@ impl Storage for SqliteStorage {
         let pets = read(&self.memory, |memory| memory.pets.len())?;
         Ok(StorageStats {
             pets: pets as u64,
+            events: 0,
+            oldest_event: None,
             pool: None,
             shared: None,
         })

@@ -1,0 +1,181 @@
+//! The events' half of the storage interface (since contract 1.6.0): every
+//! acknowledged change writes its events in its own transaction (an
+//! outbox), and the feed reads them back in commit order.
+//!
+//! What each backend promises ([`super::Storage::events`]):
+//!
+//! - **Exactly once, in commit order.** An event is written in the same
+//!   transaction as the change it describes, so there is none without its
+//!   change and no change without it. Ids increase in commit order for the
+//!   events of any one resource (an animal, an order).
+//! - **No skipped event.** A page only ever returns events up to the
+//!   *head*: an id below which no event can still appear. On SQLite the one
+//!   writer assigns ids in commit order, so every committed id is below it.
+//!   On PostgreSQL an id is taken before its transaction commits, so a later
+//!   id can be visible before an earlier one: the head only passes an id
+//!   once every transaction that could still commit a smaller one has
+//!   ended. A cursor therefore never moves past an event that appears
+//!   later, on any instance.
+//! - **Retention.** Old events are purged from the oldest id up
+//!   ([`super::Storage::purge_events`]); the *floor* is the largest id
+//!   purged, and a cursor below it is expired ([`EventsOutcome::Expired`]).
+
+use chrono::{DateTime, Utc};
+use enumset::{EnumSet, EnumSetType};
+use petstore_api::model::{EventData, EventType, PetStatus};
+
+use super::orders::OwnerId;
+
+/// The most rows one page examines: with a filter that matches few events,
+/// a page stops there, so that no page costs more than a bounded scan.
+pub const EVENT_SCAN_MAX: u32 = 1000;
+
+/// A stored event's kind: its type and, for a status change, which one.
+/// The codes are stored in the databases and never change.
+#[derive(Debug, Hash, PartialOrd, Ord, EnumSetType)]
+#[enumset(repr = "u8")]
+pub enum EventKind {
+    /// `pet.created`.
+    PetCreated = 1,
+    /// `order.placed`.
+    OrderPlaced = 2,
+    /// `order.delivered`.
+    OrderDelivered = 3,
+    /// `order.cancelled`.
+    OrderCancelled = 4,
+    /// `pet.status_changed`, `available` to `pending` (ordered).
+    PetOrdered = 5,
+    /// `pet.status_changed`, `pending` to `sold` (its order delivered).
+    PetSold = 6,
+    /// `pet.status_changed`, `pending` to `available` (its order cancelled).
+    PetReturned = 7,
+}
+
+impl EventKind {
+    /// Every kind.
+    pub const ALL: [EventKind; 7] = [
+        EventKind::PetCreated,
+        EventKind::OrderPlaced,
+        EventKind::OrderDelivered,
+        EventKind::OrderCancelled,
+        EventKind::PetOrdered,
+        EventKind::PetSold,
+        EventKind::PetReturned,
+    ];
+
+    /// The stored code.
+    pub fn code(self) -> i16 {
+        self as i16
+    }
+
+    /// The kind stored as `code`, if any.
+    pub fn from_code(code: i64) -> Option<EventKind> {
+        EventKind::ALL.into_iter().find(|kind| i64::from(kind.code()) == code)
+    }
+
+    /// The contract's event type.
+    pub fn event_type(self) -> EventType {
+        match self {
+            EventKind::PetCreated => EventType::PetCreated,
+            EventKind::OrderPlaced => EventType::OrderPlaced,
+            EventKind::OrderDelivered => EventType::OrderDelivered,
+            EventKind::OrderCancelled => EventType::OrderCancelled,
+            EventKind::PetOrdered | EventKind::PetSold | EventKind::PetReturned => {
+                EventType::PetStatusChanged
+            }
+        }
+    }
+
+    /// The kinds of `event_type`.
+    pub fn of_type(event_type: EventType) -> EnumSet<EventKind> {
+        EventKind::ALL
+            .into_iter()
+            .filter(|kind| kind.event_type() == event_type)
+            .collect()
+    }
+
+    /// For a status change, the animal's status before and after it.
+    pub fn status_change(self) -> Option<(PetStatus, PetStatus)> {
+        match self {
+            EventKind::PetOrdered => Some((PetStatus::Available, PetStatus::Pending)),
+            EventKind::PetSold => Some((PetStatus::Pending, PetStatus::Sold)),
+            EventKind::PetReturned => Some((PetStatus::Pending, PetStatus::Available)),
+            _ => None,
+        }
+    }
+
+    /// The animal's status change that goes with an order event of this
+    /// kind (placing, delivering, cancelling), written beside it.
+    pub fn pet_change(self) -> Option<EventKind> {
+        match self {
+            EventKind::OrderPlaced => Some(EventKind::PetOrdered),
+            EventKind::OrderDelivered => Some(EventKind::PetSold),
+            EventKind::OrderCancelled => Some(EventKind::PetReturned),
+            _ => None,
+        }
+    }
+
+    /// Whether events of this kind are about an order (and so seen only
+    /// by keys that may see that order).
+    pub fn is_order(self) -> bool {
+        self.event_type().is_order()
+    }
+}
+
+/// Which page of the feed to read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventQuery {
+    /// Only events whose id is greater than this; from the oldest retained
+    /// event when `None`.
+    pub after: Option<i64>,
+    /// At most this many events (at most [`super::LIST_MAX`]).
+    pub limit: u32,
+    /// Only events of these kinds (the `types` filter and what the caller
+    /// may see, together).
+    pub kinds: EnumSet<EventKind>,
+    /// When given, order events only of this owner's orders (animal events
+    /// are not filtered by it).
+    pub owner: Option<OwnerId>,
+}
+
+/// An event as stored, ready to be answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredEvent {
+    /// Its id: increasing in commit order.
+    pub id: i64,
+    /// What happened.
+    pub kind: EventKind,
+    /// When it was committed (microseconds).
+    pub time: DateTime<Utc>,
+    /// The resource right after the change (an order without `placedBy`).
+    pub data: EventData,
+}
+
+/// A page of the feed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventPage {
+    /// The events, in ascending id order.
+    pub events: Vec<StoredEvent>,
+    /// Where the next page starts (its `after`): the last event's id when
+    /// the page is full, else the last id examined (a filter may have
+    /// skipped rows), else the query's `after` (or the floor without one).
+    pub next_after: i64,
+    /// The head this page was read up to: no event above it was examined.
+    pub head: i64,
+    /// Whether every event up to `head` was examined (so a later page can
+    /// only find events committed after this one was read: a long-poll
+    /// waits for the head to move past `head`).
+    pub at_head: bool,
+}
+
+/// What reading the feed can come to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EventsOutcome {
+    /// A page.
+    Page(EventPage),
+    /// `after` is below the floor: events after it were purged.
+    Expired {
+        /// The largest id purged: every event above it is kept.
+        floor: i64,
+    },
+}
