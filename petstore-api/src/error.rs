@@ -22,8 +22,8 @@ pub struct ApiError {
     /// `insufficient_scope`, `not_found`, `method_not_allowed`,
     /// `request_timeout`, `idempotency_key_in_use`, `pet_not_available`,
     /// `invalid_transition`, `payload_too_large`, `idempotency_key_reused`,
-    /// `pet_not_found`, `rate_limited`, `internal_error` or
-    /// `service_unavailable`.
+    /// `pet_not_found`, `cursor_expired`, `rate_limited`, `internal_error`
+    /// or `service_unavailable`.
     pub code: String,
     /// Human-readable description.
     pub message: String,
@@ -91,6 +91,8 @@ pub enum ErrorCode {
     IdempotencyKeyReused,
     /// 422: an order names an animal that does not exist.
     PetNotFound,
+    /// 410: the feed's cursor is older than its retention.
+    CursorExpired,
     /// 429: the key (or, without one, the client address) is over its
     /// budget; `Retry-After` says when to try again.
     RateLimited,
@@ -217,6 +219,18 @@ impl ApiError {
             ErrorStatusCode::UNPROCESSABLE_ENTITY,
             ErrorCode::PetNotFound,
             format!("no pet has id {pet_id}"),
+        )
+    }
+
+    /// 410 `cursor_expired`: the events after `after` were purged (every
+    /// event up to `floor` may be gone).
+    pub fn cursor_expired(after: i64, floor: i64) -> ApiError {
+        ApiError::new(
+            ErrorStatusCode::GONE,
+            ErrorCode::CursorExpired,
+            format!(
+                "the events after {after} were purged (the feed keeps events for its retention,                  and has purged every event up to {floor}); read the feed again without after,                  from the oldest event it keeps"
+            ),
         )
     }
 

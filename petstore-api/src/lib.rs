@@ -34,9 +34,11 @@ use crate::auth::Authenticated;
 use crate::body::StrictJson;
 use crate::error::ApiError;
 use crate::idempotency::{CreatedHeaders, IdempotencyKey};
-use crate::model::{Inventory, NewOrder, NewPet, Order, OrderUpdate, Pet};
-use crate::params::{GetOrderParams, ListOrdersParams, ListPetsParams, OrderPath, PetPath};
-use crate::responses::{DeprecationHeaders, OrdersPageHeaders, PetsPage};
+use crate::model::{Event, Inventory, NewOrder, NewPet, Order, OrderUpdate, Pet};
+use crate::params::{
+    GetOrderParams, ListEventsParams, ListOrdersParams, ListPetsParams, OrderPath, PetPath,
+};
+use crate::responses::{DeprecationHeaders, EventsPageHeaders, OrdersPageHeaders, PetsPage};
 
 pub use petstore_api_mod::{api_description, stub_api_description};
 
@@ -48,7 +50,7 @@ pub const LIMIT_DEFAULT: i32 = 20;
 pub const REQUEST_BODY_MAX_BYTES: usize = 16 * 1024;
 
 /// The contract version this interface implements (`info.version`).
-pub const CONTRACT_VERSION: semver::Version = semver::Version::new(1, 5, 0);
+pub const CONTRACT_VERSION: semver::Version = semver::Version::new(1, 6, 0);
 
 /// The pet store API.
 #[dropshot::api_description]
@@ -219,6 +221,34 @@ pub trait PetstoreApi {
         rqctx: RequestContext<Self::Context>,
         auth: Authenticated,
     ) -> Result<HttpResponseOk<Inventory>, ApiError>;
+
+    /// Read the feed of events
+    ///
+    /// Returns at most `limit` events (20 when `limit` is omitted) in the
+    /// feed's order, as a plain JSON array of CloudEvents: the changes
+    /// committed after the event `after` (from the oldest retained event
+    /// when `after` is omitted), of the `types` asked for, that the API key
+    /// may see. To read on, pass the `id` of the last event read as `after`,
+    /// or follow the `Link` header's `next` target, which every `200`
+    /// carries: the feed has no end.
+    ///
+    /// With `wait`, a request that finds nothing newer than `after` waits up
+    /// to that many seconds and is answered as soon as an event it may see
+    /// is committed, or with an empty array when the wait ends.
+    ///
+    /// A cursor older than the retention (its events were purged) is `410`
+    /// (`cursor_expired`): start again without `after`.
+    #[endpoint {
+        method = GET,
+        path = "/v1/events",
+        operation_id = "listEvents",
+        tags = ["Events"],
+    }]
+    async fn list_events(
+        rqctx: RequestContext<Self::Context>,
+        auth: Authenticated,
+        query: Query<ListEventsParams>,
+    ) -> Result<HttpResponseHeaders<HttpResponseOk<Vec<Event>>, EventsPageHeaders>, ApiError>;
 }
 
 /// The document the server emits, from the interface alone.

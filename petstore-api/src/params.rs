@@ -4,7 +4,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer};
 
-use crate::model::{OrderInclude, OrderStatus, PetStatus};
+use crate::model::{EventType, OrderInclude, OrderStatus, PetStatus};
 use crate::{LIMIT_DEFAULT, LIMIT_MAX};
 
 /// Query parameters of `GET /pets`.
@@ -113,6 +113,97 @@ pub struct ListOrdersParams {
     pub include: Option<OrderInclude>,
 }
 
+/// The longest a `listEvents` request waits for an event, in seconds.
+pub const EVENTS_WAIT_MAX: u32 = 30;
+
+/// The query of `listEvents`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ListEventsParams {
+    /// Return only events after this one: the `id` of the last event read.
+    /// An `id` the feed has not reached yet gives an empty array (or waits,
+    /// with `wait`).
+    #[serde(default, deserialize_with = "event_after_param")]
+    #[schemars(with = "String", regex(pattern = r"^[0-9]{1,18}$"))]
+    pub after: Option<i64>,
+    /// Maximum number of events returned (1 to 100, default 20).
+    #[serde(default, deserialize_with = "limit_param")]
+    #[schemars(with = "i32", range(min = 1, max = 100))]
+    pub limit: PageLimit,
+    /// Return only events of these types, comma-separated (for example
+    /// `order.placed,order.delivered`). An unknown type is `400`.
+    #[serde(default, deserialize_with = "types_param")]
+    #[schemars(
+        with = "String",
+        regex(
+            pattern = r"^(pet\.created|pet\.status_changed|order\.placed|order\.delivered|order\.cancelled)(,(pet\.created|pet\.status_changed|order\.placed|order\.delivered|order\.cancelled))*$"
+        )
+    )]
+    pub types: Option<EventTypes>,
+    /// When no event follows `after` yet, wait up to this many seconds (0 to
+    /// 30, default 0: answer at once) for one.
+    #[serde(default, deserialize_with = "wait_param")]
+    #[schemars(with = "i32", range(min = 0, max = 30))]
+    pub wait: u32,
+}
+
+/// The event types a `types` filter names, in the order given, without
+/// repeats.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventTypes(Vec<EventType>);
+
+impl EventTypes {
+    /// The types.
+    pub fn iter(&self) -> impl Iterator<Item = EventType> + '_ {
+        self.0.iter().copied()
+    }
+
+    /// As the parameter spells them: comma-separated.
+    pub fn to_param(&self) -> String {
+        let names: Vec<&str> = self.iter().map(EventType::as_str).collect();
+        names.join(",")
+    }
+}
+
+fn event_after_param<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<i64>, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    let id = Some(&text)
+        .filter(|text| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|text| text.parse::<i64>().ok());
+    id.map(Some).ok_or_else(|| {
+        serde::de::Error::custom(format!(
+            "after must be the id of an event (decimal digits), got {text:?}"
+        ))
+    })
+}
+
+fn types_param<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<EventTypes>, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    let mut types = Vec::new();
+    for name in text.split(',') {
+        let event_type: EventType = name.parse().map_err(|_| {
+            serde::de::Error::custom(format!(
+                "types must be event types separated by commas (pet.created, \
+                 pet.status_changed, order.placed, order.delivered, order.cancelled), got \
+                 {name:?}"
+            ))
+        })?;
+        if !types.contains(&event_type) {
+            types.push(event_type);
+        }
+    }
+    Ok(Some(EventTypes(types)))
+}
+
+fn wait_param<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u32, D::Error> {
+    let wait: i64 = integer_param(deserializer, "wait", "an integer between 0 and 30")?;
+    u32::try_from(wait)
+        .ok()
+        .filter(|wait| *wait <= EVENTS_WAIT_MAX)
+        .ok_or_else(|| {
+            serde::de::Error::custom(format!("wait must be between 0 and 30, got {wait}"))
+        })
+}
+
 /// Query parameters of `GET /store/orders/{orderId}`.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct GetOrderParams {
@@ -168,6 +259,50 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("limit must be between")
+        );
+    }
+
+    #[test]
+    fn event_parameters_are_checked_and_name_what_is_wrong() {
+        let parse = |query: &str| {
+            serde_urlencoded::from_str::<ListEventsParams>(query).map_err(|e| e.to_string())
+        };
+        let params = parse("").unwrap();
+        assert_eq!(
+            (params.after, params.limit.get(), params.wait),
+            (None, 20, 0)
+        );
+        assert_eq!(params.types, None);
+        let params =
+            parse("after=0042&types=order.placed,pet.created,order.placed&wait=30").unwrap();
+        assert_eq!((params.after, params.wait), (Some(42), 30));
+        assert_eq!(params.types.unwrap().to_param(), "order.placed,pet.created");
+        assert!(
+            parse("after=-1")
+                .unwrap_err()
+                .contains("after must be the id of an event")
+        );
+        assert!(parse("after=").unwrap_err().contains("after must be"));
+        assert!(
+            parse("after=99999999999999999999")
+                .unwrap_err()
+                .contains("after")
+        );
+        assert!(
+            parse("types=order.shipped")
+                .unwrap_err()
+                .contains("\"order.shipped\"")
+        );
+        assert!(parse("types=").unwrap_err().contains("types must be"));
+        assert!(
+            parse("wait=31")
+                .unwrap_err()
+                .contains("wait must be between 0 and 30")
+        );
+        assert!(
+            parse("wait=x")
+                .unwrap_err()
+                .contains("wait must be an integer")
         );
     }
 

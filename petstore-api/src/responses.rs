@@ -69,6 +69,32 @@ impl OrdersPageHeaders {
     }
 }
 
+/// The headers of `listEvents`' `200`: the feed has no end, so a `next`
+/// link is always sent.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct EventsPageHeaders {
+    /// Always present: where to read on, as
+    /// `</v1/events?limit=L&types=T&wait=W&after=ID>; rel="next"` (RFC
+    /// 8288), keeping the request's `limit`, `types` and `wait`.
+    #[serde(rename = "Link")]
+    pub link: String,
+}
+
+impl EventsPageHeaders {
+    /// The `next` link to read on after `next_after`, keeping the request's
+    /// `limit`, `types` (when given) and `wait` (when not 0).
+    pub fn next(limit: u32, types: Option<&str>, wait: u32, next_after: i64) -> EventsPageHeaders {
+        let wait = (wait > 0).then_some(wait);
+        let filters: [(&str, Option<&dyn Display>); 2] = [
+            ("types", types.as_ref().map(|t| t as &dyn Display)),
+            ("wait", wait.as_ref().map(|w| w as &dyn Display)),
+        ];
+        EventsPageHeaders {
+            link: next_link("/v1/events", limit, &filters, next_after),
+        }
+    }
+}
+
 /// A `next` link (RFC 8288) to `path`, keeping `limit` and the filters that
 /// were given, after `last_id`. The values need no escaping: they are
 /// numbers and enum spellings.

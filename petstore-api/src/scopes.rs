@@ -35,16 +35,21 @@ pub enum Scope {
     /// `inventory:read`: read the inventory.
     #[strum(serialize = "inventory:read")]
     InventoryRead = 4,
+    /// `events:read`: read the feed of events (since 1.6.0); which events
+    /// follows the key's other scopes.
+    #[strum(serialize = "events:read")]
+    EventsRead = 5,
 }
 
 impl Scope {
     /// Every scope, in the contract's order.
-    pub const ALL: [Scope; 5] = [
+    pub const ALL: [Scope; 6] = [
         Scope::PetsRead,
         Scope::PetsWrite,
         Scope::OrdersPlace,
         Scope::OrdersManage,
         Scope::InventoryRead,
+        Scope::EventsRead,
     ];
 
     /// The scope's name in the contract.
@@ -61,7 +66,7 @@ fn unknown_scope(name: &str) -> UnknownScope {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
     "{0:?} is not a scope; the scopes are pets:read, pets:write, orders:place, orders:manage, \
-     inventory:read (or all)"
+     inventory:read, events:read (or all)"
 )]
 pub struct UnknownScope(pub String);
 
@@ -148,6 +153,7 @@ pub fn admitting(operation_id: &str) -> &'static [Scope] {
         "placeOrder" => &[Scope::OrdersPlace],
         "listOrders" | "getOrder" | "updateOrder" => &[Scope::OrdersPlace, Scope::OrdersManage],
         "getInventory" => &[Scope::InventoryRead],
+        "listEvents" => &[Scope::EventsRead],
         _ => &[],
     }
 }
@@ -181,7 +187,7 @@ mod tests {
             .iter()
             .map(|&s| Scopes::NONE.with(s).bits())
             .collect();
-        assert_eq!(bits, [1, 2, 4, 8, 16]);
+        assert_eq!(bits, [1, 2, 4, 8, 16, 32]);
         assert_eq!(Scope::ALL.into_iter().collect::<Scopes>(), Scopes::ALL);
     }
 }

@@ -86,8 +86,8 @@ pub mod types {
 `insufficient_scope`, `not_found`, `method_not_allowed`,
 `request_timeout`, `idempotency_key_in_use`, `pet_not_available`,
 `invalid_transition`, `payload_too_large`, `idempotency_key_reused`,
-`pet_not_found`, `rate_limited`, `internal_error` or
-`service_unavailable`. More may be added in a minor version:
+`pet_not_found`, `cursor_expired`, `rate_limited`,
+`internal_error` or `service_unavailable`. More may be added in a minor version:
 treat an unknown code like the generic error of its HTTP status.
 */
         pub code: ::std::string::String,
@@ -99,6 +99,61 @@ treat an unknown code like the generic error of its HTTP status.
 
     impl Error {
         pub fn builder() -> builder::Error {
+            Default::default()
+        }
+    }
+
+    /**A change in the store, as a CloudEvent (CloudEvents 1.0, JSON format;
+since 1.6.0). `type` is `pet.created`, `pet.status_changed`,
+`order.placed`, `order.delivered` or `order.cancelled`; more types may
+be added in a minor version, so skip events of a type you do not
+know. `data` is the resource right after the change, in its contract
+shape: the `Pet` for `pet.*` events, the `Order` (without `placedBy`)
+for `order.*` events.
+*/
+    #[non_exhaustive]
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    pub struct Event {
+        /**The resource right after the change, in its contract shape: a `Pet`
+for `pet.*` events, an `Order` (without `placedBy`) for `order.*`
+events. Declared as an object, not as one of the two, so that a
+type added in a minor version may carry another resource without
+breaking a client that skips it.
+*/
+        pub data: ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+        ///The media type of `data`, always `application/json`.
+        pub datacontenttype: ::std::string::String,
+        /**The event's identifier: unique, increasing in the feed's order, and
+opaque (pass it back as `after`; compare it with nothing). Decimal
+digits.
+*/
+        pub id: ::std::string::String,
+        /**For `pet.status_changed` only: the animal's status before the change
+(its status after it is `data.status`). A CloudEvents extension
+attribute.
+*/
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub previousstatus: ::std::option::Option<PetStatus>,
+        ///Where the event happened, always `/v1` (the API's base path).
+        pub source: ::std::string::String,
+        ///The CloudEvents version, always `1.0`.
+        pub specversion: ::std::string::String,
+        ///The resource the event is about, below `source`: `pets/{petId}` or `store/orders/{orderId}`.
+        pub subject: ::std::string::String,
+        /**When the change was committed, in UTC, with six fractional digits
+(the order's `placedAt` for `order.placed`).
+*/
+        pub time: ::chrono::DateTime<::chrono::offset::Utc>,
+        /**What happened: `pet.created`, `pet.status_changed`, `order.placed`,
+`order.delivered` or `order.cancelled` (more may be added in a minor
+version).
+*/
+        #[serde(rename = "type")]
+        pub type_: ::std::string::String,
+    }
+
+    impl Event {
+        pub fn builder() -> builder::Event {
             Default::default()
         }
     }
@@ -118,6 +173,138 @@ treat an unknown code like the generic error of its HTTP status.
     impl Inventory {
         pub fn builder() -> builder::Inventory {
             Default::default()
+        }
+    }
+
+    ///`ListEventsAfter`
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct ListEventsAfter(::std::string::String);
+    impl ::std::ops::Deref for ListEventsAfter {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+
+    impl ::std::convert::From<ListEventsAfter> for ::std::string::String {
+        fn from(value: ListEventsAfter) -> Self {
+            value.0
+        }
+    }
+
+    impl ::std::str::FromStr for ListEventsAfter {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
+            { ::regress::Regex::new("^[0-9]{1,18}$").unwrap() });
+            if PATTERN.find(value).is_none() {
+                return Err("doesn't match pattern \"^[0-9]{1,18}$\"".into());
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+
+    impl ::std::convert::TryFrom<&str> for ListEventsAfter {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+
+    impl ::std::convert::TryFrom<::std::string::String> for ListEventsAfter {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+
+    impl<'de> ::serde::Deserialize<'de> for ListEventsAfter {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
+
+    ///`ListEventsTypes`
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct ListEventsTypes(::std::string::String);
+    impl ::std::ops::Deref for ListEventsTypes {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+
+    impl ::std::convert::From<ListEventsTypes> for ::std::string::String {
+        fn from(value: ListEventsTypes) -> Self {
+            value.0
+        }
+    }
+
+    impl ::std::str::FromStr for ListEventsTypes {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
+            {
+                ::regress::Regex::new(
+                        "^(pet\\.created|pet\\.status_changed|order\\.placed|order\\.delivered|order\\.cancelled)(,(pet\\.created|pet\\.status_changed|order\\.placed|order\\.delivered|order\\.cancelled))*$",
+                    )
+                    .unwrap()
+            });
+            if PATTERN.find(value).is_none() {
+                return Err(
+                    "doesn't match pattern \"^(pet\\.created|pet\\.status_changed|order\\.placed|order\\.delivered|order\\.cancelled)(,(pet\\.created|pet\\.status_changed|order\\.placed|order\\.delivered|order\\.cancelled))*$\""
+                        .into(),
+                );
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+
+    impl ::std::convert::TryFrom<&str> for ListEventsTypes {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+
+    impl ::std::convert::TryFrom<::std::string::String> for ListEventsTypes {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+
+    impl<'de> ::serde::Deserialize<'de> for ListEventsTypes {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
         }
     }
 
@@ -765,6 +952,202 @@ again).
         }
 
         #[derive(Clone, Debug)]
+        pub struct Event {
+            data: ::std::result::Result<
+                ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+                ::std::string::String,
+            >,
+            datacontenttype: ::std::result::Result<
+                ::std::string::String,
+                ::std::string::String,
+            >,
+            id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            previousstatus: ::std::result::Result<
+                ::std::option::Option<super::PetStatus>,
+                ::std::string::String,
+            >,
+            source: ::std::result::Result<::std::string::String, ::std::string::String>,
+            specversion: ::std::result::Result<
+                ::std::string::String,
+                ::std::string::String,
+            >,
+            subject: ::std::result::Result<::std::string::String, ::std::string::String>,
+            time: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            type_: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+
+        impl ::std::default::Default for Event {
+            fn default() -> Self {
+                Self {
+                    data: Err("no value supplied for data".to_string()),
+                    datacontenttype: Err(
+                        "no value supplied for datacontenttype".to_string(),
+                    ),
+                    id: Err("no value supplied for id".to_string()),
+                    previousstatus: Ok(Default::default()),
+                    source: Err("no value supplied for source".to_string()),
+                    specversion: Err("no value supplied for specversion".to_string()),
+                    subject: Err("no value supplied for subject".to_string()),
+                    time: Err("no value supplied for time".to_string()),
+                    type_: Err("no value supplied for type_".to_string()),
+                }
+            }
+        }
+
+        impl Event {
+            pub fn data<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.data = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for data: {e}")
+                    });
+                self
+            }
+            pub fn datacontenttype<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.datacontenttype = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for datacontenttype: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for id: {e}"));
+                self
+            }
+            pub fn previousstatus<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<super::PetStatus>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.previousstatus = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for previousstatus: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn source<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.source = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for source: {e}")
+                    });
+                self
+            }
+            pub fn specversion<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.specversion = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for specversion: {e}")
+                    });
+                self
+            }
+            pub fn subject<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.subject = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for subject: {e}")
+                    });
+                self
+            }
+            pub fn time<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.time = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for time: {e}")
+                    });
+                self
+            }
+            pub fn type_<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.type_ = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for type_: {e}")
+                    });
+                self
+            }
+        }
+
+        impl ::std::convert::TryFrom<Event> for super::Event {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: Event,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    data: value.data?,
+                    datacontenttype: value.datacontenttype?,
+                    id: value.id?,
+                    previousstatus: value.previousstatus?,
+                    source: value.source?,
+                    specversion: value.specversion?,
+                    subject: value.subject?,
+                    time: value.time?,
+                    type_: value.type_?,
+                })
+            }
+        }
+
+        impl ::std::convert::From<super::Event> for Event {
+            fn from(value: super::Event) -> Self {
+                Self {
+                    data: Ok(value.data),
+                    datacontenttype: Ok(value.datacontenttype),
+                    id: Ok(value.id),
+                    previousstatus: Ok(value.previousstatus),
+                    source: Ok(value.source),
+                    specversion: Ok(value.specversion),
+                    subject: Ok(value.subject),
+                    time: Ok(value.time),
+                    type_: Ok(value.type_),
+                }
+            }
+        }
+
+        #[derive(Clone, Debug)]
         pub struct Inventory {
             available: ::std::result::Result<i64, ::std::string::String>,
             pending: ::std::result::Result<i64, ::std::string::String>,
@@ -1275,6 +1658,8 @@ an idempotency key), list and read orders, deliver or cancel an order, and
 read the inventory of animals by status. Each API key may do what its
 scopes allow (since 1.4.0), and a customer's key sees only its own orders.
 Each API key has a rate limit, announced on every response (since 1.5.0).
+Every change is an event, read in commit order from a feed that clients
+follow with a cursor and long polls (since 1.6.0).
 
 This document is hand-written and is the source of truth for the service. The
 server re-emits its own document from code and CI compares the two.
@@ -1300,8 +1685,8 @@ Decisions where the interface specification is silent:
   `idempotency_key_in_use` (409),
   `pet_not_available` (409), `invalid_transition` (409),
   `payload_too_large` (413), `idempotency_key_reused` (422),
-  `pet_not_found` (422), `rate_limited` (429), `internal_error` (500) and
-  `service_unavailable` (503). Clients should
+  `cursor_expired` (410), `pet_not_found` (422), `rate_limited` (429),
+  `internal_error` (500) and `service_unavailable` (503). Clients should
   treat an unknown code like the generic error of its HTTP status.
 - **Requests outside the paths of this document (since 1.5.0).** They are
   answered in the `Error` body too: a path this document does not define
@@ -1383,13 +1768,15 @@ Decisions where the interface specification is silent:
   (add animals), `orders:place` (a customer: place orders, list and read the
   orders placed with the same key, cancel such an order while it is
   `placed`), `orders:manage` (staff: list and read every order, deliver or
-  cancel any order) and `inventory:read` (read the inventory). Each
+  cancel any order), `inventory:read` (read the inventory) and
+  `events:read` (read the feed of events, since 1.6.0). Each
   operation names the scopes that admit it in its description and in its
   `x-petstore-scopes` extension: any one of them suffices. A request whose
   key has none of them is `403` with code `insufficient_scope`, whose
   message names the missing scope, and changes nothing; a missing or
   invalid key is still `401` first. Keys made before 1.4.0 and keys given
-  in `PETSTORE_API_KEYS` have every scope. An order belongs to the API key
+  in `PETSTORE_API_KEYS` have every scope, and so do keys made with
+  `--scopes all`, including scopes added later. An order belongs to the API key
   that placed it: to a key with `orders:place` but not `orders:manage`,
   another key's order is `404`, as if it did not exist, and never appears
   in a list, a page or a `Link`. Revoking a key deletes none of its orders.
@@ -1424,12 +1811,34 @@ Decisions where the interface specification is silent:
   headers or its body (`408`, `request_timeout`, for a body), and refuses
   connections beyond its cap, so a slow or greedy client cannot hold the
   service's connections.
+- **Events (since 1.6.0).** Every change the service acknowledges is
+  written, in the same transaction, as an event: `pet.created`,
+  `pet.status_changed` (with the status before, `previousstatus`),
+  `order.placed`, `order.delivered` and `order.cancelled`; placing,
+  delivering or cancelling an order writes the order's event and then
+  its animal's. An event is a CloudEvent (CloudEvents 1.0, JSON format,
+  with the attribute names `specversion`, `id`, `source`, `type`,
+  `subject`, `time`, `datacontenttype` and `data`); `data` is the
+  resource right after the change. `GET /events` reads the feed:
+  every acknowledged change appears there exactly once, nothing that was
+  not committed ever does, and the events of any one animal or order
+  appear in the order they were committed. `id` increases in the feed's
+  order and is the cursor: a client that passes the last `id` it read
+  as `after` never misses an event, on any instance of the service,
+  whichever instance wrote it. An event is readable once every change
+  that could precede it in the feed is settled, usually within
+  milliseconds of its commit. A follower long-polls with `wait`
+  (at most 30 seconds, during which the request counts against the
+  key's requests in flight). Events are kept for the operator's
+  retention (30 days unless configured); a cursor older than that is
+  `410` (`cursor_expired`): start again without `after`. Who sees what
+  follows the scopes: see `listEvents`.
 - **Links (since 1.5.0).** `createPet`'s `201` links to `getPet`, and
   `placeOrder`'s `201` to `getOrder` and `updateOrder`, each through the
   created item's `id` (OpenAPI `links`).
 
 
-Version: 1.5.0*/
+Version: 1.6.0*/
 pub struct Client {
     pub(crate) baseurl: String,
     pub(crate) client: reqwest::Client,
@@ -1469,7 +1878,7 @@ impl Client {
 
 impl ClientInfo<()> for Client {
     fn api_version() -> &'static str {
-        "1.5.0"
+        "1.6.0"
     }
 
     fn baseurl(&self) -> &str {
@@ -1576,7 +1985,7 @@ let response = client.get_pet()
     .await;
 ```*/
     #[deprecated(
-        since = "1.5.0",
+        since = "1.6.0",
         note = "this operation will be removed on 5 December 2030; use list_pets with the status filter instead"
     )]
     #[allow(deprecated)]
@@ -1737,6 +2146,56 @@ let response = client.get_inventory()
 ```*/
     pub fn get_inventory(&self) -> builder::GetInventory<'_> {
         builder::GetInventory::new(self)
+    }
+
+    /**Read the feed of events
+
+Returns at most `limit` events (20 when `limit` is omitted) in the
+feed's order, as a plain JSON array of CloudEvents: the changes
+committed after the event `after` (from the oldest retained event
+when `after` is omitted), of the `types` asked for, that the API key
+may see. To read on, pass the `id` of the last event read as `after`,
+or follow the `Link` header's `next` target, which every `200`
+carries: the feed has no end.
+
+With `wait`, a request that finds nothing newer than `after` waits up
+to that many seconds and is answered as soon as an event it may see
+is committed, or with an empty array when the wait ends.
+
+A cursor older than the retention (its events were purged) is `410`
+(`cursor_expired`): start again without `after`.
+
+Scope: `events:read`. Which events the key then sees follows its
+other scopes: `pet.*` with `pets:read`; `order.*` with
+`orders:manage` (every order), or with `orders:place` (only the
+orders placed with the same key).
+
+
+Sends a `GET` request to `/events`
+
+Arguments:
+- `after`: Return only events after this one: the `id` of the last event
+read. An `id` the feed has not reached yet gives an empty array
+(or waits, with `wait`).
+
+- `limit`: Maximum number of events returned (1 to 100, default 20).
+- `types`: Return only events of these types, comma-separated (for example
+`order.placed,order.delivered`). An unknown type is `400`.
+
+- `wait`: When no event follows `after` yet, wait up to this many seconds
+(0 to 30, default 0: answer at once) for one.
+
+```ignore
+let response = client.list_events()
+    .after(after)
+    .limit(limit)
+    .types(types)
+    .wait(wait)
+    .send()
+    .await;
+```*/
+    pub fn list_events(&self) -> builder::ListEvents<'_> {
+        builder::ListEvents::new(self)
     }
 }
 
@@ -2060,7 +2519,7 @@ pub mod builder {
 [`Client::get_pet`]: super::Client::get_pet*/
     #[derive(Debug, Clone)]
     #[deprecated(
-        since = "1.5.0",
+        since = "1.6.0",
         note = "this operation will be removed on 5 December 2030; use list_pets with the status filter instead"
     )]
     pub struct GetPet<'a> {
@@ -2867,6 +3326,175 @@ pub mod builder {
                     )
                 }
                 403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                429u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+
+    /**Builder for [`Client::list_events`]
+
+[`Client::list_events`]: super::Client::list_events*/
+    #[derive(Debug, Clone)]
+    pub struct ListEvents<'a> {
+        client: &'a super::Client,
+        after: Result<Option<types::ListEventsAfter>, String>,
+        limit: Result<Option<::std::num::NonZeroU32>, String>,
+        types: Result<Option<types::ListEventsTypes>, String>,
+        wait: Result<Option<i32>, String>,
+    }
+
+    impl<'a> ListEvents<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                after: Ok(None),
+                limit: Ok(None),
+                types: Ok(None),
+                wait: Ok(None),
+            }
+        }
+
+        pub fn after<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::ListEventsAfter>,
+        {
+            self.after = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `ListEventsAfter` for after failed".to_string()
+                });
+            self
+        }
+
+        pub fn limit<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::num::NonZeroU32>,
+        {
+            self.limit = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: num :: NonZeroU32` for limit failed"
+                        .to_string()
+                });
+            self
+        }
+
+        pub fn types<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::ListEventsTypes>,
+        {
+            self.types = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `ListEventsTypes` for types failed".to_string()
+                });
+            self
+        }
+
+        pub fn wait<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<i32>,
+        {
+            self.wait = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| "conversion to `i32` for wait failed".to_string());
+            self
+        }
+
+        ///Sends a `GET` request to `/events`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<::std::vec::Vec<types::Event>>, Error<types::Error>> {
+            let Self { client, after, limit, types, wait } = self;
+            let after = after.map_err(Error::InvalidRequest)?;
+            let limit = limit.map_err(Error::InvalidRequest)?;
+            let types = types.map_err(Error::InvalidRequest)?;
+            let wait = wait.map_err(Error::InvalidRequest)?;
+            let url = format!("{}/events", client.baseurl,);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .get(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .query(&progenitor_client::QueryParam::new("after", &after))
+                .query(&progenitor_client::QueryParam::new("limit", &limit))
+                .query(&progenitor_client::QueryParam::new("types", &types))
+                .query(&progenitor_client::QueryParam::new("wait", &wait))
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "list_events",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                410u16 => {
                     Err(
                         Error::ErrorResponse(
                             ResponseValue::from_response(response).await?,

@@ -1027,6 +1027,156 @@ pub mod operations {
             )
         }
     }
+
+    pub struct ListEventsWhen(::httpmock::When);
+    impl ListEventsWhen {
+        pub fn new(inner: ::httpmock::When) -> Self {
+            Self(
+                inner
+                    .method(::httpmock::Method::GET)
+                    .path_matches(regex::Regex::new("^/events$").unwrap()),
+            )
+        }
+
+        pub fn into_inner(self) -> ::httpmock::When {
+            self.0
+        }
+
+        pub fn after<'a, T>(self, value: T) -> Self
+        where
+            T: Into<Option<&'a types::ListEventsAfter>>,
+        {
+            if let Some(value) = value.into() {
+                Self(self.0.query_param("after", value.to_string()))
+            } else {
+                Self(self.0.query_param_missing("after"))
+            }
+        }
+
+        pub fn limit<T>(self, value: T) -> Self
+        where
+            T: Into<Option<::std::num::NonZeroU32>>,
+        {
+            if let Some(value) = value.into() {
+                Self(self.0.query_param("limit", value.to_string()))
+            } else {
+                Self(self.0.query_param_missing("limit"))
+            }
+        }
+
+        pub fn types<'a, T>(self, value: T) -> Self
+        where
+            T: Into<Option<&'a types::ListEventsTypes>>,
+        {
+            if let Some(value) = value.into() {
+                Self(self.0.query_param("types", value.to_string()))
+            } else {
+                Self(self.0.query_param_missing("types"))
+            }
+        }
+
+        pub fn wait<T>(self, value: T) -> Self
+        where
+            T: Into<Option<i32>>,
+        {
+            if let Some(value) = value.into() {
+                Self(self.0.query_param("wait", value.to_string()))
+            } else {
+                Self(self.0.query_param_missing("wait"))
+            }
+        }
+    }
+
+    pub struct ListEventsThen(::httpmock::Then);
+    impl ListEventsThen {
+        pub fn new(inner: ::httpmock::Then) -> Self {
+            Self(inner)
+        }
+
+        pub fn into_inner(self) -> ::httpmock::Then {
+            self.0
+        }
+
+        pub fn ok(self, value: &::std::vec::Vec<types::Event>) -> Self {
+            Self(
+                self
+                    .0
+                    .status(200u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn bad_request(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(400u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn unauthorized(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(401u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn forbidden(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(403u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn gone(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(410u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn too_many_requests(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(429u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn internal_server_error(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(500u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn service_unavailable(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(503u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+    }
 }
 
 /// An extension trait for [`MockServer`](::httpmock::MockServer) that
@@ -1057,6 +1207,9 @@ pub trait MockServerExt: sealed::Sealed {
     fn get_inventory<F>(&self, config_fn: F) -> ::httpmock::Mock<'_>
     where
         F: FnOnce(operations::GetInventoryWhen, operations::GetInventoryThen);
+    fn list_events<F>(&self, config_fn: F) -> ::httpmock::Mock<'_>
+    where
+        F: FnOnce(operations::ListEventsWhen, operations::ListEventsThen);
 }
 
 impl MockServerExt for ::httpmock::MockServer {
@@ -1152,6 +1305,18 @@ impl MockServerExt for ::httpmock::MockServer {
             config_fn(
                 operations::GetInventoryWhen::new(when),
                 operations::GetInventoryThen::new(then),
+            )
+        })
+    }
+
+    fn list_events<F>(&self, config_fn: F) -> ::httpmock::Mock<'_>
+    where
+        F: FnOnce(operations::ListEventsWhen, operations::ListEventsThen),
+    {
+        self.mock(|when, then| {
+            config_fn(
+                operations::ListEventsWhen::new(when),
+                operations::ListEventsThen::new(then),
             )
         })
     }

@@ -29,6 +29,9 @@ pub struct Service {
     pub requests: Requests,
     /// How long the first `201` of an idempotency key is kept.
     pub idempotency_retention: Retention,
+    /// Becomes `true` when the server begins to shut down: long polls of
+    /// the feed answer at once rather than hold the shutdown up.
+    pub stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Service {

@@ -10,11 +10,16 @@ use petstore_api::body::StrictJson;
 use petstore_api::error::{ApiError, Keyed};
 use petstore_api::idempotency::{CreatedHeaders, IdempotencyKey};
 use petstore_api::model::{
-    Inventory, NewOrder, NewPet, Order, OrderInclude, OrderStatus, OrderUpdate, OrderUpdateStatus,
-    Pet, PetStatus,
+    Event, Inventory, NewOrder, NewPet, Order, OrderInclude, OrderStatus, OrderUpdate,
+    OrderUpdateStatus, Pet, PetStatus,
 };
-use petstore_api::params::{GetOrderParams, ListOrdersParams, ListPetsParams, OrderPath, PetPath};
-use petstore_api::responses::{DeprecationHeaders, OrdersPageHeaders, PageHeaders, PetsPage};
+use petstore_api::params::{
+    EventTypes, GetOrderParams, ListEventsParams, ListOrdersParams, ListPetsParams, OrderPath,
+    PetPath,
+};
+use petstore_api::responses::{
+    DeprecationHeaders, EventsPageHeaders, OrdersPageHeaders, PageHeaders, PetsPage,
+};
 use petstore_api::scopes::Scope;
 use petstore_api::{LIMIT_MAX, PetstoreApi};
 
@@ -23,9 +28,13 @@ use crate::keyring::unix_now;
 use crate::metrics::KeyedOutcome;
 use crate::storage::idempotency::{fingerprint, order_fingerprint};
 use crate::storage::{
-    self, CreateOutcome, Idempotency, ListQuery, OrderQuery, Owner, OwnerId, PlaceOutcome,
-    PlacedBy, StorageError, StoredOrder, UpdateOutcome,
+    self, CreateOutcome, EventKind, EventPage, EventQuery, EventsOutcome, Idempotency, ListQuery,
+    OrderQuery, Owner, OwnerId, PlaceOutcome, PlacedBy, StorageError, StoredOrder, UpdateOutcome,
 };
+
+use std::time::Duration;
+
+use enumset::EnumSet;
 
 // Every page the contract allows, the storage can serve.
 const _: () = assert!(LIMIT_MAX as u32 <= storage::LIST_MAX);
@@ -52,6 +61,66 @@ fn placed_by_shown_to(
             "include=placedBy",
             &[Scope::OrdersManage],
         )),
+    }
+}
+
+/// The kinds of event a request reads: those of the `types` asked for (all
+/// without the filter) that the key may see — `pet.*` with `pets:read`,
+/// `order.*` with `orders:place` or `orders:manage` (whose orders, the
+/// query's owner says).
+fn visible_kinds(auth: &Authenticated, types: Option<&EventTypes>) -> EnumSet<EventKind> {
+    let wanted = match types {
+        None => EnumSet::all(),
+        Some(types) => types.iter().map(EventKind::of_type).collect(),
+    };
+    let may_see = |kind: &EventKind| {
+        if kind.is_order() {
+            auth.may(Scope::OrdersPlace) || auth.may(Scope::OrdersManage)
+        } else {
+            auth.may(Scope::PetsRead)
+        }
+    };
+    wanted.iter().filter(may_see).collect()
+}
+
+/// Reads pages of the feed until one has an event, or one that is empty
+/// although the head was not reached (a filter skipped every row it
+/// examined: the client reads on at once), or the wait ends, or the server
+/// stops. An empty page at the head waits for the head to move past it,
+/// with no query meanwhile.
+async fn feed_page(
+    context: &Service,
+    mut query: EventQuery,
+    wait: Duration,
+) -> Result<EventPage, ApiError> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut head = context.storage.events_head();
+    let mut stopping = context.stopping.clone();
+    loop {
+        let outcome = context
+            .storage
+            .events(query)
+            .await
+            .map_err(storage_failure(context))?;
+        let page = match outcome {
+            EventsOutcome::Page(page) => page,
+            EventsOutcome::Expired { floor } => {
+                return Err(ApiError::cursor_expired(query.after.unwrap_or(0), floor));
+            }
+        };
+        if !page.events.is_empty() || !page.at_head || tokio::time::Instant::now() >= deadline {
+            return Ok(page);
+        }
+        let moved = tokio::select! {
+            moved = tokio::time::timeout_at(deadline, head.wait_for(|head| *head > page.head)) => {
+                matches!(moved, Ok(Ok(_)))
+            }
+            _ = stopping.wait_for(|stopping| *stopping) => false,
+        };
+        if !moved {
+            return Ok(page);
+        }
+        query.after = Some(page.next_after);
     }
 }
 
@@ -367,5 +436,41 @@ impl PetstoreApi for PetstoreImpl {
             .await
             .map_err(storage_failure(context))?;
         Ok(HttpResponseOk(inventory))
+    }
+
+    async fn list_events(
+        rqctx: RequestContext<ApiContext>,
+        auth: Authenticated,
+        query: Query<ListEventsParams>,
+    ) -> Result<HttpResponseHeaders<HttpResponseOk<Vec<Event>>, EventsPageHeaders>, ApiError> {
+        let params = query.into_inner();
+        let limit = params.limit.get();
+        let context = service(&rqctx)?;
+        let query = EventQuery {
+            after: params.after,
+            limit,
+            kinds: visible_kinds(&auth, params.types.as_ref()),
+            owner: only_own(&auth),
+        };
+        let wait = Duration::from_secs(u64::from(params.wait));
+        let page = feed_page(context, query, wait).await?;
+        let types = params.types.as_ref().map(EventTypes::to_param);
+        let headers =
+            EventsPageHeaders::next(limit, types.as_deref(), params.wait, page.next_after);
+        let events = page
+            .events
+            .into_iter()
+            .map(|event| {
+                let previous = event.kind.status_change().map(|(from, _)| from);
+                Event::new(
+                    event.id,
+                    event.kind.event_type(),
+                    event.time,
+                    previous,
+                    event.data,
+                )
+            })
+            .collect();
+        Ok(HttpResponseHeaders::new(HttpResponseOk(events), headers))
     }
 }

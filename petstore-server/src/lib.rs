@@ -36,7 +36,7 @@ pub mod tls;
 
 pub use edge::EdgeLimits;
 pub use server::{
-    IDEMPOTENCY_RETENTION_MIN, RunningServer, ServerConfig, ShutdownError, ShutdownReport,
-    StartError, start,
+    EVENTS_RETENTION_DEFAULT, IDEMPOTENCY_RETENTION_MIN, RunningServer, ServerConfig,
+    ShutdownError, ShutdownReport, StartError, start,
 };
 pub use tls::{TlsError, TlsFiles};

@@ -114,6 +114,7 @@ async fn serve(settings: ServeSettings, open_files: OpenFiles) -> anyhow::Result
             },
             tls: settings.tls()?,
             idempotency_retention: settings.idempotency_retention,
+            events_retention: settings.events_retention,
             docs: settings.docs == Switch::On,
             rate_limits: settings.rate_limits(),
             edge: settings.edge.limits(),

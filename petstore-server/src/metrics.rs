@@ -193,6 +193,8 @@ pub struct Metrics {
     idempotency_purged: Counter,
     keys: Family<StateLabels, Gauge>,
     pets: Gauge,
+    events: Gauge,
+    oldest_event_age: Gauge<f64, std::sync::atomic::AtomicU64>,
     pool_max: Gauge,
     shared_max: Gauge,
     shared_open: Gauge,
@@ -340,6 +342,18 @@ impl Metrics {
                 r,
                 "pets",
                 "Pets stored (on PostgreSQL above 100,000: the planner's estimate)",
+                Gauge::default(),
+            ),
+            events: registered(
+                r,
+                "events",
+                "Events kept in the feed (on PostgreSQL above 100,000: the planner's estimate)",
+                Gauge::default(),
+            ),
+            oldest_event_age: registered(
+                r,
+                "events_oldest_age_seconds",
+                "How long ago the oldest event kept in the feed was committed (0 when none is)",
                 Gauge::default(),
             ),
             shared_max: registered(
@@ -517,6 +531,15 @@ impl Metrics {
         let stats = tokio::time::timeout(std::time::Duration::from_secs(1), storage.stats()).await;
         if let Ok(Ok(stats)) = stats {
             self.pets.set(i64::try_from(stats.pets).unwrap_or(i64::MAX));
+            self.events
+                .set(i64::try_from(stats.events).unwrap_or(i64::MAX));
+            let oldest_age = stats.oldest_event.map_or(0.0, |oldest| {
+                (chrono::Utc::now() - oldest)
+                    .num_microseconds()
+                    .unwrap_or(0) as f64
+                    / 1e6
+            });
+            self.oldest_event_age.set(oldest_age.max(0.0));
             if let Some(pool) = stats.pool {
                 self.pool_max.set(pool.max as i64);
                 let idle = pool.idle as i64;

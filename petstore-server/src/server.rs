@@ -47,6 +47,9 @@ pub struct ServerConfig {
     /// replayed); the contract promises at least
     /// [`IDEMPOTENCY_RETENTION_MIN`].
     pub idempotency_retention: Duration,
+    /// How long events are kept in the feed (since contract 1.6.0); older
+    /// ones are purged, and a cursor before them is `410`.
+    pub events_retention: Duration,
     /// Serve the contract (`/openapi.yaml`, `/openapi.json`) and the
     /// interactive page (`/docs/`).
     pub docs: bool,
@@ -60,6 +63,12 @@ pub struct ServerConfig {
 /// The shortest retention of idempotency keys the contract allows, and the
 /// default: 24 hours.
 pub const IDEMPOTENCY_RETENTION_MIN: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// How long events are kept when not configured: 30 days.
+pub const EVENTS_RETENTION_DEFAULT: Duration = Duration::from_secs(30 * 24 * 60 * 60);
+
+/// How many events one purge transaction deletes at most.
+const EVENTS_PURGE_BATCH: usize = 1000;
 
 /// Why the server did not start.
 #[derive(Debug, thiserror::Error)]
@@ -131,6 +140,9 @@ pub struct RunningServer {
     key_store: Arc<dyn KeyStorage>,
     key_refresh: JoinHandle<()>,
     purge: JoinHandle<()>,
+    events_purge: JoinHandle<()>,
+    /// Told when the shutdown begins (long polls answer at once).
+    stopping: watch::Sender<bool>,
     tls: Option<TlsFiles>,
     /// With rate limits on: this instance's name in the heartbeats, and
     /// the task that beats.
@@ -176,6 +188,7 @@ impl RunningServer {
     /// up to `deadline`; then drops the connections still open, closes the
     /// database and reports how many requests were cut.
     pub async fn shutdown(mut self, deadline: Duration) -> Result<ShutdownReport, ShutdownError> {
+        self.stopping.send_replace(true);
         let drained = tokio::time::timeout(deadline, self.api.drain()).await;
         let report = ShutdownReport {
             deadline_passed: drained.is_err(),
@@ -204,6 +217,7 @@ impl RunningServer {
         }
         self.key_refresh.abort();
         self.purge.abort();
+        self.events_purge.abort();
         if let Some((instance, beating)) = self.heartbeat {
             beating.abort();
             // The other instances take this one's share at once, not once
@@ -302,6 +316,7 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
         ..Default::default()
     };
     let requests = Requests::default();
+    let stopping = watch::Sender::new(false);
     let service = Service {
         keys: Arc::clone(&keys),
         notes,
@@ -309,6 +324,7 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
         storage: Arc::clone(&storage),
         requests: requests.clone(),
         idempotency_retention: Retention::new(config.idempotency_retention),
+        stopping: stopping.subscribe(),
     };
     let context =
         ApiContext::new(Arc::new(service)).with_body_read_timeout(config.edge.body_read_timeout);
@@ -386,6 +402,11 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
         log.clone(),
         Arc::clone(&metrics),
     ));
+    let events_purge = tokio::spawn(purge_old_events(
+        Arc::clone(&storage),
+        config.events_retention,
+        log.clone(),
+    ));
     let heartbeat = match limits {
         Some(limits) => {
             let instance = uuid::Uuid::new_v4().to_string();
@@ -424,6 +445,8 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
         key_store: database.keys,
         key_refresh,
         purge,
+        events_purge,
+        stopping,
         tls: config.tls,
         heartbeat,
     })
@@ -478,6 +501,47 @@ async fn purge_expired_idempotency(
         }
         if purged > 0 {
             slog::info!(log, "purged expired idempotency records"; "records" => purged);
+        }
+    }
+}
+
+/// How often old events are looked for: a tenth of the retention, between
+/// 1 second and 1 minute (so that a short retention, in tests, is kept to
+/// closely, and a long one costs a statement a minute).
+fn events_purge_interval(retention: Duration) -> Duration {
+    (retention / 10).clamp(Duration::from_secs(1), Duration::from_secs(60))
+}
+
+/// Deletes events older than `retention`, oldest first, in short batches
+/// (each a transaction of its own); runs until aborted. A failure is logged
+/// and tried again next round.
+async fn purge_old_events(storage: Arc<dyn Storage>, retention: Duration, log: slog::Logger) {
+    loop {
+        tokio::time::sleep(events_purge_interval(retention)).await;
+        let Some(before) = chrono::TimeDelta::from_std(retention)
+            .ok()
+            .and_then(|retention| chrono::Utc::now().checked_sub_signed(retention))
+        else {
+            continue;
+        };
+        let mut purged = 0;
+        loop {
+            match storage.purge_events(before, EVENTS_PURGE_BATCH).await {
+                Ok(deleted) => {
+                    purged += deleted;
+                    if deleted < EVENTS_PURGE_BATCH {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    slog::warn!(log, "purging old events failed; trying again later";
+                        "error" => petstore_api::error::chain(&e));
+                    break;
+                }
+            }
+        }
+        if purged > 0 {
+            slog::info!(log, "purged events past the retention"; "events" => purged);
         }
     }
 }

@@ -15,7 +15,9 @@ use petstore_server::keys::ApiKeys;
 use petstore_server::logging::{self, LogFormat, LogSettings};
 use petstore_server::ratelimit::RateLimits;
 use petstore_server::storage::{self, DatabaseUrl, StoredKey};
-use petstore_server::{IDEMPOTENCY_RETENTION_MIN, RunningServer, ServerConfig};
+use petstore_server::{
+    EVENTS_RETENTION_DEFAULT, IDEMPOTENCY_RETENTION_MIN, RunningServer, ServerConfig,
+};
 pub use petstore_support::{blocking, eventually, eventually_async, postgres};
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde_json::Value;
@@ -137,6 +139,24 @@ macro_rules! on_every_backend {
     )*};
 }
 
+/// How a test server is configured beyond its database.
+#[derive(Clone, Copy, Debug)]
+struct Options {
+    idempotency_retention: Duration,
+    events_retention: Duration,
+    rate_limits: Option<RateLimits>,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            idempotency_retention: IDEMPOTENCY_RETENTION_MIN,
+            events_retention: EVENTS_RETENTION_DEFAULT,
+            rate_limits: None,
+        }
+    }
+}
+
 /// A running server and the database it owns.
 pub struct TestServer {
     server: Option<RunningServer>,
@@ -145,8 +165,7 @@ pub struct TestServer {
     addr: SocketAddr,
     admin_addr: Option<SocketAddr>,
     client: reqwest::Client,
-    idempotency_retention: Duration,
-    rate_limits: Option<RateLimits>,
+    options: Options,
     // Dropped after the server (fields drop in order).
     database: TestDatabase,
 }
@@ -177,12 +196,29 @@ impl TestServer {
         database: TestDatabase,
         retention: Duration,
     ) -> TestServer {
-        TestServer::start_configured(database, retention, None).await
+        let options = Options {
+            idempotency_retention: retention,
+            ..Options::default()
+        };
+        TestServer::start_configured(database, options).await
+    }
+
+    /// Starts a server on `database` that keeps events for `retention`.
+    pub async fn start_keeping_events(database: TestDatabase, retention: Duration) -> TestServer {
+        let options = Options {
+            events_retention: retention,
+            ..Options::default()
+        };
+        TestServer::start_configured(database, options).await
     }
 
     /// Starts a server on `database` with rate limits on, as `limits` say.
     pub async fn start_limited(database: TestDatabase, limits: RateLimits) -> TestServer {
-        TestServer::start_configured(database, IDEMPOTENCY_RETENTION_MIN, Some(limits)).await
+        let options = Options {
+            rate_limits: Some(limits),
+            ..Options::default()
+        };
+        TestServer::start_configured(database, options).await
     }
 
     /// Another instance beside this one, on the same database and with the
@@ -194,16 +230,12 @@ impl TestServer {
             dir: tempfile::tempdir().expect("temporary directory"),
             _postgres: None,
         };
-        TestServer::start_configured(database, self.idempotency_retention, self.rate_limits).await
+        TestServer::start_configured(database, self.options).await
     }
 
-    async fn start_configured(
-        database: TestDatabase,
-        retention: Duration,
-        rate_limits: Option<RateLimits>,
-    ) -> TestServer {
+    async fn start_configured(database: TestDatabase, options: Options) -> TestServer {
         let log = LogBuffer::default();
-        let server = launch(&database.url, &log, retention, rate_limits).await;
+        let server = launch(&database.url, &log, options).await;
         TestServer {
             addr: server.local_addr(),
             admin_addr: server.admin_addr(),
@@ -214,8 +246,7 @@ impl TestServer {
                 .timeout(REQUEST_TIMEOUT)
                 .build()
                 .expect("an HTTP client"),
-            idempotency_retention: retention,
-            rate_limits,
+            options,
         }
     }
 
@@ -233,13 +264,7 @@ impl TestServer {
     /// database (and a new port).
     pub async fn restart(&mut self) {
         self.stop().await;
-        let server = launch(
-            &self.database.url,
-            &self.log,
-            self.idempotency_retention,
-            self.rate_limits,
-        )
-        .await;
+        let server = launch(&self.database.url, &self.log, self.options).await;
         self.addr = server.local_addr();
         self.admin_addr = server.admin_addr();
         self.server = Some(server);
@@ -532,21 +557,17 @@ impl TestServer {
     }
 }
 
-async fn launch(
-    database: &DatabaseUrl,
-    log: &LogBuffer,
-    retention: Duration,
-    rate_limits: Option<RateLimits>,
-) -> RunningServer {
+async fn launch(database: &DatabaseUrl, log: &LogBuffer, options: Options) -> RunningServer {
     let config = ServerConfig {
         bind: "127.0.0.1:0".parse().expect("an address"),
         database: database.clone(),
         api_keys: ApiKeys::parse(&format!("{KEY},{OTHER_KEY}")).expect("valid keys"),
         admin_bind: Some("127.0.0.1:0".parse().expect("an address")),
         tls: None,
-        idempotency_retention: retention,
+        idempotency_retention: options.idempotency_retention,
+        events_retention: options.events_retention,
         docs: true,
-        rate_limits,
+        rate_limits: options.rate_limits,
         edge: Default::default(),
     };
     let settings = LogSettings {

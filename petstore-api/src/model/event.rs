@@ -109,13 +109,17 @@ pub struct Event {
     /// change (its status after it is `data.status`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub previousstatus: Option<PetStatus>,
-    /// The resource right after the change: a `Pet` for `pet.*` events, an
-    /// `Order` for `order.*` events.
+    /// The resource right after the change, in its contract shape: a `Pet`
+    /// for `pet.*` events, an `Order` (without `placedBy`) for `order.*`
+    /// events. Declared as an object, not as one of the two, so that a type
+    /// added in a minor version may carry another resource without breaking
+    /// a client that skips it.
+    #[schemars(with = "serde_json::Map<String, serde_json::Value>")]
     pub data: EventData,
 }
 
 /// The resource an event carries.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 #[allow(missing_docs)]
 pub enum EventData {

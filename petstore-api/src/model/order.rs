@@ -97,7 +97,10 @@ pub struct Order {
 /// The contract's spelling of a time: RFC 3339 in UTC, always six
 /// fractional digits and `Z` (chrono's own serialisation drops trailing
 /// zeros, so a time's width would vary).
-pub(crate) fn rfc3339_micros<S: Serializer>(time: &DateTime<Utc>, serializer: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn rfc3339_micros<S: Serializer>(
+    time: &DateTime<Utc>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
     serializer.collect_str(&time.to_rfc3339_opts(SecondsFormat::Micros, true))
 }
 

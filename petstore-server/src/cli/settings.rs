@@ -128,6 +128,16 @@ pub struct ServeArgs {
     )]
     #[serde(serialize_with = "duration")]
     pub idempotency_retention: Duration,
+    /// How long events are kept in the feed (GET /v1/events), e.g. 30d or 12h; a client
+    /// whose cursor is older gets 410 and starts again
+    #[arg(
+        long,
+        env = "PETSTORE_EVENTS_RETENTION",
+        value_parser = parse_events_retention,
+        default_value = "30d"
+    )]
+    #[serde(serialize_with = "duration")]
+    pub events_retention: Duration,
     /// The contract (/openapi.yaml, /openapi.json) and an interactive page (/docs/),
     /// no API key needed to read them
     #[arg(long, env = "PETSTORE_DOCS", default_value = "on")]
@@ -279,6 +289,15 @@ fn parse_retention(text: &str) -> Result<Duration, String> {
             "{text} is shorter than 24h: the contract promises clients that an idempotency key \
              is kept for at least 24 hours"
         ));
+    }
+    Ok(retention)
+}
+
+fn parse_events_retention(text: &str) -> Result<Duration, String> {
+    let retention = humantime::parse_duration(text)
+        .map_err(|e| format!("{e}; expected a duration such as 30d or 12h"))?;
+    if retention < Duration::from_secs(1) {
+        return Err(format!("{text} is shorter than a second"));
     }
     Ok(retention)
 }
@@ -683,6 +702,7 @@ mod tests {
             access_log = \"off\"\n\
             shutdown_timeout = 0\n\
             idempotency_retention = \"7days 3h\"\n\
+            events_retention = \"12h\"\n\
             docs = \"off\"\n\
             rate_limits = \"on\"\n\
             key_rate = \"6000/min\"\n\

@@ -70,7 +70,9 @@ impl EventKind {
 
     /// The kind stored as `code`, if any.
     pub fn from_code(code: i64) -> Option<EventKind> {
-        EventKind::ALL.into_iter().find(|kind| i64::from(kind.code()) == code)
+        EventKind::ALL
+            .into_iter()
+            .find(|kind| i64::from(kind.code()) == code)
     }
 
     /// The contract's event type.

@@ -16,9 +16,7 @@ mod postgres;
 mod sqlite;
 mod url;
 
-pub use events::{
-    EVENT_SCAN_MAX, EventKind, EventPage, EventQuery, EventsOutcome, StoredEvent,
-};
+pub use events::{EVENT_SCAN_MAX, EventKind, EventPage, EventQuery, EventsOutcome, StoredEvent};
 pub use idempotency::{CreateOutcome, Fingerprint, Idempotency, PURGE_BATCH, Retention};
 pub use keys::{KeyError, KeyStorage, Revoked, StoredKey};
 pub use orders::{

@@ -25,6 +25,7 @@ impl<T: CliConfig> Cli<T> {
             CliCommand::GetOrder => Self::cli_get_order(),
             CliCommand::UpdateOrder => Self::cli_update_order(),
             CliCommand::GetInventory => Self::cli_get_inventory(),
+            CliCommand::ListEvents => Self::cli_list_events(),
         }
     }
 
@@ -300,6 +301,47 @@ impl<T: CliConfig> Cli<T> {
             )
     }
 
+    pub fn cli_list_events() -> ::clap::Command {
+        ::clap::Command::new("")
+            .arg(
+                ::clap::Arg::new("after")
+                    .long("after")
+                    .value_parser(::clap::value_parser!(types::ListEventsAfter))
+                    .required(false)
+                    .help(
+                        "Return only events after this one: the `id` of the last event\nread. An `id` the feed has not reached yet gives an empty array\n(or waits, with `wait`).\n",
+                    ),
+            )
+            .arg(
+                ::clap::Arg::new("limit")
+                    .long("limit")
+                    .value_parser(::clap::value_parser!(::std::num::NonZeroU32))
+                    .required(false)
+                    .help("Maximum number of events returned (1 to 100, default 20)."),
+            )
+            .arg(
+                ::clap::Arg::new("types")
+                    .long("types")
+                    .value_parser(::clap::value_parser!(types::ListEventsTypes))
+                    .required(false)
+                    .help(
+                        "Return only events of these types, comma-separated (for example\n`order.placed,order.delivered`). An unknown type is `400`.\n",
+                    ),
+            )
+            .arg(
+                ::clap::Arg::new("wait")
+                    .long("wait")
+                    .value_parser(::clap::value_parser!(i32))
+                    .required(false)
+                    .help(
+                        "When no event follows `after` yet, wait up to this many seconds\n(0 to 30, default 0: answer at once) for one.\n",
+                    ),
+            )
+            .about(
+                "Read the feed of events\n\nReturns at most `limit` events (20 when `limit` is omitted) in the\nfeed's order, as a plain JSON array of CloudEvents: the changes\ncommitted after the event `after` (from the oldest retained event\nwhen `after` is omitted), of the `types` asked for, that the API key\nmay see. To read on, pass the `id` of the last event read as `after`,\nor follow the `Link` header's `next` target, which every `200`\ncarries: the feed has no end.\n\nWith `wait`, a request that finds nothing newer than `after` waits up\nto that many seconds and is answered as soon as an event it may see\nis committed, or with an empty array when the wait ends.\n\nA cursor older than the retention (its events were purged) is `410`\n(`cursor_expired`): start again without `after`.\n\nScope: `events:read`. Which events the key then sees follows its\nother scopes: `pet.*` with `pets:read`; `order.*` with\n`orders:manage` (every order), or with `orders:place` (only the\norders placed with the same key).\n",
+            )
+    }
+
     pub async fn execute(
         &self,
         cmd: CliCommand,
@@ -314,6 +356,7 @@ impl<T: CliConfig> Cli<T> {
             CliCommand::GetOrder => self.execute_get_order(matches).await,
             CliCommand::UpdateOrder => self.execute_update_order(matches).await,
             CliCommand::GetInventory => self.execute_get_inventory(matches).await,
+            CliCommand::ListEvents => self.execute_list_events(matches).await,
         }
     }
 
@@ -572,6 +615,41 @@ impl<T: CliConfig> Cli<T> {
             }
         }
     }
+
+    pub async fn execute_list_events(
+        &self,
+        matches: &::clap::ArgMatches,
+    ) -> anyhow::Result<()> {
+        let mut request = self.client.list_events();
+        if let Some(value) = matches.get_one::<types::ListEventsAfter>("after") {
+            request = request.after(value.clone());
+        }
+
+        if let Some(value) = matches.get_one::<::std::num::NonZeroU32>("limit") {
+            request = request.limit(value.clone());
+        }
+
+        if let Some(value) = matches.get_one::<types::ListEventsTypes>("types") {
+            request = request.types(value.clone());
+        }
+
+        if let Some(value) = matches.get_one::<i32>("wait") {
+            request = request.wait(value.clone());
+        }
+
+        self.config.execute_list_events(matches, &mut request)?;
+        let result = request.send().await;
+        match result {
+            Ok(r) => {
+                self.config.success_item(&r);
+                Ok(())
+            }
+            Err(r) => {
+                self.config.error(&r);
+                Err(anyhow::Error::new(r))
+            }
+        }
+    }
 }
 
 pub trait CliConfig {
@@ -657,6 +735,14 @@ pub trait CliConfig {
     ) -> anyhow::Result<()> {
         Ok(())
     }
+
+    fn execute_list_events(
+        &self,
+        matches: &::clap::ArgMatches,
+        request: &mut builder::ListEvents,
+    ) -> anyhow::Result<()> {
+        Ok(())
+    }
 }
 
 #[derive(Copy, Clone, Debug)]
@@ -669,6 +755,7 @@ pub enum CliCommand {
     GetOrder,
     UpdateOrder,
     GetInventory,
+    ListEvents,
 }
 
 impl CliCommand {
@@ -676,7 +763,7 @@ impl CliCommand {
         vec![
             CliCommand::ListPets, CliCommand::CreatePet, CliCommand::GetPet,
             CliCommand::ListOrders, CliCommand::PlaceOrder, CliCommand::GetOrder,
-            CliCommand::UpdateOrder, CliCommand::GetInventory,
+            CliCommand::UpdateOrder, CliCommand::GetInventory, CliCommand::ListEvents,
         ]
             .into_iter()
     }
@@ -691,6 +778,7 @@ impl CliCommand {
             CliCommand::GetOrder => "get_order",
             CliCommand::UpdateOrder => "update_order",
             CliCommand::GetInventory => "get_inventory",
+            CliCommand::ListEvents => "list_events",
         }
     }
 }
@@ -711,6 +799,7 @@ impl CliCommand {
             CliCommand::GetOrder => None,
             CliCommand::UpdateOrder => None,
             CliCommand::GetInventory => None,
+            CliCommand::ListEvents => None,
         }
     }
 }

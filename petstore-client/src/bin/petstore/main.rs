@@ -39,14 +39,16 @@ const API_PREFIX: &str = "/v1";
 enum Group {
     Pets,
     Orders,
+    Events,
     Top,
 }
 
 impl Group {
     /// The groups of commands, and what each is about.
-    const NESTED: [(Group, &str, &str); 2] = [
+    const NESTED: [(Group, &str, &str); 3] = [
         (Group::Pets, "pets", "The catalogue of animals"),
         (Group::Orders, "orders", "The store: orders of animals"),
+        (Group::Events, "events", "The feed of what changed"),
     ];
 
     fn name(self) -> Option<&'static str> {
@@ -107,6 +109,7 @@ fn places(operation: CliCommand) -> &'static [Place] {
             },
         ],
         CliCommand::GetInventory => const { &[place(Group::Top, "inventory")] },
+        CliCommand::ListEvents => const { &[place(Group::Events, "list")] },
     }
 }
 
@@ -235,6 +238,11 @@ fn adapt(operation: CliCommand, place: &Place, command: Command) -> Command {
             .mut_arg("pet-id", |id| id.allow_negative_numbers(true))
             .mut_arg("json-body", |body| body.conflicts_with("pet-id")),
         CliCommand::GetInventory => command,
+        CliCommand::ListEvents => command
+            .mut_arg("limit", |limit| {
+                limit.value_name("N").value_parser(page_size)
+            })
+            .mut_arg("after", |after| after.value_name("ID")),
     }
 }
 

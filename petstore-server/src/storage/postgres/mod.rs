@@ -528,7 +528,9 @@ impl Storage for PostgresStorage {
         &self,
         _query: crate::storage::EventQuery,
     ) -> Result<crate::storage::EventsOutcome, StorageError> {
-        Err(StorageError::Invariant("events: not yet implemented on this backend"))
+        Err(StorageError::Invariant(
+            "events: not yet implemented on this backend",
+        ))
     }
 
     fn events_head(&self) -> tokio::sync::watch::Receiver<i64> {
