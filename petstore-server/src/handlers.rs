@@ -111,6 +111,7 @@ async fn feed_page(
         if !page.events.is_empty() || !page.at_head || tokio::time::Instant::now() >= deadline {
             return Ok(page);
         }
+        let _waiting = context.metrics.event_waiter();
         let moved = tokio::select! {
             moved = tokio::time::timeout_at(deadline, head.wait_for(|head| *head > page.head)) => {
                 matches!(moved, Ok(Ok(_)))

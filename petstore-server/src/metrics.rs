@@ -194,6 +194,7 @@ pub struct Metrics {
     keys: Family<StateLabels, Gauge>,
     pets: Gauge,
     events: Gauge,
+    events_waiters: Gauge,
     oldest_event_age: Gauge<f64, std::sync::atomic::AtomicU64>,
     pool_max: Gauge,
     shared_max: Gauge,
@@ -348,6 +349,12 @@ impl Metrics {
                 r,
                 "events",
                 "Events kept in the feed (on PostgreSQL above 100,000: the planner's estimate)",
+                Gauge::default(),
+            ),
+            events_waiters: registered(
+                r,
+                "events_waiters",
+                "Requests of the feed waiting for an event (long polls with wait)",
                 Gauge::default(),
             ),
             oldest_event_age: registered(
@@ -519,6 +526,13 @@ impl Metrics {
             .observe(lived.as_secs_f64());
     }
 
+    /// Counts a long poll of the feed as waiting until the guard is
+    /// dropped.
+    pub fn event_waiter(&self) -> EventWaiter {
+        self.events_waiters.inc();
+        EventWaiter(self.events_waiters.clone())
+    }
+
     /// Counts a failed reload of the stored keys.
     pub fn key_refresh_failed(&self) {
         self.key_refresh_failures.inc();
@@ -600,4 +614,14 @@ fn open_files() -> (i64, i64) {
         }
     }
     (fds, sockets)
+}
+
+/// A long poll of the feed, counted in `petstore_events_waiters` while it
+/// lives.
+pub struct EventWaiter(Gauge);
+
+impl Drop for EventWaiter {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }

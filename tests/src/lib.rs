@@ -281,6 +281,13 @@ impl TestServer {
         }
     }
 
+    /// Shuts the server down, giving in-flight requests `deadline`, and
+    /// reports how it went.
+    pub async fn stop_within(&mut self, deadline: Duration) -> petstore_server::ShutdownReport {
+        let server = self.server.take().expect("the server is running");
+        server.shutdown(deadline).await.expect("clean shutdown")
+    }
+
     /// Stores a new key named `name` with `scopes` (comma-separated, or
     /// `all`) in the server's database
     /// (as `petstore-server keys create` does) and waits until the server

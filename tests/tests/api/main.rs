@@ -5,6 +5,7 @@
 mod authentication;
 mod create_pet;
 mod docs;
+mod events;
 mod get_pet;
 mod idempotency;
 mod list_pets;

@@ -93,6 +93,13 @@ async fn attempts(server: &TestServer, own_order: &Value) -> Vec<Attempt> {
             None,
             StatusCode::OK,
         ),
+        attempt(
+            "listEvents",
+            Method::GET,
+            "/events".into(),
+            None,
+            StatusCode::OK,
+        ),
     ]
 }
 
