@@ -5,7 +5,8 @@
 //! order, and the inventory. Then the same under faults: the server killed
 //! with SIGKILL, and PostgreSQL restarted, under 16 clients that order,
 //! deliver and cancel, retrying until answered; afterwards an invariant
-//! checker compares the store with what every client was told.
+//! checker compares the store with what every client was told, and the
+//! feed of events with the store.
 
 mod common;
 
@@ -366,6 +367,108 @@ async fn check_invariants(served: &Served, told: &[Told]) {
     }
 }
 
+/// Every event of the feed, from the oldest, page by page until an empty
+/// page (each page's cursor the last event's id).
+async fn whole_feed(served: &Served) -> Vec<Value> {
+    let mut events: Vec<Value> = Vec::new();
+    loop {
+        let after = events.last().map_or(String::new(), |last| {
+            format!("&after={}", last["id"].as_str().unwrap())
+        });
+        let page = get(served, &format!("/events?limit=100{after}")).await;
+        let page = page.as_array().unwrap().clone();
+        if page.is_empty() {
+            return events;
+        }
+        events.extend(page);
+    }
+}
+
+/// The feed against the store: every acknowledged change is in it exactly
+/// once, nothing else is, and each animal's and order's events come in the
+/// order they were committed (each status change follows from the last).
+async fn check_feed(served: &Served, told: &[Told]) {
+    let events = whole_feed(served).await;
+    let ids: Vec<i64> = events
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().parse().unwrap())
+        .collect();
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "each event once, in order"
+    );
+    let pets = walk(served, "/pets?").await;
+    let orders = walk(served, "/store/orders?").await;
+    assert_eq!(orders.len(), told.len());
+    let id = |event: &Value| event["data"]["id"].as_i64().unwrap();
+    // Each animal: created once, as stored, then statuses that follow one
+    // another to the status it has now.
+    for pet in &pets {
+        let of_pet: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["subject"] == format!("pets/{}", pet["id"]))
+            .collect();
+        let (created, changes) = of_pet.split_first().expect("a pet.created");
+        assert_eq!(created["type"], "pet.created", "{pet}");
+        assert_eq!(created["data"]["name"], pet["name"]);
+        let mut status = created["data"]["status"].clone();
+        for change in changes {
+            assert_eq!(change["type"], "pet.status_changed", "{change}");
+            assert_eq!(
+                change["previousstatus"], status,
+                "pet {}: {change}",
+                pet["id"]
+            );
+            status = change["data"]["status"].clone();
+        }
+        assert_eq!(
+            status, pet["status"],
+            "pet {}: its last event is its status",
+            pet["id"]
+        );
+    }
+    // Each order: placed once, then its final status once (if it has one);
+    // its animal's change right after each, among that animal's events.
+    for order in &orders {
+        let of_order: Vec<&str> = events
+            .iter()
+            .filter(|e| e["subject"] == format!("store/orders/{}", order["id"]))
+            .map(|e| e["type"].as_str().unwrap())
+            .collect();
+        let expected: &[&str] = match order["status"].as_str().unwrap() {
+            "placed" => &["order.placed"],
+            "delivered" => &["order.placed", "order.delivered"],
+            _ => &["order.placed", "order.cancelled"],
+        };
+        assert_eq!(of_order, expected, "order {}", order["id"]);
+    }
+    let kinds = |prefix: &str| {
+        events
+            .iter()
+            .filter(|e| e["type"].as_str().unwrap().starts_with(prefix))
+            .count()
+    };
+    assert_eq!(
+        kinds("pet.created"),
+        pets.len(),
+        "no event of a pet not stored"
+    );
+    assert_eq!(
+        kinds("order."),
+        kinds("pet.status_changed"),
+        "each order event with its animal's"
+    );
+    for event in events
+        .iter()
+        .filter(|e| e["type"].as_str().unwrap().starts_with("order."))
+    {
+        assert!(
+            orders.iter().any(|o| o["id"] == id(event)),
+            "no event of an order not stored: {event}"
+        );
+    }
+}
+
 /// What every shopper was told, once each is done (retrying through the
 /// fault, within [`THROUGH_A_RESTART`]).
 async fn all_told(shoppers: Vec<tokio::task::JoinHandle<Vec<Told>>>) -> Vec<Told> {
@@ -408,11 +511,13 @@ async fn killed_under_shoppers_keeps_the_invariants(backend: Backend) {
 
     let told = all_told(shoppers).await;
     check_invariants(&served, &told).await;
+    check_feed(&served, &told).await;
     // And after a clean restart, from what was stored.
     let (status, log) = stop(served).await;
     assert!(status.success(), "{log}");
     let served = serve(database.dir.path(), &args).await;
     check_invariants(&served, &told).await;
+    check_feed(&served, &told).await;
     let (status, log) = stop(served).await;
     assert!(status.success(), "{log}");
 }
@@ -445,6 +550,7 @@ async fn postgres_restarted_under_16_shoppers_keeps_every_invariant() {
     restart_postgres_under(&cluster, &served).await;
     let told = all_told(shoppers).await;
     check_invariants(&served, &told).await;
+    check_feed(&served, &told).await;
     let (status, log) = stop(served).await;
     assert!(status.success(), "{log}");
 }
