@@ -240,10 +240,28 @@ async fn settle_order(client: &Client, order: i64, to: types::OrderUpdateStatus)
 /// One client: each round orders a shared animal once (with a key of its
 /// own), and delivers or cancels what it got; returns what it was last
 /// told of each order, counting placed orders in `placed`.
-async fn shopper(base_url: String, shopper: usize, placed: Arc<AtomicUsize>) -> Vec<Told> {
+async fn shopper(base_url: String, shopper: usize, placed: Arc<AtomicUsize>) -> Shopped {
     let client = Client::with_api_key(&base_url, KEY);
     let mut told = Vec::new();
+    let mut created = Vec::new();
     for round in 0..ROUNDS {
+        // An animal of its own, created exactly once through the fault.
+        let pet = types::NewPet::builder()
+            .name(format!("shopper-{shopper}-{round}"))
+            .category_id(2)
+            .status(types::PetStatus::Available)
+            .try_into()
+            .unwrap();
+        let once = client
+            .create_pet_once(pet)
+            .idempotency_key(format!("create-{shopper}-{round}"))
+            .retry(patient())
+            .send()
+            .await;
+        match once {
+            Ok(once) => created.push(once.pet.id),
+            Err(error) => panic!("shopper {shopper}, round {round}, creating: {error}"),
+        }
         let pet = ((shopper * 7 + round * 5) % SHARED_ANIMALS) as i64 + 1;
         let once = client
             .place_order_once(pet)
@@ -271,10 +289,21 @@ async fn shopper(base_url: String, shopper: usize, placed: Arc<AtomicUsize>) -> 
             status: settled.status.to_string(),
         });
     }
-    told
+    Shopped {
+        orders: told,
+        created,
+    }
 }
 
-fn shoppers(base_url: &str, placed: &Arc<AtomicUsize>) -> Vec<tokio::task::JoinHandle<Vec<Told>>> {
+/// What the shoppers were told: of each order they placed, and the
+/// animals they created.
+#[derive(Debug, Default)]
+struct Shopped {
+    orders: Vec<Told>,
+    created: Vec<i64>,
+}
+
+fn shoppers(base_url: &str, placed: &Arc<AtomicUsize>) -> Vec<tokio::task::JoinHandle<Shopped>> {
     (0..CLIENTS)
         .map(|i| tokio::spawn(shopper(base_url.to_owned(), i, Arc::clone(placed))))
         .collect()
@@ -387,7 +416,7 @@ async fn whole_feed(served: &Served) -> Vec<Value> {
 /// The feed against the store: every acknowledged change is in it exactly
 /// once, nothing else is, and each animal's and order's events come in the
 /// order they were committed (each status change follows from the last).
-async fn check_feed(served: &Served, told: &[Told]) {
+async fn check_feed(served: &Served, told: &Shopped) {
     let events = whole_feed(served).await;
     let ids: Vec<i64> = events
         .iter()
@@ -399,7 +428,17 @@ async fn check_feed(served: &Served, told: &[Told]) {
     );
     let pets = walk(served, "/pets?").await;
     let orders = walk(served, "/store/orders?").await;
-    assert_eq!(orders.len(), told.len());
+    assert_eq!(orders.len(), told.orders.len());
+    for created in &told.created {
+        let events = events
+            .iter()
+            .filter(|e| e["subject"] == format!("pets/{created}"));
+        assert_eq!(
+            events.filter(|e| e["type"] == "pet.created").count(),
+            1,
+            "pet {created}"
+        );
+    }
     let id = |event: &Value| event["data"]["id"].as_i64().unwrap();
     // Each animal: created once, as stored, then statuses that follow one
     // another to the status it has now.
@@ -471,19 +510,21 @@ async fn check_feed(served: &Served, told: &[Told]) {
 
 /// What every shopper was told, once each is done (retrying through the
 /// fault, within [`THROUGH_A_RESTART`]).
-async fn all_told(shoppers: Vec<tokio::task::JoinHandle<Vec<Told>>>) -> Vec<Told> {
+async fn all_told(shoppers: Vec<tokio::task::JoinHandle<Shopped>>) -> Shopped {
     let told = within("every shopper done", THROUGH_A_RESTART, async {
-        let mut told = Vec::new();
+        let mut told = Shopped::default();
         for shopper in shoppers {
-            told.extend(shopper.await.unwrap());
+            let shopped = shopper.await.unwrap();
+            told.orders.extend(shopped.orders);
+            told.created.extend(shopped.created);
         }
         told
     })
     .await;
     assert!(
-        told.len() >= SHARED_ANIMALS / 2,
+        told.orders.len() >= SHARED_ANIMALS / 2,
         "too few orders to mean anything: {}",
-        told.len()
+        told.orders.len()
     );
     told
 }
@@ -510,13 +551,13 @@ async fn killed_under_shoppers_keeps_the_invariants(backend: Backend) {
     proxy.set_target(served.address.parse().unwrap());
 
     let told = all_told(shoppers).await;
-    check_invariants(&served, &told).await;
+    check_invariants(&served, &told.orders).await;
     check_feed(&served, &told).await;
     // And after a clean restart, from what was stored.
     let (status, log) = stop(served).await;
     assert!(status.success(), "{log}");
     let served = serve(database.dir.path(), &args).await;
-    check_invariants(&served, &told).await;
+    check_invariants(&served, &told.orders).await;
     check_feed(&served, &told).await;
     let (status, log) = stop(served).await;
     assert!(status.success(), "{log}");
@@ -549,7 +590,7 @@ async fn postgres_restarted_under_16_shoppers_keeps_every_invariant() {
     .await;
     restart_postgres_under(&cluster, &served).await;
     let told = all_told(shoppers).await;
-    check_invariants(&served, &told).await;
+    check_invariants(&served, &told.orders).await;
     check_feed(&served, &told).await;
     let (status, log) = stop(served).await;
     assert!(status.success(), "{log}");
