@@ -304,8 +304,19 @@ struct Shopped {
 }
 
 fn shoppers(base_url: &str, placed: &Arc<AtomicUsize>) -> Vec<tokio::task::JoinHandle<Shopped>> {
+    shoppers_at(&[base_url.to_owned()], placed)
+}
+
+/// The shoppers, each through one of `base_urls` in turn.
+fn shoppers_at(
+    base_urls: &[String],
+    placed: &Arc<AtomicUsize>,
+) -> Vec<tokio::task::JoinHandle<Shopped>> {
     (0..CLIENTS)
-        .map(|i| tokio::spawn(shopper(base_url.to_owned(), i, Arc::clone(placed))))
+        .map(|i| {
+            let base_url = base_urls[i % base_urls.len()].clone();
+            tokio::spawn(shopper(base_url, i, Arc::clone(placed)))
+        })
         .collect()
 }
 
@@ -594,6 +605,51 @@ async fn postgres_restarted_under_16_shoppers_keeps_every_invariant() {
     check_feed(&served, &told).await;
     let (status, log) = stop(served).await;
     assert!(status.success(), "{log}");
+}
+
+/// Two instances on one PostgreSQL database, half the shoppers on each:
+/// one instance is killed with SIGKILL and started again, then the database
+/// restarts. Both instances then serve the same store and the same feed,
+/// which has every acknowledged change once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_two_instances_one_killed_then_the_database_restarted_keep_every_invariant() {
+    let Some(cluster) = petstore_support::postgres::own_cluster().await else {
+        return;
+    };
+    let database = Database::on_postgres(cluster.fresh_database().await);
+    let args = ["--database", database.url.as_str()];
+    let other_dir = tempfile::tempdir().unwrap();
+    let one = serve(database.dir.path(), &args).await;
+    let two = serve(other_dir.path(), &args).await;
+    stock(&one.base_url()).await;
+    let proxy = FaultProxy::start(one.address.parse().unwrap())
+        .await
+        .unwrap();
+    let placed = Arc::new(AtomicUsize::new(0));
+    let base_urls = [format!("http://{}/v1", proxy.addr()), two.base_url()];
+    let shoppers = shoppers_at(&base_urls, &placed);
+    eventually_within("30 orders placed", Duration::from_secs(120), || {
+        placed.load(Ordering::SeqCst) >= 30
+    })
+    .await;
+    blocking(move || one.kill()).await;
+    let one = serve(database.dir.path(), &args).await;
+    proxy.set_target(one.address.parse().unwrap());
+    // At once, while the shoppers are still at it.
+    restart_postgres_under(&cluster, &two).await;
+    let told = all_told(shoppers).await;
+    check_invariants(&one, &told.orders).await;
+    check_feed(&one, &told).await;
+    check_feed(&two, &told).await;
+    assert_eq!(
+        whole_feed(&one).await,
+        whole_feed(&two).await,
+        "one feed on both"
+    );
+    for served in [one, two] {
+        let (status, log) = stop(served).await;
+        assert!(status.success(), "{log}");
+    }
 }
 
 /// `POST /store/orders` for `pet_id` with `Idempotency-Key: key` to
