@@ -249,6 +249,7 @@ async fn a_reader_tries_list_pets_from_the_docs_page_and_gets_200() {
             .find(&format!("#operations-Store-{operation}"))
             .await;
     }
+    browser.find("#operations-Events-listEvents").await;
 
     // The reader types the key into "Authorize".
     browser.click(".auth-wrapper .authorize").await;
