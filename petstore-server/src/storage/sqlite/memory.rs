@@ -1,12 +1,13 @@
-//! What the database holds, in memory: every pet and every order, loaded
-//! at start-up and changed only by the writer, after each commit (see the
-//! module's documentation in `mod.rs`).
+//! What the database holds, in memory: every pet and every order, and a
+//! tally of the events, loaded at start-up and changed only by the writer,
+//! after each commit (see the module's documentation in `mod.rs`).
 
 use std::sync::{RwLock, RwLockWriteGuard};
 
 use rusqlite::Connection;
 
 use super::catalogue::Catalogue;
+use super::feed::EventTally;
 use super::orders::OrderBook;
 use super::rows::{ORDER_COLUMNS, SELECT_PET, order_from_row, pet_from_row};
 use super::schema::sqlite;
@@ -17,6 +18,7 @@ pub(super) fn load(conn: &Connection) -> Result<Committed, StorageError> {
     Ok(Committed {
         pets: load_pets(conn)?,
         orders: load_orders(conn)?,
+        events: EventTally::load(conn)?,
     })
 }
 
@@ -55,11 +57,13 @@ fn load_orders(conn: &Connection) -> Result<OrderBook, StorageError> {
     Ok(orders)
 }
 
-/// What the database holds, in memory: every pet and every order.
+/// What the database holds, in memory: every pet and every order, and how
+/// many events (the events themselves are read from the file).
 #[derive(Default)]
 pub(super) struct Committed {
     pub(super) pets: Catalogue,
     pub(super) orders: OrderBook,
+    pub(super) events: EventTally,
 }
 
 /// The committed state in memory; `None` once the storage is closed.

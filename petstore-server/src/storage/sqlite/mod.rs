@@ -19,13 +19,17 @@
 //!   conditional `UPDATE` of the animal's status), in the order the requests
 //!   reached the writer: of concurrent orders for one animal, the first
 //!   wins and the rest find it `pending`.
+//! - **Events in the same transactions.** Each write records its events in
+//!   its group's transaction, with ids the writer assigns in commit order;
+//!   pages of the feed are read from the file on read-only connections,
+//!   up to the head the writer sends after each commit (`feed.rs`).
 //!
 //! Here: [`SqliteStorage`], the [`Storage`] these make. `writer.rs` is the
 //! writer thread and its group commit; `writes.rs` each kind of write (a
 //! create, with or without an idempotency key, an order placed, an order
 //! updated), with its typed outcome; `memory.rs` the committed state in
 //! memory (`catalogue.rs` the pets, `orders.rs` the orders, `ids.rs` the
-//! ids both keep); `rows.rs` rows decoded; `schema.rs` migrations and
+//! ids both keep); `feed.rs` the events feed; `rows.rs` rows decoded; `schema.rs` migrations and
 //! connection settings; `lock.rs` the one-server-per-file lock; `keys.rs`
 //! the stored API keys.
 
@@ -35,9 +39,10 @@ use std::sync::{Arc, Mutex, RwLock, mpsc};
 use std::thread::JoinHandle;
 
 use rusqlite::Connection;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 mod catalogue;
+mod feed;
 mod ids;
 mod keys;
 mod lock;
@@ -51,6 +56,7 @@ mod writes;
 pub use keys::SqliteKeys;
 pub(super) use schema::is_unavailable;
 
+use self::feed::{EventLog, Readers, read_page};
 use self::lock::DatabaseLock;
 use self::memory::{SharedMemory, load, read, write};
 use self::schema::{BUSY_TIMEOUT, configure_and_migrate, sqlite};
@@ -61,7 +67,8 @@ use super::orders::{
     OrderPage, OrderQuery, Owner, OwnerId, PlaceOutcome, StoredOrder, UpdateOutcome, transition,
 };
 use super::{
-    FatalSender, ListQuery, OpenError, Page, Storage, StorageError, StorageMetrics, StorageStats,
+    EventQuery, EventsOutcome, FatalSender, ListQuery, OpenError, Page, Storage, StorageError,
+    StorageMetrics, StorageStats,
 };
 use petstore_api::model::{Inventory, NewPet, OrderStatus, OrderUpdateStatus, Pet, PetStatus};
 
@@ -84,6 +91,11 @@ pub struct SqliteStorage {
     identity: FileIdentity,
     /// Set by the writer once the path no longer names that file.
     replaced: Arc<AtomicBool>,
+    /// The feed's head, sent by the writer after each commit that wrote
+    /// events.
+    head: Arc<watch::Sender<i64>>,
+    /// The connections pages of the feed are read on.
+    readers: Arc<Readers>,
 }
 
 impl SqliteStorage {
@@ -121,6 +133,9 @@ impl SqliteStorage {
             .map_err(in_file)?;
         configure_and_migrate(&mut conn, &path)?;
         let memory = load(&conn).map_err(in_file)?;
+        let events = EventLog::load(&conn).map_err(in_file)?;
+        let head = Arc::new(watch::Sender::new(events.head()));
+        let readers = Readers::open(&path).map_err(in_file)?;
         let keys_conn = Connection::open(&path)
             .and_then(|keys| keys.busy_timeout(BUSY_TIMEOUT).map(|()| keys))
             .map_err(sqlite("opening a connection for the keys"))
@@ -144,6 +159,8 @@ impl SqliteStorage {
                     replaced: Arc::clone(&replaced),
                     log: log.clone(),
                     metrics,
+                    events,
+                    head: Arc::clone(&head),
                     _lock: lock,
                 };
                 move || {
@@ -173,6 +190,8 @@ impl SqliteStorage {
             path,
             identity,
             replaced,
+            head,
+            readers: Arc::new(readers),
         };
         Ok((storage, SqliteKeys::on(keys_conn)))
     }
@@ -325,23 +344,29 @@ impl Storage for SqliteStorage {
         read(&self.memory, |memory| memory.pets.inventory())
     }
 
-    async fn events(
-        &self,
-        _query: crate::storage::EventQuery,
-    ) -> Result<crate::storage::EventsOutcome, StorageError> {
-        Err(StorageError::Invariant("events: not yet implemented on this backend"))
+    async fn events(&self, query: EventQuery) -> Result<EventsOutcome, StorageError> {
+        // Read before the query starts its snapshot: every id up to it is
+        // committed, and in memory.
+        let head = *self.head.borrow();
+        let memory = Arc::clone(&self.memory);
+        self.readers
+            .read(move |conn| read_page(conn, &memory, query, head))
+            .await
     }
 
-    fn events_head(&self) -> tokio::sync::watch::Receiver<i64> {
-        tokio::sync::watch::channel(0).1
+    fn events_head(&self) -> watch::Receiver<i64> {
+        self.head.subscribe()
     }
 
     async fn purge_events(
         &self,
-        _before: chrono::DateTime<chrono::Utc>,
-        _limit: usize,
+        before: chrono::DateTime<chrono::Utc>,
+        limit: usize,
     ) -> Result<usize, StorageError> {
-        Ok(0)
+        let (reply, answer): (Reply<usize>, _) = oneshot::channel();
+        let before = before.timestamp_micros();
+        self.send(WriteJob::PurgeEvents(before, limit, reply), answer)
+            .await
     }
 
     async fn check_ready(&self) -> Result<(), StorageError> {
@@ -367,11 +392,14 @@ impl Storage for SqliteStorage {
     }
 
     async fn stats(&self) -> Result<StorageStats, StorageError> {
-        let pets = read(&self.memory, |memory| memory.pets.len())?;
+        let (pets, events, oldest_event) = read(&self.memory, |memory| {
+            let events = &memory.events;
+            (memory.pets.len(), events.count, events.oldest())
+        })?;
         Ok(StorageStats {
             pets: pets as u64,
-            events: 0,
-            oldest_event: None,
+            events,
+            oldest_event,
             pool: None,
             shared: None,
         })
@@ -391,6 +419,7 @@ impl Storage for SqliteStorage {
         if let Some(thread) = thread {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
+        self.readers.close().await;
         *write(&self.memory) = None;
     }
 }

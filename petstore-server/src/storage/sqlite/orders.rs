@@ -98,6 +98,11 @@ impl OrderBook {
         owner.is_none_or(owned).then(|| self.order(at))
     }
 
+    /// When the order `id` was placed, if there is such an order.
+    pub fn placed_at(&self, id: i64) -> Option<DateTime<Utc>> {
+        self.ids.position(id).map(|at| self.placed_at[at])
+    }
+
     /// The page `query` asks for, and whether more follow.
     pub fn page(&self, query: OrderQuery) -> OrderPage {
         let start = self.ids.first_after(query.after.unwrap_or(i64::MIN));
