@@ -21,17 +21,18 @@
 //!   wins and the rest find it `pending`.
 //! - **Events in the same transactions.** Each write records its events in
 //!   its group's transaction, with ids the writer assigns in commit order;
-//!   pages of the feed are read from the file on read-only connections,
-//!   up to the head the writer sends after each commit (`feed.rs`).
+//!   pages of the feed are read up to the head the writer sends after each
+//!   commit, from memory's most recent events, or older ones from the file
+//!   on read-only connections (`feed/`).
 //!
 //! Here: [`SqliteStorage`], the [`Storage`] these make. `writer.rs` is the
 //! writer thread and its group commit; `writes.rs` each kind of write (a
 //! create, with or without an idempotency key, an order placed, an order
 //! updated), with its typed outcome; `memory.rs` the committed state in
 //! memory (`catalogue.rs` the pets, `orders.rs` the orders, `ids.rs` the
-//! ids both keep); `feed.rs` the events feed; `rows.rs` rows decoded; `schema.rs` migrations and
-//! connection settings; `lock.rs` the one-server-per-file lock; `keys.rs`
-//! the stored API keys.
+//! ids both keep); `feed/` the events feed; `rows.rs` rows decoded;
+//! `schema.rs` migrations and connection settings; `lock.rs` the
+//! one-server-per-file lock; `keys.rs` the stored API keys.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -56,7 +57,7 @@ mod writes;
 pub use keys::SqliteKeys;
 pub(super) use schema::is_unavailable;
 
-use self::feed::{EventLog, Readers, read_page};
+use self::feed::{EventLog, Readers, TAIL_MAX, file_page, memory_page};
 use self::lock::DatabaseLock;
 use self::memory::{SharedMemory, load, read, write};
 use self::schema::{BUSY_TIMEOUT, configure_and_migrate, sqlite};
@@ -109,7 +110,19 @@ impl SqliteStorage {
         fatal: FatalSender,
         metrics: StorageMetrics,
     ) -> Result<(SqliteStorage, SqliteKeys), OpenError> {
-        tokio::task::spawn_blocking(move || SqliteStorage::open_blocking(path, log, fatal, metrics))
+        SqliteStorage::open_with_tail(path, log, fatal, metrics, TAIL_MAX).await
+    }
+
+    /// [`SqliteStorage::open`], memory keeping the last `tail_max` events.
+    async fn open_with_tail(
+        path: PathBuf,
+        log: slog::Logger,
+        fatal: FatalSender,
+        metrics: StorageMetrics,
+        tail_max: usize,
+    ) -> Result<(SqliteStorage, SqliteKeys), OpenError> {
+        let open = move || SqliteStorage::open_blocking(path, log, fatal, metrics, tail_max);
+        tokio::task::spawn_blocking(open)
             .await
             .map_err(|e| OpenError::Io {
                 doing: "opening the database".into(),
@@ -122,6 +135,7 @@ impl SqliteStorage {
         log: slog::Logger,
         fatal: FatalSender,
         metrics: StorageMetrics,
+        tail_max: usize,
     ) -> Result<(SqliteStorage, SqliteKeys), OpenError> {
         let lock = DatabaseLock::acquire(&path)?;
         let in_file = |source: StorageError| OpenError::Storage {
@@ -132,7 +146,7 @@ impl SqliteStorage {
             .map_err(sqlite("opening the file"))
             .map_err(in_file)?;
         configure_and_migrate(&mut conn, &path)?;
-        let memory = load(&conn).map_err(in_file)?;
+        let memory = load(&conn, tail_max).map_err(in_file)?;
         let events = EventLog::load(&conn).map_err(in_file)?;
         let head = Arc::new(watch::Sender::new(events.head()));
         let readers = Readers::open(&path).map_err(in_file)?;
@@ -345,12 +359,15 @@ impl Storage for SqliteStorage {
     }
 
     async fn events(&self, query: EventQuery) -> Result<EventsOutcome, StorageError> {
-        // Read before the query starts its snapshot: every id up to it is
-        // committed, and in memory.
+        // Read before the page: every id up to it is committed, and in
+        // memory (the file's snapshot starts after it).
         let head = *self.head.borrow();
+        if let Some(page) = read(&self.memory, |memory| memory_page(memory, query, head))? {
+            return page;
+        }
         let memory = Arc::clone(&self.memory);
         self.readers
-            .read(move |conn| read_page(conn, &memory, query, head))
+            .read(move |conn| file_page(conn, &memory, query, head))
             .await
     }
 

@@ -319,20 +319,18 @@ impl Writer {
         let written = self.events.written();
         if let Some(memory) = write(memory).as_mut() {
             applied.iter().for_each(|job| job.remember(memory));
-            if let Some(written) = &written {
-                memory.events.add(written);
-            }
+            memory.events.append(written);
         }
         // Then the head, so that a page read once a request is answered
         // reaches its events (and finds in memory what they are about).
-        if let Some(written) = written {
-            self.head.send_replace(written.head);
+        if let Some(last) = written.last() {
+            self.head.send_replace(last.id);
         }
         applied.into_iter().for_each(|job| job.answer());
     }
 
     /// Deletes at most `limit` of the oldest events committed before
-    /// `before` (microseconds), raising the floor; memory's tally follows.
+    /// `before` (microseconds), raising the floor; memory follows.
     fn purge_events(
         &mut self,
         before: i64,
@@ -341,7 +339,7 @@ impl Writer {
     ) -> Result<usize, StorageError> {
         let purged = purge(&mut self.conn, before, limit).map_err(sqlite("purging events"))?;
         if let Some(memory) = write(memory).as_mut() {
-            memory.events.remove(&purged);
+            memory.events.purged(&purged);
         }
         Ok(purged.count)
     }

@@ -1,7 +1,9 @@
-//! The events feed on the SQLite storage, through the `Storage` interface:
-//! every acknowledged write's events (and no refused one's), the head
-//! moving before a write is answered, the filters, the scan's bound and
-//! the cursor's rules, retention, and a feed that survives reopening.
+//! The feed through the `Storage` interface: every acknowledged write's
+//! events (and no refused one's), the head moving before a write is
+//! answered, the filters, the scan's bound and the cursor's rules,
+//! retention, and a feed that survives reopening. Each runs twice: with
+//! memory keeping every event, and keeping only the last two (so that
+//! pages come from the file, and from both across the tail's start).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -12,20 +14,52 @@ use petstore_api::auth::Identity;
 use petstore_api::model::{
     EventData, NewPet, Order, OrderStatus, OrderUpdateStatus, Pet, PetStatus,
 };
-use petstore_server::storage::idempotency::{fingerprint, order_fingerprint};
-use petstore_server::storage::{
+
+use super::super::SqliteStorage;
+use super::TAIL_MAX;
+use crate::storage::idempotency::{Fingerprint, fingerprint, order_fingerprint};
+use crate::storage::{
     CreateOutcome, EVENT_SCAN_MAX, EventKind, EventPage, EventQuery, EventsOutcome, FatalSender,
-    Idempotency, Owner, OwnerId, PlaceOutcome, Retention, SqliteStorage, Storage, StorageMetrics,
-    StoredEvent, StoredOrder, UpdateOutcome,
+    Idempotency, Owner, OwnerId, PlaceOutcome, Retention, Storage, StorageMetrics, StoredEvent,
+    StoredOrder, UpdateOutcome,
 };
 
-async fn open(path: &Path) -> SqliteStorage {
+/// Each scenario, with memory keeping every event and only the last two.
+macro_rules! with_either_tail {
+    ($($scenario:ident),* $(,)?) => {
+        mod in_memory {
+            $(#[tokio::test]
+            async fn $scenario() {
+                super::$scenario(super::TAIL_MAX).await
+            })*
+        }
+        mod from_the_file {
+            $(#[tokio::test]
+            async fn $scenario() {
+                super::$scenario(2).await
+            })*
+        }
+    };
+}
+
+with_either_tail!(
+    each_acknowledged_write_writes_its_events_and_a_refused_one_none,
+    the_head_moves_before_a_write_is_answered,
+    kinds_and_owner_filter_pages,
+    a_page_examines_at_most_the_scan_bound_and_says_where_to_go_on,
+    purging_removes_the_oldest_raises_the_floor_and_expires_cursors,
+    events_survive_reopening_and_ids_are_never_given_twice,
+    a_group_that_rolls_back_writes_no_event_and_gives_its_ids_again,
+);
+
+async fn open(path: &Path, tail: usize) -> SqliteStorage {
     let log = slog::Logger::root(slog::Discard, slog::o!());
-    let (storage, _keys) = SqliteStorage::open(
+    let (storage, _keys) = SqliteStorage::open_with_tail(
         path.to_owned(),
         log,
         FatalSender::new(None),
         StorageMetrics::default(),
+        tail,
     )
     .await
     .expect("the database opens");
@@ -47,7 +81,7 @@ fn owner(byte: u8) -> Owner {
     }
 }
 
-fn once(key: &str, fingerprint: petstore_server::storage::Fingerprint) -> Idempotency {
+fn once(key: &str, fingerprint: Fingerprint) -> Idempotency {
     let now = Utc::now().timestamp();
     let retention = Retention::new(std::time::Duration::from_secs(86_400));
     Idempotency::new(Identity([9; 32]), key.into(), fingerprint, now, retention)
@@ -118,10 +152,9 @@ fn created(outcome: CreateOutcome) -> Pet {
     }
 }
 
-#[tokio::test]
-async fn each_acknowledged_write_writes_its_events_and_a_refused_one_none() {
+async fn each_acknowledged_write_writes_its_events_and_a_refused_one_none(tail: usize) {
     let dir = tempfile::tempdir().unwrap();
-    let storage = open(&dir.path().join("feed.db")).await;
+    let storage = open(&dir.path().join("feed.db"), tail).await;
     let before = Utc::now();
     let mut expected = Vec::new();
 
@@ -272,10 +305,9 @@ async fn each_acknowledged_write_writes_its_events_and_a_refused_one_none() {
     storage.close().await;
 }
 
-#[tokio::test]
-async fn the_head_moves_before_a_write_is_answered() {
+async fn the_head_moves_before_a_write_is_answered(tail: usize) {
     let dir = tempfile::tempdir().unwrap();
-    let storage = Arc::new(open(&dir.path().join("head.db")).await);
+    let storage = Arc::new(open(&dir.path().join("head.db"), tail).await);
     let mut head = storage.events_head();
     assert_eq!(*head.borrow_and_update(), 0);
     let rex = storage.create(new_pet("Rex", None)).await.unwrap();
@@ -311,10 +343,9 @@ async fn the_head_moves_before_a_write_is_answered() {
     storage.close().await;
 }
 
-#[tokio::test]
-async fn kinds_and_owner_filter_pages() {
+async fn kinds_and_owner_filter_pages(tail: usize) {
     let dir = tempfile::tempdir().unwrap();
-    let storage = open(&dir.path().join("filters.db")).await;
+    let storage = open(&dir.path().join("filters.db"), tail).await;
     let available = Some(PetStatus::Available);
     let a = storage.create(new_pet("A", available)).await.unwrap();
     let b = storage.create(new_pet("B", available)).await.unwrap();
@@ -410,10 +441,9 @@ async fn kinds_and_owner_filter_pages() {
     storage.close().await;
 }
 
-#[tokio::test]
-async fn a_page_examines_at_most_the_scan_bound_and_says_where_to_go_on() {
+async fn a_page_examines_at_most_the_scan_bound_and_says_where_to_go_on(tail: usize) {
     let dir = tempfile::tempdir().unwrap();
-    let storage = open(&dir.path().join("scan.db")).await;
+    let storage = open(&dir.path().join("scan.db"), tail).await;
     // An empty feed: nothing to examine, at the head.
     let empty = page(&storage, query(None, 20)).await;
     assert!(empty.events.is_empty());
@@ -495,10 +525,9 @@ async fn a_page_examines_at_most_the_scan_bound_and_says_where_to_go_on() {
     storage.close().await;
 }
 
-#[tokio::test]
-async fn purging_removes_the_oldest_raises_the_floor_and_expires_cursors() {
+async fn purging_removes_the_oldest_raises_the_floor_and_expires_cursors(tail: usize) {
     let dir = tempfile::tempdir().unwrap();
-    let storage = open(&dir.path().join("purge.db")).await;
+    let storage = open(&dir.path().join("purge.db"), tail).await;
     for i in 0..6 {
         storage
             .create(new_pet(&format!("old-{i}"), None))
@@ -556,11 +585,10 @@ async fn purging_removes_the_oldest_raises_the_floor_and_expires_cursors() {
     storage.close().await;
 }
 
-#[tokio::test]
-async fn events_survive_reopening_and_ids_are_never_given_twice() {
+async fn events_survive_reopening_and_ids_are_never_given_twice(tail: usize) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("reopen.db");
-    let storage = open(&path).await;
+    let storage = open(&path, tail).await;
     let rex = storage
         .create(new_pet("Rex", Some(PetStatus::Available)))
         .await
@@ -570,7 +598,7 @@ async fn events_survive_reopening_and_ids_are_never_given_twice() {
     assert_eq!(before.len(), 3);
     storage.close().await;
 
-    let storage = open(&path).await;
+    let storage = open(&path, tail).await;
     assert_eq!(*storage.events_head().borrow(), 3);
     assert_eq!(all_events(&storage).await, before);
     let stats = storage.stats().await.unwrap();
@@ -597,7 +625,7 @@ async fn events_survive_reopening_and_ids_are_never_given_twice() {
     assert_eq!(storage.purge_events(later, 100).await.unwrap(), 6);
     storage.close().await;
 
-    let storage = open(&path).await;
+    let storage = open(&path, tail).await;
     assert_eq!(*storage.events_head().borrow(), 6);
     let empty = page(&storage, query(None, 10)).await;
     assert_eq!(
@@ -618,11 +646,10 @@ async fn events_survive_reopening_and_ids_are_never_given_twice() {
     storage.close().await;
 }
 
-#[tokio::test]
-async fn a_group_that_rolls_back_writes_no_event_and_gives_its_ids_again() {
+async fn a_group_that_rolls_back_writes_no_event_and_gives_its_ids_again(tail: usize) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rollback.db");
-    let storage = open(&path).await;
+    let storage = open(&path, tail).await;
     let available = Some(PetStatus::Available);
     let rex = storage.create(new_pet("Rex", available)).await.unwrap();
     // Another program makes the animal's status change fail after its
