@@ -1,22 +1,26 @@
-//! What the database holds, in memory: every pet and every order, loaded
-//! at start-up and changed only by the writer, after each commit (see the
-//! module's documentation in `mod.rs`).
+//! What the database holds, in memory: every pet and every order, and of
+//! the events the floor, a tally and the most recent, loaded at start-up
+//! and changed only by the writer, after each commit (see the module's
+//! documentation in `mod.rs`).
 
 use std::sync::{RwLock, RwLockWriteGuard};
 
 use rusqlite::Connection;
 
 use super::catalogue::Catalogue;
+use super::feed::Feed;
 use super::orders::OrderBook;
 use super::rows::{ORDER_COLUMNS, SELECT_PET, order_from_row, pet_from_row};
 use super::schema::sqlite;
 use crate::storage::{OwnerId, StorageError};
 
-/// Everything the database holds, read once at start-up.
-pub(super) fn load(conn: &Connection) -> Result<Committed, StorageError> {
+/// Everything the database holds, read once at start-up (of the events,
+/// the last `tail_max`).
+pub(super) fn load(conn: &Connection, tail_max: usize) -> Result<Committed, StorageError> {
     Ok(Committed {
         pets: load_pets(conn)?,
         orders: load_orders(conn)?,
+        events: Feed::load(conn, tail_max)?,
     })
 }
 
@@ -55,11 +59,12 @@ fn load_orders(conn: &Connection) -> Result<OrderBook, StorageError> {
     Ok(orders)
 }
 
-/// What the database holds, in memory: every pet and every order.
-#[derive(Default)]
+/// What the database holds, in memory: every pet and every order, and the
+/// feed's floor, tally and most recent events.
 pub(super) struct Committed {
     pub(super) pets: Catalogue,
     pub(super) orders: OrderBook,
+    pub(super) events: Feed,
 }
 
 /// The committed state in memory; `None` once the storage is closed.

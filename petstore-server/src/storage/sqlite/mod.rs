@@ -19,15 +19,20 @@
 //!   conditional `UPDATE` of the animal's status), in the order the requests
 //!   reached the writer: of concurrent orders for one animal, the first
 //!   wins and the rest find it `pending`.
+//! - **Events in the same transactions.** Each write records its events in
+//!   its group's transaction, with ids the writer assigns in commit order;
+//!   pages of the feed are read up to the head the writer sends after each
+//!   commit, from memory's most recent events, or older ones from the file
+//!   on read-only connections (`feed/`).
 //!
 //! Here: [`SqliteStorage`], the [`Storage`] these make. `writer.rs` is the
 //! writer thread and its group commit; `writes.rs` each kind of write (a
 //! create, with or without an idempotency key, an order placed, an order
 //! updated), with its typed outcome; `memory.rs` the committed state in
 //! memory (`catalogue.rs` the pets, `orders.rs` the orders, `ids.rs` the
-//! ids both keep); `rows.rs` rows decoded; `schema.rs` migrations and
-//! connection settings; `lock.rs` the one-server-per-file lock; `keys.rs`
-//! the stored API keys.
+//! ids both keep); `feed/` the events feed; `rows.rs` rows decoded;
+//! `schema.rs` migrations and connection settings; `lock.rs` the
+//! one-server-per-file lock; `keys.rs` the stored API keys.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,9 +40,10 @@ use std::sync::{Arc, Mutex, RwLock, mpsc};
 use std::thread::JoinHandle;
 
 use rusqlite::Connection;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 mod catalogue;
+mod feed;
 mod ids;
 mod keys;
 mod lock;
@@ -51,6 +57,7 @@ mod writes;
 pub use keys::SqliteKeys;
 pub(super) use schema::is_unavailable;
 
+use self::feed::{EventLog, Readers, TAIL_MAX, file_page, memory_page};
 use self::lock::DatabaseLock;
 use self::memory::{SharedMemory, load, read, write};
 use self::schema::{BUSY_TIMEOUT, configure_and_migrate, sqlite};
@@ -61,7 +68,8 @@ use super::orders::{
     OrderPage, OrderQuery, Owner, OwnerId, PlaceOutcome, StoredOrder, UpdateOutcome, transition,
 };
 use super::{
-    FatalSender, ListQuery, OpenError, Page, Storage, StorageError, StorageMetrics, StorageStats,
+    EventQuery, EventsOutcome, FatalSender, ListQuery, OpenError, Page, Storage, StorageError,
+    StorageMetrics, StorageStats,
 };
 use petstore_api::model::{Inventory, NewPet, OrderStatus, OrderUpdateStatus, Pet, PetStatus};
 
@@ -84,6 +92,11 @@ pub struct SqliteStorage {
     identity: FileIdentity,
     /// Set by the writer once the path no longer names that file.
     replaced: Arc<AtomicBool>,
+    /// The feed's head, sent by the writer after each commit that wrote
+    /// events.
+    head: Arc<watch::Sender<i64>>,
+    /// The connections pages of the feed are read on.
+    readers: Arc<Readers>,
 }
 
 impl SqliteStorage {
@@ -97,7 +110,19 @@ impl SqliteStorage {
         fatal: FatalSender,
         metrics: StorageMetrics,
     ) -> Result<(SqliteStorage, SqliteKeys), OpenError> {
-        tokio::task::spawn_blocking(move || SqliteStorage::open_blocking(path, log, fatal, metrics))
+        SqliteStorage::open_with_tail(path, log, fatal, metrics, TAIL_MAX).await
+    }
+
+    /// [`SqliteStorage::open`], memory keeping the last `tail_max` events.
+    async fn open_with_tail(
+        path: PathBuf,
+        log: slog::Logger,
+        fatal: FatalSender,
+        metrics: StorageMetrics,
+        tail_max: usize,
+    ) -> Result<(SqliteStorage, SqliteKeys), OpenError> {
+        let open = move || SqliteStorage::open_blocking(path, log, fatal, metrics, tail_max);
+        tokio::task::spawn_blocking(open)
             .await
             .map_err(|e| OpenError::Io {
                 doing: "opening the database".into(),
@@ -110,6 +135,7 @@ impl SqliteStorage {
         log: slog::Logger,
         fatal: FatalSender,
         metrics: StorageMetrics,
+        tail_max: usize,
     ) -> Result<(SqliteStorage, SqliteKeys), OpenError> {
         let lock = DatabaseLock::acquire(&path)?;
         let in_file = |source: StorageError| OpenError::Storage {
@@ -120,7 +146,10 @@ impl SqliteStorage {
             .map_err(sqlite("opening the file"))
             .map_err(in_file)?;
         configure_and_migrate(&mut conn, &path)?;
-        let memory = load(&conn).map_err(in_file)?;
+        let memory = load(&conn, tail_max).map_err(in_file)?;
+        let events = EventLog::load(&conn).map_err(in_file)?;
+        let head = Arc::new(watch::Sender::new(events.head()));
+        let readers = Readers::open(&path).map_err(in_file)?;
         let keys_conn = Connection::open(&path)
             .and_then(|keys| keys.busy_timeout(BUSY_TIMEOUT).map(|()| keys))
             .map_err(sqlite("opening a connection for the keys"))
@@ -144,6 +173,8 @@ impl SqliteStorage {
                     replaced: Arc::clone(&replaced),
                     log: log.clone(),
                     metrics,
+                    events,
+                    head: Arc::clone(&head),
                     _lock: lock,
                 };
                 move || {
@@ -173,6 +204,8 @@ impl SqliteStorage {
             path,
             identity,
             replaced,
+            head,
+            readers: Arc::new(readers),
         };
         Ok((storage, SqliteKeys::on(keys_conn)))
     }
@@ -325,25 +358,32 @@ impl Storage for SqliteStorage {
         read(&self.memory, |memory| memory.pets.inventory())
     }
 
-    async fn events(
-        &self,
-        _query: crate::storage::EventQuery,
-    ) -> Result<crate::storage::EventsOutcome, StorageError> {
-        Err(StorageError::Invariant(
-            "events: not yet implemented on this backend",
-        ))
+    async fn events(&self, query: EventQuery) -> Result<EventsOutcome, StorageError> {
+        // Read before the page: every id up to it is committed, and in
+        // memory (the file's snapshot starts after it).
+        let head = *self.head.borrow();
+        if let Some(page) = read(&self.memory, |memory| memory_page(memory, query, head))? {
+            return page;
+        }
+        let memory = Arc::clone(&self.memory);
+        self.readers
+            .read(move |conn| file_page(conn, &memory, query, head))
+            .await
     }
 
-    fn events_head(&self) -> tokio::sync::watch::Receiver<i64> {
-        tokio::sync::watch::channel(0).1
+    fn events_head(&self) -> watch::Receiver<i64> {
+        self.head.subscribe()
     }
 
     async fn purge_events(
         &self,
-        _before: chrono::DateTime<chrono::Utc>,
-        _limit: usize,
+        before: chrono::DateTime<chrono::Utc>,
+        limit: usize,
     ) -> Result<usize, StorageError> {
-        Ok(0)
+        let (reply, answer): (Reply<usize>, _) = oneshot::channel();
+        let before = before.timestamp_micros();
+        self.send(WriteJob::PurgeEvents(before, limit, reply), answer)
+            .await
     }
 
     async fn check_ready(&self) -> Result<(), StorageError> {
@@ -369,11 +409,14 @@ impl Storage for SqliteStorage {
     }
 
     async fn stats(&self) -> Result<StorageStats, StorageError> {
-        let pets = read(&self.memory, |memory| memory.pets.len())?;
+        let (pets, events, oldest_event) = read(&self.memory, |memory| {
+            let events = &memory.events;
+            (memory.pets.len(), events.count, events.oldest())
+        })?;
         Ok(StorageStats {
             pets: pets as u64,
-            events: 0,
-            oldest_event: None,
+            events,
+            oldest_event,
             pool: None,
             shared: None,
         })
@@ -393,6 +436,7 @@ impl Storage for SqliteStorage {
         if let Some(thread) = thread {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
+        self.readers.close().await;
         *write(&self.memory) = None;
     }
 }

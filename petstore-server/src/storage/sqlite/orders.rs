@@ -98,6 +98,19 @@ impl OrderBook {
         owner.is_none_or(owned).then(|| self.order(at))
     }
 
+    /// The animal of the order `id` and its owner (when recorded), if
+    /// there is such an order.
+    pub fn pet_and_owner(&self, id: i64) -> Option<(i64, Option<OwnerId>)> {
+        let at = self.ids.position(id)?;
+        let owner = self.owners.get(self.owner_of[at] as usize);
+        Some((self.pet_ids[at], owner.map(|owner| owner.id)))
+    }
+
+    /// When the order `id` was placed, if there is such an order.
+    pub fn placed_at(&self, id: i64) -> Option<DateTime<Utc>> {
+        self.ids.position(id).map(|at| self.placed_at[at])
+    }
+
     /// The page `query` asks for, and whether more follow.
     pub fn page(&self, query: OrderQuery) -> OrderPage {
         let start = self.ids.first_after(query.after.unwrap_or(i64::MIN));

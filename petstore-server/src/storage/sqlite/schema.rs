@@ -79,6 +79,29 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE api_keys ADD COLUMN rate_seconds INTEGER;
     ALTER TABLE api_keys ADD COLUMN burst INTEGER;
     ALTER TABLE api_keys ADD COLUMN in_flight INTEGER;",
+    // The events feed (contract 1.6.0; see `events.rs`). The writer thread
+    // assigns ids in commit order itself (no AUTOINCREMENT: a purge must
+    // never let an id come back, and the floor, not SQLite's sequence,
+    // remembers the largest purged). `at` is in microseconds since the Unix
+    // epoch; `owner` is an order event's order's owner (the customer
+    // filter); `created_status` a `PetCreated`'s status at creation. A pet's
+    // name and category never change, and an order's `placed_at` neither:
+    // a page takes them from memory. `events_floor` holds the largest id
+    // purged, in one row.
+    "CREATE TABLE events (
+        id             INTEGER PRIMARY KEY,
+        kind           INTEGER NOT NULL,
+        at             INTEGER NOT NULL,
+        pet_id         INTEGER NOT NULL,
+        order_id       INTEGER,
+        owner          BLOB,
+        created_status TEXT
+    );
+    CREATE TABLE events_floor (
+        one   INTEGER PRIMARY KEY CHECK (one = 1),
+        floor INTEGER NOT NULL
+    );
+    INSERT INTO events_floor (one, floor) VALUES (1, 0);",
 ];
 
 /// How long a connection waits on a lock (e.g. another program holding the

@@ -1,7 +1,8 @@
 //! The writer thread: the only writing connection. It takes every write
 //! that is waiting, commits the group in one transaction (one fsync),
 //! checks that the file it wrote is still the database's, makes memory
-//! show the group, and only then answers each write.
+//! show the group, moves the feed's head past the group's events, and only
+//! then answers each write.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -11,8 +12,9 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use rusqlite::{Connection, TransactionBehavior};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
+use super::feed::{EventLog, purge};
 use super::lock::DatabaseLock;
 use super::memory::{Committed, SharedMemory, write};
 use super::schema::sqlite;
@@ -35,6 +37,9 @@ pub(super) enum WriteJob {
     Group(GroupJob),
     /// Delete at most this many idempotency records made before this time.
     Purge(i64, usize, Reply<usize>),
+    /// Delete at most this many of the oldest events, committed before
+    /// this time (microseconds).
+    PurgeEvents(i64, usize, Reply<usize>),
     /// Stop, having committed what came before.
     Close(oneshot::Sender<()>),
 }
@@ -87,8 +92,12 @@ impl<W: Write> Job<W> {
 
     /// Applies the write in the group's transaction; on an error, the job
     /// comes back to be failed with the rest of the group.
-    fn apply(self, tx: &Connection) -> Result<Box<dyn Applied>, (Job<W>, rusqlite::Error)> {
-        match self.write.apply(tx) {
+    fn apply(
+        self,
+        tx: &Connection,
+        events: &mut EventLog,
+    ) -> Result<Box<dyn Applied>, (Job<W>, rusqlite::Error)> {
+        match self.write.apply(tx, events) {
             Ok(applied) => Ok(Box::new(Done { job: self, applied })),
             Err(error) => Err((self, error)),
         }
@@ -101,12 +110,16 @@ impl<W: Write> Job<W> {
 }
 
 impl GroupJob {
-    fn apply(self, tx: &Connection) -> Result<Box<dyn Applied>, (GroupJob, rusqlite::Error)> {
+    fn apply(
+        self,
+        tx: &Connection,
+        events: &mut EventLog,
+    ) -> Result<Box<dyn Applied>, (GroupJob, rusqlite::Error)> {
         match self {
-            GroupJob::Create(job) => job.apply(tx).map_err(|(j, e)| (j.into(), e)),
-            GroupJob::CreateOnce(job) => job.apply(tx).map_err(|(j, e)| (j.into(), e)),
-            GroupJob::Place(job) => job.apply(tx).map_err(|(j, e)| (j.into(), e)),
-            GroupJob::Update(job) => job.apply(tx).map_err(|(j, e)| (j.into(), e)),
+            GroupJob::Create(job) => job.apply(tx, events).map_err(|(j, e)| (j.into(), e)),
+            GroupJob::CreateOnce(job) => job.apply(tx, events).map_err(|(j, e)| (j.into(), e)),
+            GroupJob::Place(job) => job.apply(tx, events).map_err(|(j, e)| (j.into(), e)),
+            GroupJob::Update(job) => job.apply(tx, events).map_err(|(j, e)| (j.into(), e)),
         }
     }
 
@@ -181,6 +194,10 @@ pub(super) struct Writer {
     pub(super) replaced: Arc<AtomicBool>,
     pub(super) log: slog::Logger,
     pub(super) metrics: StorageMetrics,
+    /// The feed's ids, assigned in commit order.
+    pub(super) events: EventLog,
+    /// The feed's head: sent after each commit that wrote events.
+    pub(super) head: Arc<watch::Sender<i64>>,
     /// Held for as long as the writer owns the database.
     pub(super) _lock: DatabaseLock,
 }
@@ -202,12 +219,17 @@ impl Writer {
             let mut group = Vec::new();
             let mut close = None;
             let mut purge = None;
+            let mut purge_events = None;
             let mut next = Some(first);
             while let Some(job) = next.take() {
                 match job {
                     WriteJob::Group(job) => group.push(job),
                     WriteJob::Purge(before, limit, reply) => {
                         purge = Some((before, limit, reply));
+                        break;
+                    }
+                    WriteJob::PurgeEvents(before, limit, reply) => {
+                        purge_events = Some((before, limit, reply));
                         break;
                     }
                     WriteJob::Close(done) => {
@@ -224,6 +246,9 @@ impl Writer {
                 let purged = purge_records(&self.conn, before, limit)
                     .map_err(sqlite("purging idempotency records"));
                 let _ = reply.send(purged);
+            }
+            if let Some((before, limit, reply)) = purge_events {
+                let _ = reply.send(self.purge_events(before, limit, memory));
             }
             if let Some(done) = close {
                 drop(self);
@@ -272,9 +297,14 @@ impl Writer {
                 .for_each(|job| job.fail(self.file_replaced()));
         }
         let size = group.len();
-        let applied = match apply_all(&mut self.conn, group) {
+        self.events.begin_group();
+        let applied = match apply_all(&mut self.conn, &mut self.events, group) {
             Ok(applied) => applied,
-            Err(failed) => return failed.fail_all(),
+            Err(failed) => {
+                // Nothing of the group is stored: its ids go to the next.
+                self.events.roll_back();
+                return failed.fail_all();
+            }
         };
         // Written into a file that the path no longer names: lost at the
         // next start, so never acknowledged.
@@ -286,10 +316,32 @@ impl Writer {
         self.metrics.commit_group_size.observe(size as f64);
         // Memory is changed before anyone is answered, in the order of the
         // transaction. A closed storage has no memory left to change.
+        let written = self.events.written();
         if let Some(memory) = write(memory).as_mut() {
             applied.iter().for_each(|job| job.remember(memory));
+            memory.events.append(written);
+        }
+        // Then the head, so that a page read once a request is answered
+        // reaches its events (and finds in memory what they are about).
+        if let Some(last) = written.last() {
+            self.head.send_replace(last.id);
         }
         applied.into_iter().for_each(|job| job.answer());
+    }
+
+    /// Deletes at most `limit` of the oldest events committed before
+    /// `before` (microseconds), raising the floor; memory follows.
+    fn purge_events(
+        &mut self,
+        before: i64,
+        limit: usize,
+        memory: &SharedMemory,
+    ) -> Result<usize, StorageError> {
+        let purged = purge(&mut self.conn, before, limit).map_err(sqlite("purging events"))?;
+        if let Some(memory) = write(memory).as_mut() {
+            memory.events.purged(&purged);
+        }
+        Ok(purged.count)
     }
 }
 
@@ -316,6 +368,7 @@ impl GroupFailure {
 /// stored.
 fn apply_all(
     conn: &mut Connection,
+    events: &mut EventLog,
     group: Vec<GroupJob>,
 ) -> Result<Vec<Box<dyn Applied>>, GroupFailure> {
     let failure = |error, applied, pending| GroupFailure {
@@ -330,7 +383,7 @@ fn apply_all(
     let mut applied = Vec::with_capacity(group.len());
     let mut pending = group.into_iter();
     while let Some(job) = pending.next() {
-        match job.apply(&tx) {
+        match job.apply(&tx, events) {
             Ok(done) => applied.push(done),
             Err((job, e)) => {
                 let rest = std::iter::once(job).chain(pending).collect();

@@ -1,12 +1,13 @@
 //! The writes the writer thread commits in groups, each with its own
 //! outcome: what it does inside the group's transaction ([`Write::apply`]),
-//! then what it changes in memory once the group is committed
-//! ([`Write::remember`]) and what its request is answered
+//! its events included, then what it changes in memory once the group is
+//! committed ([`Write::remember`]) and what its request is answered
 //! ([`Write::outcome`]).
 
 use chrono::Utc;
 use rusqlite::{Connection, OptionalExtension, params};
 
+use super::feed::EventLog;
 use super::memory::Committed;
 use super::rows::{ORDER_COLUMNS, micros_to_time, order_from_row, pet_from_row};
 use crate::storage::StorageError;
@@ -21,11 +22,12 @@ pub(super) trait Write: Send + 'static {
     /// What the request is answered.
     type Outcome: Send;
 
-    /// Does the write inside the group's transaction. A write with an
-    /// idempotency key first looks for the key's live record there, so a
-    /// retry queued behind the first request finds the first one's record
-    /// even within one group.
-    fn apply(&self, tx: &Connection) -> rusqlite::Result<Self::Applied>;
+    /// Does the write inside the group's transaction, and records its
+    /// events in `events` there (a write that changes nothing records
+    /// none). A write with an idempotency key first looks for the key's
+    /// live record there, so a retry queued behind the first request finds
+    /// the first one's record even within one group.
+    fn apply(&self, tx: &Connection, events: &mut EventLog) -> rusqlite::Result<Self::Applied>;
 
     /// Makes memory show what was committed (only the writer calls it,
     /// under the write lock, in the order of the transaction).
@@ -42,8 +44,8 @@ impl Write for Create {
     type Applied = Pet;
     type Outcome = Pet;
 
-    fn apply(&self, tx: &Connection) -> rusqlite::Result<Pet> {
-        insert_pet(tx, &self.0, None)
+    fn apply(&self, tx: &Connection, events: &mut EventLog) -> rusqlite::Result<Pet> {
+        insert_pet(tx, events, &self.0, None)
     }
 
     fn remember(&self, pet: &Pet, memory: &mut Committed) {
@@ -70,11 +72,11 @@ impl Write for CreateOnce {
     type Applied = Result<Pet, Live<Result<Pet, StorageError>>>;
     type Outcome = CreateOutcome;
 
-    fn apply(&self, tx: &Connection) -> rusqlite::Result<Self::Applied> {
+    fn apply(&self, tx: &Connection, events: &mut EventLog) -> rusqlite::Result<Self::Applied> {
         if let Some(live) = live_record(tx, &self.once)? {
             return Ok(Err(live));
         }
-        insert_pet(tx, &self.pet, Some(&self.once)).map(Ok)
+        insert_pet(tx, events, &self.pet, Some(&self.once)).map(Ok)
     }
 
     fn remember(&self, applied: &Self::Applied, memory: &mut Committed) {
@@ -105,14 +107,14 @@ impl Write for Place {
     type Applied = PlaceOutcome;
     type Outcome = PlaceOutcome;
 
-    fn apply(&self, tx: &Connection) -> rusqlite::Result<PlaceOutcome> {
+    fn apply(&self, tx: &Connection, events: &mut EventLog) -> rusqlite::Result<PlaceOutcome> {
         let once = self.once.as_ref().map(|(once, _)| once);
         if let Some(once) = once
             && let Some(found) = live_order_record(tx, once)?
         {
             return Ok(found);
         }
-        place(tx, self.pet_id, &self.owner, once)
+        place(tx, events, self.pet_id, &self.owner, once)
     }
 
     fn remember(&self, outcome: &PlaceOutcome, memory: &mut Committed) {
@@ -140,8 +142,12 @@ impl Write for Update {
     type Applied = (UpdateOutcome, bool);
     type Outcome = UpdateOutcome;
 
-    fn apply(&self, tx: &Connection) -> rusqlite::Result<(UpdateOutcome, bool)> {
-        update(tx, self.id, self.to)
+    fn apply(
+        &self,
+        tx: &Connection,
+        events: &mut EventLog,
+    ) -> rusqlite::Result<(UpdateOutcome, bool)> {
+        update(tx, events, self.id, self.to)
     }
 
     fn remember(&self, applied: &(UpdateOutcome, bool), memory: &mut Committed) {
@@ -166,8 +172,14 @@ pub(super) enum Live<R> {
     Reused,
 }
 
-/// Inserts the pet (and the key's record, replacing an expired one).
-fn insert_pet(tx: &Connection, pet: &NewPet, once: Option<&Idempotency>) -> rusqlite::Result<Pet> {
+/// Inserts the pet (and the key's record, replacing an expired one) and
+/// its `PetCreated`.
+fn insert_pet(
+    tx: &Connection,
+    events: &mut EventLog,
+    pet: &NewPet,
+    once: Option<&Idempotency>,
+) -> rusqlite::Result<Pet> {
     let status = pet.status.map(PetStatus::as_str);
     let id = tx
         .prepare_cached(
@@ -195,13 +207,17 @@ fn insert_pet(tx: &Connection, pet: &NewPet, once: Option<&Idempotency>) -> rusq
             status
         ])?;
     }
-    Ok(Pet::from_new(id, pet.clone()))
+    let pet = Pet::from_new(id, pet.clone());
+    events.pet_created(tx, &pet)?;
+    Ok(pet)
 }
 
-/// Orders the animal if it is available: its status and the new order in
-/// the group's transaction.
+/// Orders the animal if it is available: its status, the new order and
+/// their events (`OrderPlaced`, then `PetOrdered`, at the order's
+/// `placed_at`) in the group's transaction.
 fn place(
     tx: &Connection,
+    events: &mut EventLog,
     pet_id: i64,
     owner: &Owner,
     once: Option<&Idempotency>,
@@ -253,23 +269,35 @@ fn place(
             micros
         ])?;
     }
-    Ok(PlaceOutcome::Placed(StoredOrder::new(Order {
+    let order = Order {
         id,
         pet_id,
         status: OrderStatus::Placed,
         placed_at: micros_to_time(micros),
         placed_by: Some(owner.name.clone()),
-    })))
+    };
+    events.order_changed(tx, &order, Some(&owner.id.0), micros)?;
+    Ok(PlaceOutcome::Placed(StoredOrder::new(order)))
 }
 
 /// Gives the order the status `to` (and its animal the status that goes
-/// with it) if the order may change so; says whether it changed.
-fn update(tx: &Connection, id: i64, to: OrderStatus) -> rusqlite::Result<(UpdateOutcome, bool)> {
+/// with it) if the order may change so, with their events (the order's,
+/// then its animal's); says whether it changed.
+fn update(
+    tx: &Connection,
+    events: &mut EventLog,
+    id: i64,
+    to: OrderStatus,
+) -> rusqlite::Result<(UpdateOutcome, bool)> {
     let found = tx
-        .prepare_cached(&format!("SELECT {ORDER_COLUMNS} FROM orders WHERE id = ?1"))?
-        .query_row(params![id], order_from_row)
+        .prepare_cached(&format!(
+            "SELECT {ORDER_COLUMNS}, owner FROM orders WHERE id = ?1"
+        ))?
+        .query_row(params![id], |row| {
+            Ok((order_from_row(row)?, row.get::<_, Option<Vec<u8>>>(5)?))
+        })
         .optional()?;
-    let Some(mut order) = found else {
+    let Some((mut order, owner)) = found else {
         return Ok((UpdateOutcome::NoSuchOrder, false));
     };
     match transition(order.status, to) {
@@ -281,6 +309,8 @@ fn update(tx: &Connection, id: i64, to: OrderStatus) -> rusqlite::Result<(Update
             tx.prepare_cached("UPDATE pets SET status = ?2 WHERE id = ?1")?
                 .execute(params![order.pet_id, to.pet_status().as_str()])?;
             order.status = to;
+            let at = Utc::now().timestamp_micros();
+            events.order_changed(tx, &order, owner.as_deref(), at)?;
             Ok((UpdateOutcome::Done(StoredOrder::new(order)), true))
         }
     }

@@ -1,0 +1,34 @@
+//! The events feed on SQLite (see `storage/events.rs` for what it promises).
+//!
+//! - **Written by the writer, in the write's transaction** (`log.rs`). The
+//!   one writer thread assigns ids itself, in the order it applies the
+//!   writes, so ids ascend in commit order; a group that rolls back gives
+//!   its ids back, so committed ids are consecutive. After a commit, memory
+//!   is changed, then the head (the largest committed id) is sent, then the
+//!   group is answered: a client that got its answer finds its events.
+//! - **Stored in the file, the most recent also in memory** (`tail.rs`).
+//!   Memory keeps the floor, a tally, and the last [`TAIL_MAX`] events in
+//!   columns; a page that starts among them is read there, under the same
+//!   lock as a page of pets, and costs about as much.
+//! - **Older pages from the file** (`pages.rs`): on one of a few read-only
+//!   connections kept open (WAL lets them read while the writer writes),
+//!   on a blocking thread, the floor and the rows in one read transaction,
+//!   so a cursor is either served whole or expired.
+//! - **Never past the head.** Either way a page reads the head first and
+//!   examines no id above it, so it never returns an id below which one
+//!   could still appear. A pet's name and category, and an order's
+//!   `placed_at`, never change: an event's data comes from memory, which
+//!   holds every pet and order an event up to the head is about.
+//! - **Purged as a prefix** (`log.rs`): the smallest ids while they are
+//!   older than asked, the floor raised in the same transaction, then
+//!   memory's tail and tally.
+
+mod log;
+mod pages;
+mod tail;
+#[cfg(test)]
+mod tests;
+
+pub(super) use log::{EventLog, purge};
+pub(super) use pages::{Readers, file_page, memory_page};
+pub(super) use tail::{Feed, TAIL_MAX};

@@ -1,0 +1,219 @@
+//! The feed as memory holds it: the floor, how many events are retained
+//! and the oldest one's time (for the figures), and the most recent events
+//! — up to [`TAIL_MAX`] of them — so that a page near the head, where
+//! readers of a feed spend their time, costs what a page of pets does.
+
+use std::collections::VecDeque;
+
+use rusqlite::Connection;
+use rusqlite::types::ValueRef;
+
+use super::super::schema::sqlite;
+use super::log::{Purged, TailEvent};
+use super::pages::{decode_kind, decode_status};
+use crate::storage::{EventKind, StorageError};
+use petstore_api::model::PetStatus;
+
+/// The most events memory keeps: 18 bytes each, so 18 MiB at most (a power
+/// of two, so that the columns never grow past it).
+pub(in crate::storage::sqlite) const TAIL_MAX: usize = 1 << 20;
+
+/// The feed in memory: changed only by the writer, after each commit that
+/// wrote or purged events, before the head moves.
+pub(in crate::storage::sqlite) struct Feed {
+    /// The largest id purged.
+    pub(super) floor: i64,
+    /// How many events are retained.
+    pub(in crate::storage::sqlite) count: u64,
+    /// The time of the smallest id retained (microseconds).
+    oldest: Option<i64>,
+    pub(super) tail: Tail,
+    /// The most events `tail` keeps.
+    tail_max: usize,
+}
+
+impl Feed {
+    /// What the database holds of the feed, and its last `tail_max` events
+    /// (a count of the table: once, at start-up).
+    pub(in crate::storage::sqlite) fn load(
+        conn: &Connection,
+        tail_max: usize,
+    ) -> Result<Feed, StorageError> {
+        let sql = sqlite("loading the feed");
+        let (floor, count, oldest, head) = conn
+            .query_row(
+                "SELECT floor, (SELECT count(*) FROM events),
+                        (SELECT at FROM events ORDER BY id LIMIT 1),
+                        coalesce((SELECT max(id) FROM events), floor)
+                 FROM events_floor",
+                [],
+                |row| {
+                    Ok((
+                        row.get(0)?,
+                        row.get::<_, i64>(1)?,
+                        row.get(2)?,
+                        row.get::<_, i64>(3)?,
+                    ))
+                },
+            )
+            .map_err(&sql)?;
+        let mut feed = Feed {
+            floor,
+            count: count.unsigned_abs(),
+            oldest,
+            tail: Tail::default(),
+            tail_max,
+        };
+        let from = head.saturating_sub(i64::try_from(tail_max).unwrap_or(i64::MAX));
+        let mut select = conn
+            .prepare(
+                "SELECT id, kind, at, coalesce(order_id, pet_id), created_status FROM events
+                 WHERE id > ?1 ORDER BY id",
+            )
+            .map_err(&sql)?;
+        let mut rows = select.query([from]).map_err(&sql)?;
+        while let Some(row) = rows.next().map_err(&sql)? {
+            let id = row.get(0).map_err(&sql)?;
+            let created = match row.get_ref(4).map_err(&sql)? {
+                ValueRef::Null => None,
+                status => Some(decode_status(id, status).map_err(&sql)?),
+            };
+            feed.tail.push(TailEvent {
+                id,
+                kind: decode_kind(id, row.get(1).map_err(&sql)?).map_err(&sql)?,
+                at: row.get(2).map_err(&sql)?,
+                subject: row.get(3).map_err(&sql)?,
+                created,
+            });
+        }
+        Ok(feed)
+    }
+
+    /// A group committed these events (in id order).
+    pub(in crate::storage::sqlite) fn append(&mut self, events: &[TailEvent]) {
+        let Some(first) = events.first() else {
+            return;
+        };
+        self.count += events.len() as u64;
+        self.oldest.get_or_insert(first.at);
+        for event in events {
+            if self.tail.len() == self.tail_max {
+                self.tail.pop_front();
+            }
+            self.tail.push(*event);
+        }
+    }
+
+    /// A purge committed.
+    pub(in crate::storage::sqlite) fn purged(&mut self, purged: &Purged) {
+        self.count = self.count.saturating_sub(purged.count as u64);
+        self.oldest = purged.oldest;
+        if let Some(floor) = purged.floor {
+            self.floor = self.floor.max(floor);
+            while self.tail.first().is_some_and(|first| first <= floor) {
+                self.tail.pop_front();
+            }
+        }
+    }
+
+    /// The oldest event's time.
+    pub(in crate::storage::sqlite) fn oldest(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        self.oldest.map(super::super::rows::micros_to_time)
+    }
+}
+
+/// The most recent events, consecutive ids in columns (the writer assigns
+/// them consecutively, so an id is found by subtraction).
+#[derive(Default)]
+pub(super) struct Tail {
+    /// The first event's id.
+    first: i64,
+    kinds: VecDeque<EventKind>,
+    created: VecDeque<Option<PetStatus>>,
+    at: VecDeque<i64>,
+    subjects: VecDeque<i64>,
+}
+
+impl Tail {
+    pub(super) fn len(&self) -> usize {
+        self.kinds.len()
+    }
+
+    /// The first event's id, if there is one.
+    pub(super) fn first(&self) -> Option<i64> {
+        (self.len() > 0).then_some(self.first)
+    }
+
+    /// The last event's id, if there is one.
+    pub(super) fn last(&self) -> Option<i64> {
+        (self.len() > 0).then(|| self.first + self.len() as i64 - 1)
+    }
+
+    /// The event `id`, if the tail holds it.
+    pub(super) fn get(&self, id: i64) -> Option<TailEvent> {
+        let at = usize::try_from(id.checked_sub(self.first)?).ok()?;
+        Some(TailEvent {
+            id,
+            kind: *self.kinds.get(at)?,
+            at: self.at[at],
+            subject: self.subjects[at],
+            created: self.created[at],
+        })
+    }
+
+    /// Appends `event`. Ids are consecutive; should one not follow the
+    /// last (ids missing from the file), the tail starts again from it, so
+    /// that it never holds a gap a page would take for the head.
+    fn push(&mut self, event: TailEvent) {
+        if self.last().is_some_and(|last| last + 1 != event.id) {
+            *self = Tail::default();
+        }
+        if self.len() == 0 {
+            self.first = event.id;
+        }
+        self.kinds.push_back(event.kind);
+        self.created.push_back(event.created);
+        self.at.push_back(event.at);
+        self.subjects.push_back(event.subject);
+    }
+
+    fn pop_front(&mut self) {
+        if self.kinds.pop_front().is_some() {
+            self.created.pop_front();
+            self.at.pop_front();
+            self.subjects.pop_front();
+            self.first += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(id: i64) -> TailEvent {
+        TailEvent {
+            id,
+            kind: EventKind::PetCreated,
+            at: id * 10,
+            subject: id + 100,
+            created: None,
+        }
+    }
+
+    #[test]
+    fn the_tail_finds_events_by_id_and_starts_again_after_a_gap() {
+        let mut tail = Tail::default();
+        assert_eq!((tail.first(), tail.last()), (None, None));
+        (5..=7).for_each(|id| tail.push(event(id)));
+        assert_eq!((tail.first(), tail.last()), (Some(5), Some(7)));
+        assert_eq!(tail.get(6).map(|e| (e.at, e.subject)), Some((60, 106)));
+        assert!(tail.get(4).is_none() && tail.get(8).is_none());
+        tail.pop_front();
+        assert_eq!((tail.first(), tail.get(5).is_none()), (Some(6), true));
+        // Ids missing from the file: the tail holds only what follows.
+        tail.push(event(10));
+        assert_eq!((tail.first(), tail.last()), (Some(10), Some(10)));
+        assert!(tail.get(7).is_none());
+    }
+}
