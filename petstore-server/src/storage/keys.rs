@@ -44,8 +44,14 @@ pub(super) fn stored_digest(name: &str, bytes: &[u8]) -> Result<KeyDigest, Stora
         })
 }
 
-/// A key's stored scopes: NULL (a key made before scopes existed) is every
-/// scope.
+/// How a key's scopes are stored: every scope as NULL, so that a key made
+/// with every scope also has those added later; any other set as its bits.
+pub(super) fn scopes_column(scopes: Scopes) -> Option<i64> {
+    (scopes != Scopes::ALL).then(|| i64::from(scopes.bits()))
+}
+
+/// A key's stored scopes: NULL (a key made before scopes existed, or with
+/// every scope) is every scope.
 pub(super) fn stored_scopes(bits: Option<i64>) -> Scopes {
     bits.map_or(Scopes::ALL, |bits| Scopes::from_bits(bits as u8))
 }

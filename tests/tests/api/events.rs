@@ -251,6 +251,9 @@ on_every_backend! {
         assert_eq!(order_events(&seen), [own[0]["id"].clone(), own[1]["id"].clone(), other["id"].clone()]);
         assert_eq!(pet_events(&seen), 0);
         assert!(whole_feed_as(&server, &blind).await.is_empty());
+        // A key made with every scope has the scopes added since, this one too.
+        let all = server.stored_key("all", "all").await;
+        assert_eq!(whole_feed_as(&server, &all).await, everything);
         // Asking for a type it may not see shows nothing, and no error.
         let (page, _) = page_as(&server, &customer, "?types=pet.created").await;
         assert!(page.is_empty());

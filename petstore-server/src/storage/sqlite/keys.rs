@@ -14,8 +14,8 @@ use super::lock::DatabaseLock;
 use super::schema::{BUSY_TIMEOUT, MIGRATIONS, configure_and_migrate, schema_version, sqlite};
 use crate::budget::{KeyLimits, LimitsChange};
 use crate::storage::keys::{
-    KeyError, KeyStorage, Revoked, StoredKey, limits_columns, stored_digest, stored_limits,
-    stored_scopes,
+    KeyError, KeyStorage, Revoked, StoredKey, limits_columns, scopes_column, stored_digest,
+    stored_limits, stored_scopes,
 };
 use crate::storage::{OpenError, StorageError};
 use petstore_api::scopes::Scopes;
@@ -148,7 +148,7 @@ impl KeyStorage for SqliteKeys {
                     key.digest.0.as_slice(),
                     key.created_at,
                     key.expires_at,
-                    key.scopes.bits(),
+                    scopes_column(key.scopes),
                     rate_requests,
                     rate_seconds,
                     burst,
@@ -251,7 +251,7 @@ impl KeyStorage for SqliteKeys {
             };
             tx.execute(
                 "UPDATE api_keys SET scopes = ?2 WHERE name = ?1",
-                params![name, scopes.bits()],
+                params![name, scopes_column(scopes)],
             )
             .map_err(&sql)?;
             tx.commit().map_err(&sql)?;

@@ -102,6 +102,11 @@ pub(super) const MIGRATIONS: &[&str] = &[
         floor INTEGER NOT NULL
     );
     INSERT INTO events_floor (one, floor) VALUES (1, 0);",
+    // Keys made with every scope (`--scopes all`, stored as the five bits
+    // of 1.4.0) have every scope, including those added since (1.6.0:
+    // `events:read`): "all" is stored as NULL from now on, as for keys made
+    // before scopes existed.
+    "UPDATE api_keys SET scopes = NULL WHERE scopes = 31;",
 ];
 
 /// How long a connection waits on a lock (e.g. another program holding the
