@@ -44,4 +44,21 @@ pub struct CannedSet {
     pub update_order: Canned,
     /// `GET /v1/store/inventory`.
     pub inventory: Canned,
+    /// Where the feed's pages read.
+    pub feed: FeedCursors,
+    /// `GET /v1/events?limit=20&after=START`.
+    pub events_page: Canned,
+    /// `GET /v1/events?limit=20&after=DEEP`.
+    pub events_page_deep: Canned,
+}
+
+/// The cursors of the feed scenarios (since contract 1.6.0): event ids,
+/// which are decimal digits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FeedCursors {
+    /// The feed's first event: `events_page` reads the 20 after it.
+    pub start: u64,
+    /// An event about 90 % into the seeded feed: `events_page_deep` reads
+    /// the 20 after it.
+    pub deep: u64,
 }

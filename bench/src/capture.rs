@@ -7,8 +7,8 @@ use std::net::SocketAddr;
 use anyhow::{Context, bail};
 use reqwest::{Method, StatusCode};
 
-use super::canned::{Canned, CannedSet};
-use super::scenario::{CREATE_BODY, deep_path};
+use super::canned::{Canned, CannedSet, FeedCursors};
+use super::scenario::{CREATE_BODY, deep_path, events_path};
 
 /// Headers the HTTP layer writes per response, so the ceiling's hyper
 /// writes its own instead of replaying these.
@@ -21,9 +21,14 @@ const PER_RESPONSE_HEADERS: [&str; 5] = [
 ];
 
 /// Captures one response per scenario from the server at `addr` (whose
-/// pets have ids `1..=max_id`). Creates one pet, and one order that it
-/// cancels.
-pub async fn capture(addr: SocketAddr, key: &str, max_id: i64) -> anyhow::Result<CannedSet> {
+/// pets have ids `1..=max_id`, and whose feed is read after the events
+/// `feed`). Creates one pet, and one order that it cancels.
+pub async fn capture(
+    addr: SocketAddr,
+    key: &str,
+    max_id: i64,
+    feed: FeedCursors,
+) -> anyhow::Result<CannedSet> {
     use {Method as M, StatusCode as S};
     let http = reqwest::Client::new();
     // An available animal to order (seeding concurrently, ids need not
@@ -74,6 +79,16 @@ pub async fn capture(addr: SocketAddr, key: &str, max_id: i64) -> anyhow::Result
     let order: serde_json::Value = serde_json::from_str(&place_order.body)?;
     let update = format!("/store/orders/{}", order["id"]);
     let update_order = fetch(M::PATCH, &update, key, S::OK).await?;
+    // A feed page must be full, or it measures less than a page.
+    let events = async |after: u64| {
+        let path = events_path(after);
+        let page = fetch(M::GET, path.trim_start_matches("/v1"), key, S::OK).await?;
+        let events: Vec<serde_json::Value> = serde_json::from_str(&page.body)?;
+        if events.len() != 20 {
+            bail!("GET {path} returned {} events, not 20", events.len());
+        }
+        anyhow::Ok(page)
+    };
     Ok(CannedSet {
         place_order,
         update_order,
@@ -91,6 +106,9 @@ pub async fn capture(addr: SocketAddr, key: &str, max_id: i64) -> anyhow::Result
         max_id,
         create: fetch(M::POST, "/pets", key, S::CREATED).await?,
         unauthorized: fetch(M::GET, "/pets?limit=20", "not-the-key", S::UNAUTHORIZED).await?,
+        feed,
+        events_page: events(feed.start).await?,
+        events_page_deep: events(feed.deep).await?,
     })
 }
 

@@ -32,6 +32,7 @@ use petstore_support::{Service, free_loopback_addr, generate_key};
 mod canned;
 mod capture;
 mod cycle;
+mod feed;
 mod machine;
 mod options;
 mod report;
@@ -39,6 +40,7 @@ mod scenario;
 mod seed;
 mod wrk;
 
+use canned::FeedCursors;
 use options::{Options, Switch};
 use report::{Round, Row, Sample, pets_label};
 use scenario::Scenario;
@@ -61,8 +63,14 @@ fn main() -> ExitCode {
 }
 
 /// Runs the bench with `options`.
-fn run(options: Options) -> anyhow::Result<()> {
+fn run(mut options: Options) -> anyhow::Result<()> {
     wrk::ensure_installed()?;
+    // Checked before anything is built. (`cargo xtask bench` runs the bench
+    // from the workspace root: a relative path is relative to it.)
+    if let Some(path) = &mut options.baseline_binary {
+        *path = std::fs::canonicalize(&*path)
+            .with_context(|| format!("--baseline-binary {}", path.display()))?;
+    }
     let binaries = Binaries::build()?;
     let machine = machine::Machine::describe();
     println!(
@@ -172,26 +180,54 @@ impl Bench {
     fn run_all(&self, machine: &machine::Machine) -> anyhow::Result<()> {
         let mut rows = Vec::new();
         let mut seeding = Vec::new();
+        let (mut followers, mut followers_failed) = (Vec::new(), false);
+        let mut latencies = Vec::new();
         for setup in self.setups() {
-            let (setup_rows, seeded, first_answer) = self.run_setup(&setup)?;
-            rows.extend(setup_rows);
+            let outcome = self.run_setup(&setup)?;
+            let label = format!("{} {}", pets_label(setup.pets), setup.backend.name());
+            rows.extend(outcome.rows);
             seeding.push(format!(
-                "{} pets ({}) in {seeded:.1?}, server's first answer {first_answer:.1?} after \
-                 its start",
+                "{} pets ({}) in {:.1?}, server's first answer {:.1?} after its start",
                 pets_label(setup.pets),
-                setup.backend.name()
+                setup.backend.name(),
+                outcome.seeded,
+                outcome.first_answer
             ));
+            if let Some((summary, failed)) = outcome.followers {
+                followers.push(format!("{label}: {summary}"));
+                followers_failed |= failed;
+            }
+            if let Some(latency) = outcome.latency {
+                let parked = self.options.latency_followers as usize;
+                latencies.push((setup.backend.name(), parked, latency));
+            }
         }
         let load_after = machine::load_average();
-        write_results(
-            &rows,
-            &machine.markdown(&self.options, &load_after, &seeding),
-        )?;
+        let mut preamble = machine.markdown(&self.options, &load_after, &seeding);
+        if !followers.is_empty() {
+            preamble += &format!(
+                "- Idle followers beside every run: {}\n",
+                followers.join("; ")
+            );
+        }
+        let latency = report::latency_table(&latencies);
+        write_results(&rows, &preamble, &latency, &self.peer_name())?;
         println!(
             "bench: load average {} before, {load_after} after",
             machine.load_average
         );
+        if followers_failed {
+            bail!("idle followers' polls failed: {}", followers.join("; "));
+        }
         fail_on_errors(&rows)
+    }
+
+    /// How the report names the peer.
+    fn peer_name(&self) -> String {
+        match &self.options.baseline_binary {
+            Some(path) => format!("the baseline (`--baseline-binary {}`)", path.display()),
+            None => "the peer (`--compare-with`)".to_owned(),
+        }
     }
 
     /// Fails once Ctrl-C has been pressed.
@@ -208,7 +244,7 @@ impl Bench {
             Scenario::value_variants()
                 .iter()
                 .copied()
-                .filter(|s| self.options.scenario.is_empty() || self.options.scenario.contains(s))
+                .filter(|&s| self.options.runs(s))
                 .filter(|s| !reads_only || s.reads_only())
                 .collect()
         };
@@ -242,14 +278,14 @@ impl Bench {
         if self.options.postgres_only {
             setups.retain(|s| s.backend == Backend::Postgres);
         }
-        setups.retain(|s| !s.scenarios.is_empty());
+        let latency = self.options.follower_latency > 0;
+        setups.retain(|s| !s.scenarios.is_empty() || (latency && s.pets == report::BASE_PETS));
         setups
     }
 
-    /// Seeds, starts both targets, runs every round; returns the rows, how
-    /// long seeding took and how long the server took from its start to its
-    /// first answer (loading the catalogue included).
-    fn run_setup(&self, setup: &Setup) -> anyhow::Result<(Vec<Row>, Duration, Duration)> {
+    /// Seeds, starts both targets (and the peer, and the idle followers),
+    /// runs every round, then measures the follower latency if asked.
+    fn run_setup(&self, setup: &Setup) -> anyhow::Result<SetupOutcome> {
         let label = format!("{} {}", pets_label(setup.pets), setup.backend.name());
         let dir = self.scratch.join(label.replace(' ', "-"));
         std::fs::create_dir_all(&dir)?;
@@ -269,19 +305,29 @@ impl Bench {
         self.go_on()?;
         let key = generate_key("bench")?;
         let starting = std::time::Instant::now();
-        let server = self.start_server(&url, &key)?;
+        let server = self.start_server("petstore-server", &self.binaries.server, &url, &key)?;
         let first_answer = starting.elapsed();
         println!("bench: [{label}] server answered {first_answer:.1?} after its start");
-        let canned =
-            self.runtime
-                .block_on(capture::capture(server.addr, &key, setup.pets as i64))?;
+        let feed = self.runtime.block_on(feed::locate(server.addr, &key))?;
+        println!(
+            "bench: [{label}] the feed's ids run from {} to {}; the deep page reads after {}",
+            feed.cursors.start, feed.head, feed.cursors.deep
+        );
+        let pets = setup.pets as i64;
+        let capture = capture::capture(server.addr, &key, pets, feed.cursors);
+        let canned = self.runtime.block_on(capture)?;
         let responses = dir.join("responses.json");
         std::fs::write(&responses, serde_json::to_string_pretty(&canned)?)?;
         let ceiling = self.start_ceiling(&responses, &key)?;
         // The peer is seeded over HTTP, one pet at a time: the base dataset only.
-        let peer = match (setup.backend, &self.options.compare_with) {
-            (Backend::Postgres, Some(command)) if setup.pets == report::BASE_PETS => {
+        let base = setup.pets == report::BASE_PETS;
+        let o = &self.options;
+        let peer = match (setup.backend, &o.compare_with, &o.baseline_binary) {
+            (Backend::Postgres, Some(command), _) if base => {
                 Some(self.start_peer(command, &key, setup.pets, &label)?)
+            }
+            (backend, None, Some(binary)) if base => {
+                Some(self.start_baseline(binary, backend, &key, setup.pets, &label)?)
             }
             _ => None,
         };
@@ -289,37 +335,95 @@ impl Bench {
         if setup.backend == Backend::Postgres {
             databases.push(url.clone());
         }
-        databases.extend(peer.as_ref().map(|peer| peer.database.clone()));
+        databases.extend(peer.as_ref().and_then(|peer| peer.database.clone()));
         // Whose database is whose, to measure its CPU beside the target's.
         let mut postmasters = std::collections::HashMap::new();
         if setup.backend == Backend::Postgres {
             let ours = self.runtime.block_on(machine::postmaster(&url))?;
             postmasters.insert(server.addr, ours);
         }
-        if let Some(peer) = &peer {
-            let theirs = self.runtime.block_on(machine::postmaster(&peer.database))?;
-            postmasters.insert(peer.service.addr, theirs);
+        if let Some(Peer {
+            database: Some(database),
+            service,
+            ..
+        }) = &peer
+        {
+            let theirs = self.runtime.block_on(machine::postmaster(database))?;
+            postmasters.insert(service.addr, theirs);
         }
         let targets = Targets {
             server: &server,
             ceiling: &ceiling,
             peer: peer.as_ref().map(|peer| &peer.service),
+            // The peer compared with serves what a plain pet store serves;
+            // our own server of an earlier version, all but the feed.
+            peer_serves: match o.baseline_binary {
+                Some(_) => |s: Scenario| !s.reads_feed(),
+                None => Scenario::plain,
+            },
             databases: &databases,
             postmasters,
         };
-        let rows = self.rounds(setup, &label, &targets, &key, &dir)?;
+        let followers = (o.idle_followers > 0)
+            .then(|| {
+                let (addr, count, types) = (server.addr, o.idle_followers, o.follower_types());
+                println!("bench: [{label}] parking {count} idle followers on the server");
+                let runtime = self.runtime.handle();
+                feed::IdleFollowers::start(runtime, (addr, &key), count, types, feed.head)
+            })
+            .transpose()?;
+        let rows = self.rounds(setup, &label, &targets, (&key, feed.cursors), &dir)?;
+        let followers = followers.map(feed::IdleFollowers::stop);
+        let latency = (o.follower_latency > 0 && base)
+            .then(|| self.follower_latency(&server, &key, &label))
+            .transpose()?;
         server.stop()?;
         ceiling.stop()?;
         if let Some(peer) = peer {
             peer.service.terminate()?;
         }
         drop(cluster);
-        Ok((rows, seeded, first_answer))
+        Ok(SetupOutcome {
+            rows,
+            seeded,
+            first_answer,
+            followers,
+            latency,
+        })
     }
 
-    fn start_server(&self, url: &str, key: &str) -> anyhow::Result<Service> {
+    /// `--follower-latency`: the followers parked at the feed's head (as it
+    /// is now, after the runs) and the commits, on `server`.
+    fn follower_latency(
+        &self,
+        server: &Service,
+        key: &str,
+        label: &str,
+    ) -> anyhow::Result<feed::Latency> {
+        let (commits, followers) = (
+            self.options.follower_latency,
+            self.options.latency_followers as usize,
+        );
+        println!("bench: [{label}] follower latency: {followers} followers, {commits} commits");
+        let head = self.runtime.block_on(feed::locate(server.addr, key))?.head;
+        let measure = feed::follower_latency((server.addr, key), followers, commits, head);
+        let latency = self.runtime.block_on(measure)?;
+        let p99 = report::percentile(latency.delays_ms.clone(), 99.0);
+        println!("bench: [{label}] follower latency p99 {p99:.2} ms");
+        Ok(latency)
+    }
+
+    /// Starts `binary` (our server, this version's or the baseline's) as
+    /// the bench starts every server of ours, named `name`.
+    fn start_server(
+        &self,
+        name: &str,
+        binary: &Path,
+        url: &str,
+        key: &str,
+    ) -> anyhow::Result<Service> {
         let addr = free_loopback_addr()?;
-        let mut command = Command::new(&self.binaries.server);
+        let mut command = Command::new(binary);
         command
             .arg("serve")
             .args(["--bind", &addr.to_string(), "--database", url]);
@@ -335,7 +439,43 @@ impl Bench {
         command.args(["--admin-bind", &admin]);
         // Only what is given here counts, not the caller's PETSTORE_* settings.
         petstore_support::without_petstore_settings(&mut command).env("PETSTORE_API_KEYS", key);
-        Service::start("petstore-server", &mut command, (addr, key), None)
+        Service::start(name, &mut command, (addr, key), None)
+    }
+
+    /// Starts the baseline (`--baseline-binary`) on a database of its own
+    /// on `backend` (a second throwaway cluster for PostgreSQL), and seeds it
+    /// with the same pets as ours, through its API: its schema is its own
+    /// version's.
+    fn start_baseline(
+        &self,
+        binary: &Path,
+        backend: Backend,
+        key: &str,
+        pets: u64,
+        label: &str,
+    ) -> anyhow::Result<Peer> {
+        let cluster = match backend {
+            Backend::Postgres => Some(Cluster::start_durable().map_err(anyhow::Error::msg)?),
+            Backend::Sqlite => None,
+        };
+        let database = cluster.as_ref().map(|cluster| cluster.url("postgres"));
+        let sqlite = self
+            .scratch
+            .join(format!("baseline-{}.db", label.replace(' ', "-")));
+        let url = database
+            .clone()
+            .unwrap_or_else(|| format!("sqlite://{}", sqlite.display()));
+        let service = self.start_server("baseline", binary, &url, key)?;
+        println!("bench: [{label}] seeding the baseline with {pets} pets through POST /v1/pets");
+        let seeded = self
+            .runtime
+            .block_on(seed::seed_over_http(service.addr, key, pets))?;
+        println!("bench: [{label}] baseline seeded in {seeded:.1?}");
+        Ok(Peer {
+            service,
+            database,
+            _cluster: cluster,
+        })
     }
 
     /// Starts the peer (`--compare-with`) on a throwaway cluster of its own
@@ -361,8 +501,8 @@ impl Bench {
         println!("bench: [{label}] peer seeded in {seeded:.1?}");
         Ok(Peer {
             service,
-            database: cluster.url("postgres"),
-            _cluster: cluster,
+            database: Some(cluster.url("postgres")),
+            _cluster: Some(cluster),
         })
     }
 
@@ -383,7 +523,7 @@ impl Bench {
         setup: &Setup,
         label: &str,
         targets: &Targets,
-        key: &str,
+        (key, feed): (&str, FeedCursors),
         dir: &Path,
     ) -> anyhow::Result<Vec<Row>> {
         let mut rows = Vec::new();
@@ -391,7 +531,7 @@ impl Bench {
         let supply = dir.join("supply.txt");
         for &scenario in &setup.scenarios {
             let script = dir.join(format!("{}.lua", scenario.name()));
-            let text = scenario.wrk_script(key, setup.pets as i64, &supply);
+            let text = scenario.wrk_script(key, setup.pets as i64, &supply, feed);
             std::fs::write(&script, text)?;
             scripts.push(script);
             rows.push(Row {
@@ -525,8 +665,11 @@ const SUPPLY_MIN: usize = 2_000;
 struct Targets<'a> {
     server: &'a Service,
     ceiling: &'a Service,
-    /// The server compared with (`--compare-with`), on PostgreSQL.
+    /// The server compared with (`--compare-with`, on PostgreSQL, or
+    /// `--baseline-binary`).
     peer: Option<&'a Service>,
+    /// The scenarios the peer serves.
+    peer_serves: fn(Scenario) -> bool,
     /// The PostgreSQL databases of the server and the peer, settled before
     /// each round.
     databases: &'a [String],
@@ -537,10 +680,9 @@ struct Targets<'a> {
 
 impl<'a> Targets<'a> {
     /// The targets `scenario` runs against, in the order of an even round
-    /// (ceiling, server, peer): the peer only for what a plain pet store
-    /// serves.
+    /// (ceiling, server, peer): the peer only for what it serves.
     fn for_scenario(&self, scenario: Scenario) -> Vec<&'a Service> {
-        let peer = self.peer.filter(|_| scenario.plain());
+        let peer = self.peer.filter(|_| (self.peer_serves)(scenario));
         [self.ceiling, self.server]
             .into_iter()
             .chain(peer)
@@ -548,13 +690,27 @@ impl<'a> Targets<'a> {
     }
 }
 
-/// The peer and the cluster it owns (dropped after it: fields drop in
-/// order).
+/// The peer and the cluster it owns, if any (dropped after it: fields drop
+/// in order).
 struct Peer {
     service: Service,
-    /// Its database's URL.
-    database: String,
-    _cluster: Cluster,
+    /// Its PostgreSQL database's URL.
+    database: Option<String>,
+    _cluster: Option<Cluster>,
+}
+
+/// What one setup measured.
+struct SetupOutcome {
+    rows: Vec<Row>,
+    /// How long seeding took.
+    seeded: Duration,
+    /// How long the server took from its start to its first answer (loading
+    /// the catalogue included).
+    first_answer: Duration,
+    /// What the idle followers did, and whether any of their polls failed.
+    followers: Option<(String, bool)>,
+    /// `--follower-latency`.
+    latency: Option<feed::Latency>,
 }
 
 /// Vacuums (with statistics) and checkpoints every database, so that no
@@ -645,12 +801,12 @@ fn print_round(label: &str, scenario: Scenario, round: u64, rounds: u64, r: &Rou
     );
 }
 
-/// Prints the table and writes `target/bench/results.{tsv,md}`.
-fn write_results(rows: &[Row], preamble: &str) -> anyhow::Result<()> {
+/// Prints the tables and writes `target/bench/results.{tsv,md}`.
+fn write_results(rows: &[Row], preamble: &str, latency: &str, peer: &str) -> anyhow::Result<()> {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent();
     let out = workspace.expect("in the workspace").join("target/bench");
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    let table = report::markdown_table(rows);
+    let table = report::markdown_table(rows, peer) + latency;
     let markdown = format!("{preamble}\n{table}");
     for (name, text) in [("results.tsv", report::tsv(rows)), ("results.md", markdown)] {
         let path = out.join(name);

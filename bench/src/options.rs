@@ -1,5 +1,6 @@
 //! The command line of `petstore-bench` (and `cargo xtask bench`).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
@@ -31,11 +32,39 @@ pub struct Options {
     /// `sh -c 'exec CMD'` with BENCH_PORT (where it must listen on 127.0.0.1),
     /// BENCH_DATABASE_URL and BENCH_API_KEY (the bearer key it must accept) in
     /// its environment; every scenario but those a plain pet store does not
-    /// implement (create_idempotent, list20_deep) is run against it. Example, with
+    /// implement (create_idempotent, list20_deep, the feed's) is run against it. Example, with
     /// the peer built as its README says: --compare-with
     /// 'target/peers/release/axum-postgres $BENCH_PORT $BENCH_DATABASE_URL'
     #[arg(long, value_name = "CMD", verbatim_doc_comment)]
     pub compare_with: Option<String>,
+    /// Also run our server of another version (PATH: its release binary, e.g.
+    /// 1.5.0's, built in a worktree of its own; absolute, or relative to the
+    /// workspace root) beside ours under the same load,
+    /// on every 1k setup: started exactly as ours, on a database of its own
+    /// seeded with the same pets through POST /v1/pets; every scenario but the
+    /// feed's. Its numbers are reported as the peer's
+    #[arg(long, value_name = "PATH", conflicts_with = "compare_with")]
+    pub baseline_binary: Option<PathBuf>,
+    /// Keep N long polls of the feed parked on the server beside every run
+    /// (GET /v1/events?after=HEAD&wait=30&types=…, each asked again as soon
+    /// as it is answered, from its Link)
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub idle_followers: usize,
+    /// The types the idle followers ask for: by default one no scenario
+    /// writes, so that they stay parked (each commit still wakes each one
+    /// inside the server, which reads on and parks it again); `all` for every
+    /// type (then every write answers them, and they ask again)
+    #[arg(long, value_name = "TYPES", default_value = "order.delivered")]
+    pub follower_types: String,
+    /// After the runs of each 1k setup, measure the delay from a commit to the
+    /// followers parked at the head receiving it: K pets created one at a time,
+    /// each once every follower has the previous one. Only the scenarios named
+    /// with --scenario run beside it (none without one)
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    pub follower_latency: usize,
+    /// The followers parked for --follower-latency
+    #[arg(long, value_name = "N", default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..))]
+    pub latency_followers: u64,
     /// Pets in the scaling dataset (0 skips it)
     #[arg(long, value_name = "N", default_value_t = 1_000_000)]
     pub scaling_pets: u64,
@@ -78,6 +107,20 @@ impl Options {
     pub fn postgres(&self) -> bool {
         self.postgres || self.postgres_only || self.compare_with.is_some()
     }
+
+    /// The idle followers' `types` filter; `None` for every type.
+    pub fn follower_types(&self) -> Option<&str> {
+        Some(self.follower_types.as_str()).filter(|types| *types != "all")
+    }
+
+    /// Whether `scenario` runs: every one when none is named, except
+    /// beside `--follower-latency`.
+    pub fn runs(&self, scenario: Scenario) -> bool {
+        match self.scenario.is_empty() {
+            true => self.follower_latency == 0,
+            false => self.scenario.contains(&scenario),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -104,6 +147,15 @@ mod tests {
         );
         assert!(options.scenario.is_empty() && options.scaling_pets == 1_000_000);
         assert!(!options.postgres() && options.metrics == Switch::On);
+        assert!(options.runs(Scenario::EventsPageDeep) && options.baseline_binary.is_none());
+        assert_eq!(
+            (options.idle_followers, options.follower_types()),
+            (0, Some("order.delivered"))
+        );
+        assert_eq!(
+            (options.follower_latency, options.latency_followers),
+            (0, 200)
+        );
     }
 
     #[test]
@@ -132,6 +184,34 @@ mod tests {
     }
 
     #[test]
+    fn the_feed_s_options_are_read() {
+        let args = "--baseline-binary /tmp/1.5.0/petstore-server --idle-followers 200 \
+                    --follower-types all";
+        let options = parse(&args.split_whitespace().collect::<Vec<_>>()).unwrap();
+        assert_eq!(
+            options.baseline_binary.as_deref(),
+            Some(std::path::Path::new("/tmp/1.5.0/petstore-server"))
+        );
+        assert!(
+            !options.postgres(),
+            "the baseline runs on every backend asked for"
+        );
+        assert_eq!(
+            (options.idle_followers, options.follower_types()),
+            (200, None)
+        );
+        // Alone, the latency runs no scenario; with some, those.
+        let alone = parse(&["--follower-latency", "100"]).unwrap();
+        assert_eq!(
+            (alone.follower_latency, alone.latency_followers),
+            (100, 200)
+        );
+        assert!(!alone.runs(Scenario::List20) && !alone.runs(Scenario::Create));
+        let beside = parse(&["--follower-latency", "5", "--scenario", "create"]).unwrap();
+        assert!(beside.runs(Scenario::Create) && !beside.runs(Scenario::List20));
+    }
+
+    #[test]
     fn wrong_arguments_are_refused() {
         for args in [
             &["--duration"][..],
@@ -139,6 +219,9 @@ mod tests {
             &["--rounds", "x"],
             &["--scenario", "nope"],
             &["--metrics", "maybe"],
+            &["--baseline-binary", "a", "--compare-with", "b"],
+            &["--latency-followers", "0"],
+            &["--idle-followers", "-1"],
             &["--fast"],
         ] {
             assert!(parse(args).is_err(), "{args:?}");

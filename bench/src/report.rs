@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use super::feed::Latency;
 use super::scenario::Scenario;
 
 /// The dataset the scaling rows are compared with.
@@ -178,6 +179,16 @@ impl Row {
     }
 }
 
+/// The `p`-th percentile of `values` (nearest rank); NaN for none.
+pub fn percentile(mut values: Vec<f64>, p: f64) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    values.sort_by(f64::total_cmp);
+    let rank = (p / 100.0 * values.len() as f64).ceil() as usize;
+    values[rank.clamp(1, values.len()) - 1]
+}
+
 /// `1000` → `1k`, `1000000` → `1M`.
 pub fn pets_label(pets: u64) -> String {
     match pets {
@@ -243,8 +254,10 @@ pub fn tsv(rows: &[Row]) -> String {
 }
 
 /// The results as a markdown table (also what the bench prints), then the
-/// rounds left out, then the server beside the peer.
-pub fn markdown_table(rows: &[Row]) -> String {
+/// rounds left out, the feed's pages beside `list20`, and the server beside
+/// the peer (described as `peer`: the `--compare-with` one, or the
+/// `--baseline-binary`).
+pub fn markdown_table(rows: &[Row], peer: &str) -> String {
     let mut out = String::from(
         "| scenario | pets | backend | req/s | ceiling req/s | ratio | p50 ms | p99 ms | \
          p99 vs 1k | ceiling p50 / p99 ms | CPU µs/req | ceiling CPU µs/req | peak RSS MiB |\n\
@@ -295,7 +308,87 @@ pub fn markdown_table(rows: &[Row]) -> String {
             server.rss_mib,
         );
     }
-    out + &left_out + &peer_table(rows)
+    out + &left_out + &feed_table(rows) + &peer_table(rows, peer)
+}
+
+/// Each feed page beside `list20` on the same dataset and backend: req/s,
+/// and CPU per request (the server's and, on PostgreSQL, its database's);
+/// empty when no feed scenario ran beside `list20`.
+fn feed_table(rows: &[Row]) -> String {
+    let mut out = String::new();
+    for row in rows.iter().filter(|row| row.scenario.reads_feed()) {
+        let same = |r: &&Row| {
+            r.scenario == Scenario::List20 && (r.pets, r.backend) == (row.pets, row.backend)
+        };
+        let Some(list20) = rows.iter().find(same) else {
+            continue;
+        };
+        let (page, list20) = (row.summary(), list20.summary());
+        if page.rounds_ok == 0 || list20.rounds_ok == 0 {
+            continue;
+        }
+        let cpu = |s: &Stats| {
+            s.cpu_us
+                + if s.db_cpu_us.is_finite() {
+                    s.db_cpu_us
+                } else {
+                    0.0
+                }
+        };
+        let (rate, cpu) = (
+            (page.server.rate, list20.server.rate),
+            (cpu(&page.server), cpu(&list20.server)),
+        );
+        let _ = writeln!(
+            out,
+            "{}| {:.0} / {:.0} | **{:.2}** | {:.1} / {:.1} | **{:.2}** |",
+            row_head(row),
+            rate.0,
+            rate.1,
+            rate.0 / rate.1,
+            cpu.0,
+            cpu.1,
+            cpu.0 / cpu.1,
+        );
+    }
+    if out.is_empty() {
+        return out;
+    }
+    "\nFeed pages beside `list20` (same setup, same rounds; CPU: the server's, and its PostgreSQL \
+     cluster's where it has one):\n\n\
+     | scenario | pets | backend | req/s, page / list20 | ÷ | CPU µs/req, page / list20 | ÷ |\n\
+     |---|---|---|--:|--:|--:|--:|\n"
+        .to_owned()
+        + &out
+}
+
+/// The follower latency of each setup that measured it (backend, followers
+/// parked, what they received), as markdown; empty for none.
+pub fn latency_table(rows: &[(&str, usize, Latency)]) -> String {
+    let mut out = String::new();
+    for (backend, followers, latency) in rows {
+        let delays = |p: f64| percentile(latency.delays_ms.clone(), p);
+        let _ = writeln!(
+            out,
+            "| {backend} | {followers} | {} | {:.2} | **{:.2}** | {:.2} | {:.2} | {} |",
+            latency.creates_ms.len(),
+            delays(50.0),
+            delays(99.0),
+            delays(100.0),
+            median(latency.creates_ms.clone()),
+            latency.not_parked,
+        );
+    }
+    if out.is_empty() {
+        return out;
+    }
+    "\nFrom a commit to the followers parked at the head (`--follower-latency`): ms from the \
+     create's `201` reaching the bench to each follower's page reaching it (negative: the \
+     follower was first), over every follower and commit:\n\n\
+     | backend | followers | commits | p50 ms | p99 ms | max ms | create p50 ms | receipts not from a parked poll |\n\
+     |---|--:|--:|--:|--:|--:|--:|--:|\n"
+        .to_owned()
+        + &out
 }
 
 /// The first three cells of a row's line: scenario, pets, backend.
@@ -308,9 +401,9 @@ fn row_head(row: &Row) -> String {
     )
 }
 
-/// The server beside the peer (`--compare-with`), for the rows it ran in,
-/// then each one's rate round by round; empty when it ran in none.
-fn peer_table(rows: &[Row]) -> String {
+/// The server beside the peer (described as `peer`), for the rows it ran
+/// in, then each one's rate round by round; empty when it ran in none.
+fn peer_table(rows: &[Row], peer_name: &str) -> String {
     let mut out = String::new();
     let mut by_round = String::new();
     for row in rows {
@@ -370,12 +463,12 @@ fn peer_table(rows: &[Row]) -> String {
     if out.is_empty() {
         return out;
     }
-    "\nBeside the peer (`--compare-with`), same rounds, same load, each on its own PostgreSQL cluster \
-     (database CPU: every process of the target's cluster):\n\n\
-     | scenario | pets | backend | peer req/s | server req/s | server ÷ peer | p99 ms, peer / server | \
+    format!(
+        "\nBeside {peer_name}, same rounds, same load, each on its own database (database CPU: \
+         every process of the target's PostgreSQL cluster):\n\n"
+    ) + "| scenario | pets | backend | peer req/s | server req/s | server ÷ peer | p99 ms, peer / server | \
      CPU µs/req, peer / server | database CPU µs/req, peer / server | peak RSS MiB, peer / server |\n\
      |---|---|---|--:|--:|--:|--:|--:|--:|--:|\n"
-        .to_owned()
         + &out
         + "\nRound by round (req/s, and the last round beside the first):\n\n\
            | scenario | pets | backend | server | last ÷ first | peer | last ÷ first | server ÷ peer |\n\
@@ -431,7 +524,7 @@ mod tests {
         // Per round: 2.0, 1.0, 0.9.
         assert_eq!(server_vs_peer, 1.0);
         assert_eq!((peer.rate, peer.p99_ms), (100.0, 20.0));
-        let table = markdown_table(std::slice::from_ref(&row));
+        let table = markdown_table(std::slice::from_ref(&row), "the peer");
         assert!(
             table.contains(
                 "| get_by_id | 1k | postgres | 100 | 100 | **1.00** | 20.00 / 10.00 | 50 / 50 | 70 / 70 |"
@@ -495,7 +588,7 @@ mod tests {
             rounds: vec![bad],
             ..row
         };
-        let table = markdown_table(&[all_bad]);
+        let table = markdown_table(&[all_bad], "the peer");
         assert!(
             table.contains("**ERROR**: round 1: server: 5 non-2xx"),
             "{table}"
@@ -524,7 +617,76 @@ mod tests {
         let tsv = tsv(&rows);
         assert_eq!(tsv.lines().count(), 3);
         assert!(tsv.lines().nth(2).unwrap().contains("\t1.500\t"), "{tsv}");
-        assert!(markdown_table(&rows).contains("| get_by_id | 1M | sqlite |"));
+        assert!(markdown_table(&rows, "the peer").contains("| get_by_id | 1M | sqlite |"));
+    }
+
+    #[test]
+    fn percentiles_are_nearest_ranks() {
+        let values: Vec<f64> = (1..=200).rev().map(f64::from).collect();
+        let at = |p| percentile(values.clone(), p);
+        assert_eq!(
+            (at(50.0), at(99.0), at(100.0), at(0.0)),
+            (100.0, 198.0, 200.0, 1.0)
+        );
+        assert!(percentile(vec![], 99.0).is_nan());
+    }
+
+    #[test]
+    fn feed_pages_are_set_beside_list20_of_their_setup() {
+        let row = |scenario, pets, backend, rate| {
+            let mut round = round(rate, 1000.0);
+            if backend == "sqlite" {
+                round.server.database_cpu_per_request = None;
+            }
+            Row {
+                scenario,
+                pets,
+                backend,
+                rounds: vec![round],
+            }
+        };
+        let mut deep = row(Scenario::EventsPageDeep, 1000, "postgres", 450.0);
+        deep.rounds[0].server.cpu_per_request = Duration::from_micros(60);
+        let rows = [
+            row(Scenario::List20, 1000, "sqlite", 400.0),
+            row(Scenario::List20, 1000, "postgres", 500.0),
+            row(Scenario::EventsPage, 1000, "sqlite", 500.0),
+            deep,
+            // No list20 on 1M: left out.
+            row(Scenario::EventsPage, 1_000_000, "sqlite", 300.0),
+        ];
+        let table = markdown_table(&rows, "the peer");
+        assert!(
+            table.contains(
+                "| events_page | 1k | sqlite | 500 / 400 | **1.25** | 50.0 / 50.0 | **1.00** |"
+            ),
+            "{table}"
+        );
+        // On PostgreSQL, the database's CPU counts too: 60 + 70 beside 50 + 70.
+        assert!(
+            table.contains("| events_page_deep | 1k | postgres | 450 / 500 | **0.90** | 130.0 / 120.0 | **1.08** |"),
+            "{table}"
+        );
+        assert!(
+            !table.contains("| events_page | 1M | sqlite | 300 /"),
+            "{table}"
+        );
+        assert!(!markdown_table(&rows[..2], "the peer").contains("Feed pages"));
+    }
+
+    #[test]
+    fn the_follower_latency_is_reported_per_setup() {
+        let latency = Latency {
+            delays_ms: (0..200).map(|i| f64::from(i) / 10.0 - 0.5).collect(),
+            creates_ms: vec![2.0, 4.0, 3.0],
+            not_parked: 1,
+        };
+        let table = latency_table(&[("sqlite", 200, latency)]);
+        assert!(
+            table.contains("| sqlite | 200 | 3 | 9.40 | **19.20** | 19.40 | 3.00 | 1 |"),
+            "{table}"
+        );
+        assert!(latency_table(&[]).is_empty());
     }
 
     #[test]

@@ -4,6 +4,8 @@ use std::path::Path;
 
 use clap::ValueEnum;
 
+use super::canned::FeedCursors;
+
 /// One kind of request, sent over and over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, ValueEnum)]
 #[value(rename_all = "snake_case")]
@@ -36,6 +38,11 @@ pub enum Scenario {
     OrderCycle,
     /// `GET /v1/store/inventory`.
     Inventory,
+    /// `GET /v1/events?limit=20&after=ID`, `ID` the feed's first event
+    /// (since contract 1.6.0; the seeding wrote one `pet.created` per pet).
+    EventsPage,
+    /// The same, `ID` an event about 90 % into the seeded feed.
+    EventsPageDeep,
 }
 
 /// The animals `order_cycle` orders again and again: a catalogue's share
@@ -60,6 +67,8 @@ impl Scenario {
             Scenario::PlaceOrder => "place_order",
             Scenario::OrderCycle => "order_cycle",
             Scenario::Inventory => "inventory",
+            Scenario::EventsPage => "events_page",
+            Scenario::EventsPageDeep => "events_page_deep",
         }
     }
 
@@ -87,13 +96,20 @@ impl Scenario {
     /// scenario's requests as the contract says (a peer comparison runs
     /// only these).
     pub fn plain(self) -> bool {
-        !matches!(self, Scenario::CreateIdempotent | Scenario::List20Deep)
+        !self.reads_feed() && !matches!(self, Scenario::CreateIdempotent | Scenario::List20Deep)
+    }
+
+    /// Whether the scenario reads the feed of events (which servers before
+    /// contract 1.6.0 do not serve).
+    pub fn reads_feed(self) -> bool {
+        matches!(self, Scenario::EventsPage | Scenario::EventsPageDeep)
     }
 
     /// The wrk Lua script sending this scenario's requests with `key`, ids
     /// drawn from `1..=max_id` (or, for orders, from the file `supply`, one
-    /// animal id per line), and reporting through [`DONE_HOOK`].
-    pub fn wrk_script(self, key: &str, max_id: i64, supply: &Path) -> String {
+    /// animal id per line; for the feed, after the event ids `feed`), and
+    /// reporting through [`DONE_HOOK`].
+    pub fn wrk_script(self, key: &str, max_id: i64, supply: &Path, feed: FeedCursors) -> String {
         let request = match self {
             Scenario::List20 => static_request("GET", "/v1/pets?limit=20"),
             Scenario::List100Available => {
@@ -115,6 +131,8 @@ impl Scenario {
             Scenario::Inventory => static_request("GET", "/v1/store/inventory"),
             Scenario::PlaceOrder => orders_request(supply, PLACE_ORDER),
             Scenario::OrderCycle => orders_request(supply, ORDER_CYCLE),
+            Scenario::EventsPage => static_request("GET", &events_path(feed.start)),
+            Scenario::EventsPageDeep => static_request("GET", &events_path(feed.deep)),
         };
         format!(
             "-- Written by `cargo xtask bench` for the {} scenario.\n\
@@ -131,6 +149,11 @@ pub fn deep_path(max_id: i64) -> String {
 
 /// The path of every `list20_deep` request, up to the cursor.
 pub const DEEP_PREFIX: &str = "/v1/pets?status=pending&limit=20&after=";
+
+/// The path of a feed scenario's request: the 20 events after `after`.
+pub fn events_path(after: u64) -> String {
+    format!("/v1/events?limit=20&after={after}")
+}
 
 /// A fixed request: wrk formats it once and resends the same bytes, so the
 /// client spends as little CPU as possible on it.
@@ -279,27 +302,46 @@ mod tests {
         }
     }
 
+    const FEED: FeedCursors = FeedCursors {
+        start: 7,
+        deep: 9001,
+    };
+
     #[test]
     fn scripts_carry_the_key_the_request_and_the_done_hook() {
-        let script = Scenario::Create.wrk_script("k-1", 1000, Path::new("s"));
+        let script = Scenario::Create.wrk_script("k-1", 1000, Path::new("s"), FEED);
         assert!(script.contains("\"Bearer k-1\""));
         assert!(script.contains("wrk.method = \"POST\""));
         assert!(script.contains(CREATE_BODY));
         assert!(script.ends_with(DONE_HOOK));
-        let script = Scenario::CreateIdempotent.wrk_script("k-1", 1000, Path::new("s"));
+        let script = Scenario::CreateIdempotent.wrk_script("k-1", 1000, Path::new("s"), FEED);
         assert!(script.contains("\"Bearer k-1\"") && script.contains(CREATE_BODY));
         assert!(script.contains("headers[\"Idempotency-Key\"] = prefix .. counter"));
-        let script = Scenario::GetById.wrk_script("k", 1_000_000, Path::new("s"));
+        let script = Scenario::GetById.wrk_script("k", 1_000_000, Path::new("s"), FEED);
         assert!(script.contains("math.random(1, 1000000)"));
-        let script = Scenario::List100Available.wrk_script("k", 1, Path::new("s"));
+        let script = Scenario::List100Available.wrk_script("k", 1, Path::new("s"), FEED);
         assert!(script.contains("wrk.path = \"/v1/pets?limit=100&status=available\""));
-        let script = Scenario::List20Deep.wrk_script("k", 1_000_000, Path::new("s"));
+        let script = Scenario::List20Deep.wrk_script("k", 1_000_000, Path::new("s"), FEED);
         assert!(script.contains("wrk.path = \"/v1/pets?status=pending&limit=20&after=900000\""));
-        let script = Scenario::PlaceOrder.wrk_script("k", 1, Path::new("/tmp/supply.txt"));
+        let script = Scenario::PlaceOrder.wrk_script("k", 1, Path::new("/tmp/supply.txt"), FEED);
         assert!(script.contains("io.lines(\"/tmp/supply.txt\")"));
         assert!(script.contains("\"/v1/store/orders\"") && script.ends_with(DONE_HOOK));
-        let script = Scenario::OrderCycle.wrk_script("k", 1, Path::new("/tmp/supply.txt"));
+        let script = Scenario::OrderCycle.wrk_script("k", 1, Path::new("/tmp/supply.txt"), FEED);
         assert!(script.contains("function response(") && script.contains("\"PATCH\""));
         assert!(script.contains(r#"'{"status":"cancelled"}'"#) && !script.contains("delivered"));
+        let script = Scenario::EventsPage.wrk_script("k", 1, Path::new("s"), FEED);
+        assert!(script.contains("wrk.path = \"/v1/events?limit=20&after=7\""));
+        let script = Scenario::EventsPageDeep.wrk_script("k", 1, Path::new("s"), FEED);
+        assert!(script.contains("wrk.path = \"/v1/events?limit=20&after=9001\""));
+    }
+
+    #[test]
+    fn only_our_own_server_serves_the_feed() {
+        let feed: Vec<_> = Scenario::value_variants()
+            .iter()
+            .filter(|s| s.reads_feed())
+            .collect();
+        assert_eq!(feed, [&Scenario::EventsPage, &Scenario::EventsPageDeep]);
+        assert!(feed.iter().all(|s| s.reads_only() && !s.plain()));
     }
 }

@@ -153,6 +153,9 @@ struct Routes {
     place_order: Prepared,
     update_order: Prepared,
     inventory: Prepared,
+    /// The queries of the two feed pages, and their answers.
+    events_page: (String, Prepared),
+    events_page_deep: (String, Prepared),
 }
 
 impl Routes {
@@ -170,6 +173,14 @@ impl Routes {
             place_order: Prepared::new(&set.place_order)?,
             update_order: Prepared::new(&set.update_order)?,
             inventory: Prepared::new(&set.inventory)?,
+            events_page: (
+                format!("limit=20&after={}", set.feed.start),
+                Prepared::new(&set.events_page)?,
+            ),
+            events_page_deep: (
+                format!("limit=20&after={}", set.feed.deep),
+                Prepared::new(&set.events_page_deep)?,
+            ),
         })
     }
 
@@ -187,6 +198,10 @@ impl Routes {
                 _ => None,
             },
             (&Method::GET, "/v1/store/inventory") => Some(&self.inventory),
+            (&Method::GET, "/v1/events") => [&self.events_page, &self.events_page_deep]
+                .into_iter()
+                .find(|(query, _)| request.uri().query() == Some(query.as_str()))
+                .map(|(_, page)| page),
             (&Method::GET, path) => path
                 .strip_prefix("/v1/pets/")
                 .and_then(|id| id.parse::<i64>().ok())
