@@ -167,10 +167,12 @@ mod generated;
 #[rustfmt::skip]
 #[allow(missing_docs, clippy::all)]
 pub mod mock;
+mod event;
 mod once;
 mod retry;
 mod walk;
 
+pub use event::EventType;
 pub use once::{CreatePetOnce, CreatedOnce, Once, PlaceOrderOnce, PlacedOnce};
 pub use retry::{RetryPolicy, retry_after};
 pub use walk::{OrderWalk, PAGE_SIZE_MAX, PetWalk};
