@@ -168,11 +168,13 @@ mod generated;
 #[allow(missing_docs, clippy::all)]
 pub mod mock;
 mod event;
+mod follow;
 mod once;
 mod retry;
 mod walk;
 
 pub use event::EventType;
+pub use follow::{EVENTS_WAIT_MAX, FollowEvents};
 pub use once::{CreatePetOnce, CreatedOnce, Once, PlaceOrderOnce, PlacedOnce};
 pub use retry::{RetryPolicy, retry_after};
 pub use walk::{OrderWalk, PAGE_SIZE_MAX, PetWalk};
