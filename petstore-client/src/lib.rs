@@ -69,6 +69,30 @@
 //! # }
 //! ```
 //!
+//! # Events
+//!
+//! Every change the service acknowledges is an event in its feed (since
+//! contract 1.6.0). [`Client::follow_events`] follows it live: an endless
+//! stream of every event, each once and in order, that goes on from where
+//! it was through outages and ends only with an error (`410
+//! cursor_expired`: start again without `after`).
+//!
+//! ```no_run
+//! use futures::TryStreamExt;
+//! use petstore_client::{Client, EventType};
+//!
+//! # async fn example() -> Result<(), petstore_client::Error<petstore_client::types::Error>> {
+//! let client = Client::with_api_key("http://127.0.0.1:8080/v1", "my-api-key");
+//! let mut events = client.follow_events().types(&[EventType::PetCreated]).stream();
+//! while let Some(event) = events.try_next().await? {
+//!     if let Some(pet) = event.pet() {
+//!         println!("event {}: {} joined the catalogue", event.id, pet.name.as_str());
+//!     }
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Errors
 //!
 //! Every method's `send()` returns `Result<ResponseValue<T>, Error<types::Error>>`.
@@ -76,7 +100,7 @@
 //! headers. The [`Error`] variants that matter most:
 //!
 //! - [`Error::ErrorResponse`]: a status the contract declares for the
-//!   operation (400, 401, 403, 404, 409, 413, 422, 429, 500, 503), with the
+//!   operation (400, 401, 403, 404, 409, 410, 413, 422, 429, 500, 503), with the
 //!   service's [`types::Error`] body (`code`, `message`, `status`).
 //! - [`Error::InvalidRequest`]: the request was not sent because a value does
 //!   not fit the contract (for example a name with a control character, or a
@@ -132,7 +156,11 @@
 //! only requests hold ([`OrderInclude`], [`OrderUpdateStatus`]) are
 //! `#[non_exhaustive]`. The error body's `code` is a string: new codes come
 //! in minor versions, and an unknown one is to be treated like the generic
-//! error of its status. The crate's CHANGELOG.md has the whole policy.
+//! error of its status. So is an event's `type` ([`types::Event`]): a minor
+//! version may add one; [`EventType`] is `#[non_exhaustive]`, and an event
+//! of a type this version does not know has none
+//! ([`Event::event_type`](types::Event::event_type) is `None`). The crate's
+//! CHANGELOG.md has the whole policy.
 
 use std::time::Duration;
 
@@ -167,10 +195,14 @@ mod generated;
 #[rustfmt::skip]
 #[allow(missing_docs, clippy::all)]
 pub mod mock;
+mod event;
+mod follow;
 mod once;
 mod retry;
 mod walk;
 
+pub use event::EventType;
+pub use follow::{EVENTS_WAIT_MAX, FollowEvents};
 pub use once::{CreatePetOnce, CreatedOnce, Once, PlaceOrderOnce, PlacedOnce};
 pub use retry::{RetryPolicy, retry_after};
 pub use walk::{OrderWalk, PAGE_SIZE_MAX, PetWalk};

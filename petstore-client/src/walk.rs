@@ -255,17 +255,57 @@ where
 
 /// Whether a `Link` header (RFC 8288) of the response has `rel="next"`.
 fn has_next_link(headers: &reqwest::header::HeaderMap) -> bool {
+    next_link(headers).is_some()
+}
+
+/// The target of the response's `Link` (RFC 8288) with `rel="next"`, e.g.
+/// `/v1/events?limit=20&after=42`, as the header writes it.
+pub(crate) fn next_link(headers: &reqwest::header::HeaderMap) -> Option<&str> {
     headers
         .get_all(reqwest::header::LINK)
         .iter()
         .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(','))
-        .any(|link| {
-            link.split(';').skip(1).any(|param| {
-                let param = param.trim();
-                param.eq_ignore_ascii_case("rel=\"next\"") || param.eq_ignore_ascii_case("rel=next")
+        .flat_map(links)
+        .find(|(_, params)| params.split(';').any(is_rel_next))
+        .map(|(target, _)| target)
+}
+
+/// The links of one `Link` header value: each target (between `<` and `>`)
+/// and its parameters, up to the comma that ends the link. A comma may be
+/// inside a target or a quoted parameter, so the value is not simply split
+/// at commas.
+fn links(value: &str) -> impl Iterator<Item = (&str, &str)> {
+    let mut rest = value;
+    std::iter::from_fn(move || {
+        let start = rest.find('<')?;
+        let (target, after) = rest[start + 1..].split_once('>')?;
+        let mut quoted = false;
+        let end = after
+            .char_indices()
+            .find(|&(_, c)| {
+                if c == '"' {
+                    quoted = !quoted;
+                }
+                c == ',' && !quoted
             })
-        })
+            .map_or(after.len(), |(i, _)| i);
+        rest = &after[end..];
+        Some((target, &after[..end]))
+    })
+}
+
+/// Whether a link parameter is a relation that includes `next` (`rel` may
+/// name several, space-separated).
+fn is_rel_next(param: &str) -> bool {
+    let Some((name, value)) = param.split_once('=') else {
+        return false;
+    };
+    name.trim().eq_ignore_ascii_case("rel")
+        && value
+            .trim()
+            .trim_matches('"')
+            .split_ascii_whitespace()
+            .any(|relation| relation.eq_ignore_ascii_case("next"))
 }
 
 #[cfg(test)]
@@ -293,6 +333,29 @@ mod tests {
             "</v1/pets>; rel=\"successor-version\""
         ])));
         assert!(!has_next_link(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn the_next_target_is_read_whole() {
+        assert_eq!(
+            next_link(&headers(&[
+                "</v1/events?limit=100&wait=30&after=42>; rel=\"next\""
+            ])),
+            Some("/v1/events?limit=100&wait=30&after=42")
+        );
+        // Commas inside a target or a quoted parameter do not end the link.
+        assert_eq!(
+            next_link(&headers(&[
+                "</a,b>; title=\"x, y\"; rel=\"prev\", </c?d=1,2>; rel=\"last next\""
+            ])),
+            Some("/c?d=1,2")
+        );
+        assert_eq!(
+            next_link(&headers(&["</a>; rel=\"prev\"", "</b>; REL=Next"])),
+            Some("/b")
+        );
+        assert_eq!(next_link(&headers(&["</a>; rel=\"nextish\""])), None);
+        assert_eq!(next_link(&headers(&["garbage; rel=next"])), None);
     }
 
     #[test]

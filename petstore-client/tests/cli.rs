@@ -5,9 +5,13 @@
 //! (The end-to-end crate, `petstore-tests`, enables the `cli` feature, so
 //! these tests run whenever the workspace's tests do.)
 
-use std::process::Command;
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
 
-use petstore_support::{blocking, without_petstore_settings};
+use httpmock::{Method, Mock, MockServer};
+use petstore_support::{ChildGuard, blocking, without_petstore_settings};
 use petstore_tests::{KEY, TestServer};
 use serde_json::{Value, json};
 
@@ -359,6 +363,18 @@ async fn values_outside_the_contract_are_refused_before_sending() {
             &["--url", "http://localhost:1/?a=b", "pets", "list"],
             "no query",
         ),
+        (&["events", "list", "--wait", "31"], "from 0 to 30"),
+        (&["events", "list", "--limit", "101"], "from 1 to 100"),
+        // The feed has no end to walk to: `events tail` reads on.
+        (&["events", "list", "--all"], "unexpected argument '--all'"),
+        (
+            &["events", "tail", "--types", "pet.created,pet.adopted"],
+            "unknown event type \"pet.adopted\"",
+        ),
+        (
+            &["events", "tail", "--after", "4x"],
+            "invalid value '4x' for '--after <ID>'",
+        ),
     ] {
         let run = petstore(&server, args).await;
         run.fails(2, &[message]);
@@ -643,4 +659,229 @@ async fn over_the_rate_limit_is_exit_status_7_with_the_wait() {
         ],
     );
     service.abort();
+}
+
+/// An event of the feed, as the service writes it.
+fn event(id: u64, type_: &str, data: Value) -> Value {
+    json!({
+        "specversion": "1.0",
+        "id": id.to_string(),
+        "source": "/v1",
+        "type": type_,
+        "subject": format!("pets/{}", data["id"]),
+        "time": "2026-11-24T09:30:00.123456Z",
+        "datacontenttype": "application/json",
+        "data": data,
+    })
+}
+
+fn pet_created(id: u64, name: &str) -> Value {
+    event(
+        id,
+        "pet.created",
+        json!({"id": id, "name": name, "categoryId": 1, "status": "available"}),
+    )
+}
+
+/// `GET /v1/events` after `after` (`None`: from the start) answered with
+/// `events` and a `Link` to read on after `next`, `delay` later.
+async fn feed_page<'a>(
+    feed: &'a MockServer,
+    after: Option<&str>,
+    events: &[Value],
+    next: &str,
+    delay: Duration,
+) -> Mock<'a> {
+    let events = Value::from(events.to_vec());
+    let link = format!("</v1/events?limit=100&wait=30&after={next}>; rel=\"next\"");
+    feed.mock_async(|when, then| {
+        let when = when.method(Method::GET).path("/v1/events");
+        match after {
+            Some(after) => when.query_param("after", after),
+            None => when.query_param_missing("after"),
+        };
+        then.status(200)
+            .header("content-type", "application/json")
+            .header("link", link)
+            .json_body(events)
+            .delay(delay);
+    })
+    .await
+}
+
+/// `GET /v1/events` after `after` refused with `status` and `code`.
+async fn feed_refusal<'a>(feed: &'a MockServer, after: &str, status: u16, code: &str) -> Mock<'a> {
+    let body = json!({"code": code, "message": format!("{code}, says the mock"), "status": status});
+    feed.mock_async(|when, then| {
+        when.method(Method::GET)
+            .path("/v1/events")
+            .query_param("after", after);
+        then.status(status)
+            .header("content-type", "application/json")
+            .json_body(body);
+    })
+    .await
+}
+
+/// `petstore events tail args…` against `url`, running: its stdout's
+/// lines as they come, and the process.
+fn tail(url: &str, args: &[&str]) -> (mpsc::Receiver<String>, ChildGuard) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_petstore"));
+    without_petstore_settings(&mut command)
+        .env("PETSTORE_URL", url)
+        .env("PETSTORE_API_KEY", KEY)
+        .args(["events", "tail"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = ChildGuard::spawn("petstore events tail", &mut command).expect("it starts");
+    let stdout = child.child_mut().stdout.take().expect("piped stdout");
+    let (lines, received) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (received, child)
+}
+
+/// The next line `tail` printed, as JSON; only a hang guard bounds the wait.
+fn next_line(lines: &mpsc::Receiver<String>) -> Value {
+    let line = lines
+        .recv_timeout(Duration::from_secs(60))
+        .expect("a line within the hang guard");
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("not one JSON object ({e}): {line}"))
+}
+
+/// Waits for `tail` to end: its exit status and its stderr.
+fn ended(mut child: ChildGuard) -> (Option<i32>, String) {
+    let status = child
+        .wait_timeout(Duration::from_secs(60))
+        .expect("waited")
+        .expect("it ends within the hang guard");
+    let mut stderr = String::new();
+    child
+        .child_mut()
+        .stderr
+        .take()
+        .expect("piped stderr")
+        .read_to_string(&mut stderr)
+        .expect("UTF-8 stderr");
+    (status.code(), stderr)
+}
+
+/// `events tail` prints each event as one line of JSON as soon as it is
+/// read (while the next request is still waiting), goes on from an empty
+/// page where its `Link` says, and ends on `410` with the way to restart.
+#[tokio::test]
+async fn events_tail_prints_each_event_as_a_line_as_it_comes_and_a_410_ends_it() {
+    let feed = MockServer::start_async().await;
+    let first = [pet_created(1, "Rex"), pet_created(2, "Max")];
+    let now = Duration::ZERO;
+    feed_page(&feed, None, &first, "2", now).await;
+    // Held a while, as a long poll is: the lines before it are out already.
+    let held = Duration::from_secs(3);
+    let empty = feed_page(&feed, Some("2"), &[], "9", held).await;
+    let later = pet_created(10, "Tom");
+    feed_page(&feed, Some("9"), std::slice::from_ref(&later), "10", now).await;
+    feed_refusal(&feed, "10", 410, "cursor_expired").await;
+
+    let (lines, mut child) = tail(&feed.base_url(), &[]);
+    assert_eq!(next_line(&lines), first[0]);
+    assert_eq!(next_line(&lines), first[1]);
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the lines are printed while the next page is awaited"
+    );
+    assert_eq!(next_line(&lines), later);
+    let (code, stderr) = ended(child);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("error: cursor_expired (HTTP 410)") && stderr.contains("without --after"),
+        "{stderr}"
+    );
+    assert!(lines.try_recv().is_err(), "nothing after the error");
+    empty.assert_calls_async(1).await;
+}
+
+/// `--after` and `--types` are sent as the contract's parameters; a key
+/// refused (`401`) or without the scope (`403`) ends it as every command
+/// ends, exit status 4 or 6 with a hint, and nothing on stdout.
+#[tokio::test]
+async fn events_tail_sends_its_position_and_types_and_ends_on_401_and_403() {
+    let types = "order.placed,order.delivered";
+    for (status, code, exit) in [(401, "unauthorized", 4), (403, "insufficient_scope", 6)] {
+        let feed = MockServer::start_async().await;
+        let refused = feed
+            .mock_async(|when, then| {
+                when.method(Method::GET)
+                    .path("/v1/events")
+                    .query_param("after", "5")
+                    .query_param("types", types)
+                    .query_param("limit", "100")
+                    .query_param("wait", "30");
+                then.status(status)
+                    .header("content-type", "application/json")
+                    .json_body(json!({"code": code, "message": "no", "status": status}));
+            })
+            .await;
+        let args = ["events", "tail", "--after", "5", "--types", types];
+        let run = petstore_at(&feed.base_url(), Some(KEY), &args).await;
+        run.fails(exit, &[&format!("error: {code} (HTTP {status})"), "hint:"]);
+        refused.assert_calls_async(1).await;
+    }
+}
+
+/// `events list --wait N` waits as long as it asks: longer than the
+/// client's usual timeout (15 s) for an answer held 16 s.
+#[tokio::test]
+async fn events_list_waits_as_long_as_it_asks() {
+    let feed = MockServer::start_async().await;
+    let rex = pet_created(1, "Rex");
+    feed.mock_async(|when, then| {
+        when.method(Method::GET)
+            .path("/v1/events")
+            .query_param("wait", "20");
+        then.status(200)
+            .header("content-type", "application/json")
+            .header("link", "</v1/events?wait=20&after=1>; rel=\"next\"")
+            .json_body(json!([rex]))
+            .delay(Duration::from_secs(16));
+    })
+    .await;
+    let run = petstore_at(
+        &feed.base_url(),
+        Some(KEY),
+        &["events", "list", "--wait", "20"],
+    )
+    .await;
+    assert_eq!(run.json(), json!([rex]));
+}
+
+/// Against the real server: `events list` is one page of the feed, as JSON
+/// like every list, and `events tail` prints what happens as it happens.
+/// (Needs a storage backend that implements the feed.)
+#[tokio::test]
+async fn events_list_and_tail_read_the_real_feed() {
+    let server = TestServer::start().await;
+    let rex = server.create(json!({"name": "Rex", "categoryId": 1})).await;
+    let listed = petstore(&server, &["events", "list"]).await.json();
+    let [created] = listed.as_array().expect("an array").as_slice() else {
+        panic!("one event: {listed:#}");
+    };
+    assert_eq!(created["type"], "pet.created");
+    assert_eq!(created["data"], rex);
+
+    let (lines, _tail) = tail(&server.url(""), &["--types", "pet.created"]);
+    assert_eq!(&next_line(&lines), created);
+    let tom = server.create(json!({"name": "Tom", "categoryId": 2})).await;
+    let next = next_line(&lines);
+    assert_eq!(
+        (&next["type"], &next["data"]),
+        (&json!("pet.created"), &tom)
+    );
 }

@@ -6,11 +6,13 @@
 //! generated `httpmock` mocks (feature `mock`) instead of a server. `orders`
 //! is the Store: `place_order_once`, `walk_orders`, updates and the inventory.
 //! `throttled` is the retries on `429` and `503`: the `Retry-After` waited
-//! for, within the `RetryPolicy`'s bounds, against a stub.
+//! for, within the `RetryPolicy`'s bounds, against a stub. `events` is
+//! `follow_events`, the feed followed live, against the mocks and the server.
 
 mod authentication;
 mod create_pet;
 mod declared_errors;
+mod events;
 mod get_pet;
 mod list_pets;
 mod mocked;

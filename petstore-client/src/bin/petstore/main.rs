@@ -3,10 +3,11 @@
 //! The commands, their flags and their help are progenitor's CLI generator
 //! output for the contract (`generated.rs`, written by `cargo xtask client
 //! generate`). This file only arranges them as `petstore pets <command>`,
-//! `petstore orders <command>` and `petstore inventory`, adds what the
-//! contract cannot say (where the service is, the key, `--all`, `orders
-//! deliver` and `orders cancel` for `updateOrder`'s two changes) and turns
-//! answers into output and exit codes.
+//! `petstore orders <command>`, `petstore events <command>` and `petstore
+//! inventory`, adds what the contract cannot say (where the service is, the
+//! key, `--all`, `orders deliver` and `orders cancel` for `updateOrder`'s two
+//! changes, `events tail` to follow `listEvents` live) and turns answers into
+//! output and exit codes.
 
 #[rustfmt::skip]
 #[allow(deprecated, missing_docs, unused, clippy::all)]
@@ -14,6 +15,7 @@ mod generated;
 mod output;
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Arg, ArgAction, ArgMatches, Command};
 use generated::{Cli, CliCommand, CliConfig};
@@ -21,8 +23,10 @@ use output::{Json, Outcome};
 use std::num::NonZeroU32;
 
 use petstore_client::{
-    BuildError, Client, ClientInfo, DEFAULT_TIMEOUT, OrderStatus, PAGE_SIZE_MAX, PetStatus, types,
+    BuildError, Client, ClientInfo, DEFAULT_TIMEOUT, EVENTS_WAIT_MAX, EventType, OrderStatus,
+    PAGE_SIZE_MAX, PetStatus, types,
 };
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 
 /// Where the key comes from: never a flag, which would leave it in shell
 /// histories and process listings.
@@ -109,7 +113,10 @@ fn places(operation: CliCommand) -> &'static [Place] {
             },
         ],
         CliCommand::GetInventory => const { &[place(Group::Top, "inventory")] },
-        CliCommand::ListEvents => const { &[place(Group::Events, "list")] },
+        // `tail` reads the feed on and on, as `follow_events` does.
+        CliCommand::ListEvents => {
+            const { &[place(Group::Events, "list"), place(Group::Events, "tail")] }
+        }
     }
 }
 
@@ -238,12 +245,65 @@ fn adapt(operation: CliCommand, place: &Place, command: Command) -> Command {
             .mut_arg("pet-id", |id| id.allow_negative_numbers(true))
             .mut_arg("json-body", |body| body.conflicts_with("pet-id")),
         CliCommand::GetInventory => command,
-        CliCommand::ListEvents => command
+        // No `--all`: the feed has no end to walk to; `tail` reads on.
+        CliCommand::ListEvents if place.name == "list" => command
             .mut_arg("limit", |limit| {
                 limit.value_name("N").value_parser(page_size)
             })
-            .mut_arg("after", |after| after.value_name("ID")),
+            .mut_arg("after", |after| after.value_name("ID"))
+            .mut_arg("wait", |wait| {
+                wait.value_name("SECONDS").value_parser(wait_seconds)
+            }),
+        CliCommand::ListEvents => tail_command(place),
     }
+}
+
+/// `events tail`: where to start and which types, the pages' size and wait
+/// being the follower's.
+fn tail_command(place: &Place) -> Command {
+    Command::new(place.name)
+        .about("Follow the feed live, like `tail -f`: each event as one line of JSON, as it comes")
+        .long_about(
+            "Follow the feed live, like `tail -f`: each event the key may see is printed as one \
+             line of JSON (JSON Lines) as soon as it is read, from the oldest event the service \
+             keeps (or after --after), until interrupted (Ctrl-C).\n\n\
+             To go on later from where it stopped, pass the `id` of the last line printed as \
+             --after. A request that fails for a while (no answer, 429, 5xx) is sent again from \
+             the same place; when it keeps failing through the retries (half a minute at most), \
+             it ends with exit status 3 (no answer) or 1. An --after older than the events the service keeps ends it \
+             with cursor_expired (exit status 1): run it again without --after.",
+        )
+        .arg(
+            Arg::new("after")
+                .long("after")
+                .value_name("ID")
+                .value_parser(clap::value_parser!(types::ListEventsAfter))
+                .help(
+                    "Start after this event: the `id` of the last event read (default: at the \
+                     oldest event the service keeps)",
+                ),
+        )
+        .arg(
+            Arg::new("types")
+                .long("types")
+                .value_name("TYPE,...")
+                .value_delimiter(',')
+                .value_parser(|value: &str| value.parse::<EventType>())
+                .help(
+                    "Only events of these types, comma-separated, e.g. \
+                     order.placed,order.delivered (default: every type)",
+                ),
+        )
+}
+
+/// `--wait`: 0 to 30 seconds, as the contract says.
+fn wait_seconds(value: &str) -> Result<i32, String> {
+    value
+        .parse::<u32>()
+        .ok()
+        .filter(|n| *n <= EVENTS_WAIT_MAX)
+        .and_then(|n| i32::try_from(n).ok())
+        .ok_or_else(|| format!("expected a whole number of seconds from 0 to {EVENTS_WAIT_MAX}"))
 }
 
 /// `--limit`: 1 to 100, as the contract says.
@@ -319,12 +379,11 @@ async fn run(
             return Outcome::Usage(format!("{API_KEY_VARIABLE} is not valid UTF-8"));
         }
     };
-    let client = match &key {
-        Some(key) => Client::try_with_api_key(&base_url, key),
-        // The service answers 401, which is reported with a hint.
-        None => anonymous_client(&base_url),
-    };
-    let client = match client {
+    // `events list --wait N` is answered up to N seconds later than others.
+    let wait = arguments.try_get_one::<i32>("wait").ok().flatten();
+    let wait = Duration::from_secs(wait.map_or(0, |wait| wait.unsigned_abs().into()));
+    // Without a key, the service answers 401, which is reported with a hint.
+    let client = match client(&base_url, key.as_deref(), DEFAULT_TIMEOUT + wait) {
         Ok(client) => client,
         Err(BuildError::InvalidApiKey) => {
             return Outcome::Usage(format!("{API_KEY_VARIABLE}: {}", BuildError::InvalidApiKey));
@@ -363,6 +422,7 @@ async fn run(
             }
             print_all(walk.stream()).await
         }
+        CliCommand::ListEvents if place.name == "tail" => tail(&client, arguments).await,
         _ => {
             Cli::new(client, Json::default())
                 .execute(operation, arguments)
@@ -398,11 +458,40 @@ async fn print_all<T: serde::Serialize + std::fmt::Debug>(
     }
 }
 
-/// A client that sends no key, with [`Client::with_api_key`]'s timeouts.
-fn anonymous_client(base_url: &str) -> Result<Client, BuildError> {
+/// Follows the feed, printing each event as one line of JSON as it comes,
+/// until the follower ends, which it does only with an error.
+async fn tail(client: &Client, arguments: &ArgMatches) -> anyhow::Result<()> {
+    use futures::TryStreamExt;
+
+    let mut follow = client.follow_events();
+    if let Some(after) = arguments.get_one::<types::ListEventsAfter>("after") {
+        follow = follow.after(after.clone());
+    }
+    if let Some(types) = arguments.get_many::<EventType>("types") {
+        follow = follow.types(&types.copied().collect::<Vec<_>>());
+    }
+    let mut events = follow.stream();
+    while let Some(event) = events.try_next().await? {
+        output::json_line(&event);
+    }
+    Ok(())
+}
+
+/// A client that sends `key`, if any, as [`Client::try_with_api_key`] does,
+/// and waits `timeout` for each answer (that one waits
+/// [`DEFAULT_TIMEOUT`], less than a long poll may take).
+fn client(base_url: &str, key: Option<&str>, timeout: Duration) -> Result<Client, BuildError> {
+    let mut headers = HeaderMap::new();
+    if let Some(key) = key {
+        let mut authorization = HeaderValue::try_from(format!("Bearer {key}"))
+            .map_err(|_| BuildError::InvalidApiKey)?;
+        authorization.set_sensitive(true);
+        headers.insert(AUTHORIZATION, authorization);
+    }
     let http = reqwest::Client::builder()
+        .default_headers(headers)
         .connect_timeout(DEFAULT_TIMEOUT)
-        .timeout(DEFAULT_TIMEOUT)
+        .timeout(timeout)
         .build()
         .map_err(BuildError::Http)?;
     Ok(Client::new_with_client(base_url, http))

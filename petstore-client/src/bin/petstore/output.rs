@@ -87,6 +87,13 @@ impl CliConfig for Json {
     }
 }
 
+/// Prints `value` as one line of JSON (JSON Lines), flushed at once: a
+/// reader of a stream of them sees each as soon as it is read.
+pub fn json_line<T: Serialize>(value: &T) {
+    let line = serde_json::to_string(value).expect("the contract's types serialize");
+    print(&format!("{line}\n"), Flush::Now);
+}
+
 fn to_json<T: Serialize + ?Sized>(value: &T) -> String {
     serde_json::to_string_pretty(value).expect("the contract's types serialize")
 }
@@ -233,6 +240,14 @@ impl Outcome {
                 match error.status {
                     401 => {}
                     429 => return ExitCode::from(Outcome::RATE_LIMITED),
+                    410 => {
+                        eprintln!(
+                            "hint: the service no longer keeps the events after that id; run the \
+                             command again without --after to start at the oldest event it keeps \
+                             (the events in between are gone)"
+                        );
+                        return ExitCode::from(Outcome::REFUSED);
+                    }
                     403 => {
                         eprintln!(
                             "hint: the key in {API_KEY_VARIABLE} may not do this; an operator \
