@@ -864,8 +864,9 @@ async fn events_list_waits_as_long_as_it_asks() {
 
 /// Against the real server: `events list` is one page of the feed, as JSON
 /// like every list, and `events tail` prints what happens as it happens.
-/// (Needs a storage backend that implements the feed.)
-#[tokio::test]
+/// The server runs in this test's runtime: its workers must keep serving
+/// while the test waits for `tail`'s lines, so the runtime has two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_list_and_tail_read_the_real_feed() {
     let server = TestServer::start().await;
     let rex = server.create(json!({"name": "Rex", "categoryId": 1})).await;
