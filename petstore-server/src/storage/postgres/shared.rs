@@ -36,6 +36,7 @@ use tokio_postgres::{Client, Statement};
 
 use super::READ_ONLY_TRANSACTION;
 use super::connect::Primary;
+use super::feed::EventStatements;
 use super::order_statements::OrderStatements;
 use crate::storage::{PostgresFailure, StorageError};
 
@@ -74,6 +75,8 @@ pub(super) struct Shared {
     pub insert_many: Statement,
     /// The Store's statements.
     pub orders: OrderStatements,
+    /// The feed's statements.
+    pub events: EventStatements,
 }
 
 impl Shared {
@@ -82,7 +85,7 @@ impl Shared {
     /// ends (requests learn of a broken connection from their own query).
     async fn open(primary: &Primary) -> Result<Shared, tokio_postgres::Error> {
         let (client, task) = primary.connect().await?;
-        let (list, list_by_status, get_many, insert_many, orders) = tokio::try_join!(
+        let (list, list_by_status, get_many, insert_many, orders, events) = tokio::try_join!(
             client.prepare(
                 "SELECT id, name, category_id, status FROM pets
                  WHERE id > $1 ORDER BY id LIMIT $2"
@@ -98,6 +101,7 @@ impl Shared {
                  RETURNING id, name, category_id, status"
             ),
             OrderStatements::prepare(&client),
+            EventStatements::prepare(&client),
         )?;
         Ok(Shared {
             client,
@@ -107,6 +111,7 @@ impl Shared {
             get_many,
             insert_many,
             orders,
+            events,
         })
     }
 }

@@ -1,0 +1,455 @@
+//! The events feed on PostgreSQL: the table, the triggers that write every
+//! change's events, pages read back up to the head, and the purge. How the
+//! head moves (the no-skip rule) is `head.rs`.
+//!
+//! - **Written by triggers, in the change's own statement.** `AFTER … FOR
+//!   EACH STATEMENT` triggers with transition tables, as the counts' are
+//!   (`orders.rs`): `pets` INSERT writes a `PetCreated` per animal; `orders`
+//!   INSERT an `OrderPlaced` and its `PetOrdered` per order; `orders`
+//!   UPDATE, for each order that left `placed`, an `OrderDelivered` and its
+//!   `PetSold`, or an `OrderCancelled` and its `PetReturned`. So every path
+//!   that changes a row writes its events — batched and keyed creates,
+//!   `PLACE_MANY`, `PLACE_ONCE`, `UPDATE_MANY`, and the statements of the
+//!   release before while a rolling upgrade runs — in the change's
+//!   transaction; a statement that changed nothing (a refusal) writes none.
+//! - **Ids from a sequence, taken under the row's lock.** A statement
+//!   trigger runs once the statement's rows are changed, and each changed
+//!   row stays locked until its transaction ends. A later change of the
+//!   same row (an animal, an order) waits for that lock, so it takes its
+//!   ids after the earlier change committed, and `events_ids` (`CACHE 1`:
+//!   with a cache per session, a later `nextval` could return a smaller
+//!   value) gives it larger ones: ids increase in commit order for every
+//!   resource. (The transaction's xid would not do: it is taken when the
+//!   transaction first writes, and a batch that wrote another row first
+//!   would sort before a change of the same animal that committed
+//!   earlier.) Within a statement, ids follow the rows' ids, an order's
+//!   event before its animal's.
+//! - **Stored once, read with the resource.** An event row holds what its
+//!   resource does not: the kind, the time, an order's owner (the
+//!   customer filter), an animal's status at creation. A page joins the
+//!   animal's name and category and the order's `placed_at`, which never
+//!   change; every status follows from the kind.
+//! - **Pages cost the same at any depth.** A page scans the primary key
+//!   from its cursor, at most [`EVENT_SCAN_MAX`] rows up to the head, and
+//!   filters them (kinds, owner) in the same statement; it stops as soon as
+//!   it has its `limit`.
+//! - **Retention.** Purging deletes a prefix of ids and raises the floor in
+//!   the same statement, so "every event above the floor is kept" holds at
+//!   every commit.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use enumset::EnumSet;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, Row, Statement};
+
+use super::batch::{Job, Waiting, fail_all};
+use super::shared::{Lease, SharedConnections};
+use super::{head, postgres};
+use crate::storage::{
+    EVENT_SCAN_MAX, EventKind, EventPage, EventQuery, EventsOutcome, LIST_MAX, OwnerId,
+    StorageError, StoredEvent,
+};
+use petstore_api::model::{EventData, Order, OrderStatus, Pet, PetStatus};
+
+/// The feed's schema: the events, their ids, the floor, and the triggers
+/// that write them. Additive: the release before keeps writing pets and
+/// orders as it did, and its changes get their events too.
+///
+/// The kinds' codes are [`EventKind`]'s; an order's animal event is its
+/// own code plus 3 (a test holds them to it).
+pub(super) const MIGRATION: &str = "
+    CREATE SEQUENCE events_ids AS BIGINT CACHE 1;
+    CREATE TABLE events (
+        id             BIGINT      PRIMARY KEY,
+        kind           SMALLINT    NOT NULL,
+        at             TIMESTAMPTZ NOT NULL,
+        pet_id         BIGINT      NOT NULL,
+        -- Order events and their animals' status changes.
+        order_id       BIGINT,
+        -- Order events: the digest of the key that placed the order.
+        owner          BYTEA,
+        -- PetCreated: the status the animal was created with.
+        created_status TEXT
+    );
+    -- The largest id purged: every event above it is kept.
+    CREATE TABLE events_floor (
+        one   BOOLEAN PRIMARY KEY DEFAULT true CHECK (one),
+        floor BIGINT  NOT NULL
+    );
+    INSERT INTO events_floor (floor) VALUES (0);
+
+    -- Each trigger numbers its changes in the order their events take
+    -- (by row id, an order's event before its animal's), takes as many
+    -- ids, and pairs the n-th change with the n-th smallest: the order
+    -- holds however the planner evaluates `nextval`.
+    CREATE FUNCTION events_after_pet_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        WITH created AS (
+            SELECT id, status, row_number() OVER (ORDER BY id) AS n FROM new_rows
+        ), taken AS (
+            SELECT id, row_number() OVER (ORDER BY id) AS n
+            FROM (SELECT nextval('events_ids') AS id FROM created) AS ids
+        )
+        INSERT INTO events (id, kind, at, pet_id, created_status)
+        SELECT taken.id, 1, statement_timestamp(), created.id, created.status
+        FROM created JOIN taken ON taken.n = created.n;
+        RETURN NULL;
+    END $$;
+    CREATE FUNCTION events_after_order_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        WITH change AS (
+            SELECT placed.id AS order_id, placed.pet_id, placed.placed_at, step.kind,
+                   CASE step.kind WHEN 2 THEN placed.owner END AS owner,
+                   row_number() OVER (ORDER BY placed.id, step.kind) AS n
+            FROM new_rows AS placed
+            CROSS JOIN (VALUES (2::smallint), (5::smallint)) AS step (kind)
+            WHERE placed.status = 'placed'
+        ), taken AS (
+            SELECT id, row_number() OVER (ORDER BY id) AS n
+            FROM (SELECT nextval('events_ids') AS id FROM change) AS ids
+        )
+        INSERT INTO events (id, kind, at, pet_id, order_id, owner)
+        SELECT taken.id, change.kind, change.placed_at, change.pet_id, change.order_id,
+               change.owner
+        FROM change JOIN taken ON taken.n = change.n;
+        RETURN NULL;
+    END $$;
+    -- `UPDATE OF status` cannot be combined with transition tables: the
+    -- orders that left `placed` are picked here.
+    CREATE FUNCTION events_after_order_update() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        WITH settled AS (
+            SELECT after.id, after.pet_id, after.owner,
+                   CASE after.status WHEN 'delivered' THEN 3 ELSE 4 END::smallint AS kind
+            FROM new_rows AS after JOIN old_rows AS before ON before.id = after.id
+            WHERE before.status = 'placed' AND after.status IN ('delivered', 'cancelled')
+        ), change AS (
+            SELECT settled.id AS order_id, settled.pet_id, step.kind,
+                   CASE WHEN step.kind = settled.kind THEN settled.owner END AS owner,
+                   row_number() OVER (ORDER BY settled.id, step.kind) AS n
+            FROM settled
+            CROSS JOIN LATERAL (VALUES (settled.kind), (settled.kind + 3::smallint)) AS step (kind)
+        ), taken AS (
+            SELECT id, row_number() OVER (ORDER BY id) AS n
+            FROM (SELECT nextval('events_ids') AS id FROM change) AS ids
+        )
+        INSERT INTO events (id, kind, at, pet_id, order_id, owner)
+        SELECT taken.id, change.kind, statement_timestamp(), change.pet_id, change.order_id,
+               change.owner
+        FROM change JOIN taken ON taken.n = change.n;
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER pets_evented_on_insert AFTER INSERT ON pets
+        REFERENCING NEW TABLE AS new_rows
+        FOR EACH STATEMENT EXECUTE FUNCTION events_after_pet_insert();
+    CREATE TRIGGER orders_evented_on_insert AFTER INSERT ON orders
+        REFERENCING NEW TABLE AS new_rows
+        FOR EACH STATEMENT EXECUTE FUNCTION events_after_order_insert();
+    CREATE TRIGGER orders_evented_on_update AFTER UPDATE ON orders
+        REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+        FOR EACH STATEMENT EXECUTE FUNCTION events_after_order_update();
+";
+
+/// A page of events after `$1` (from the floor when NULL) up to the head
+/// `$2`: at most `$3` rows examined, those of the kinds `$4` (and, for
+/// order kinds, of the owner `$5` when given) returned, at most `$6`; each
+/// with its animal's name and category and its order's `placed_at`.
+///
+/// One more row, its id NULL: the floor, and — only when the page is not
+/// full, so that a full page stops reading at its last event — how many
+/// rows the scan examined and the last of them (a second scan of the same
+/// index range, which the first has just read). The floor's one-time
+/// filter skips both scans when `$1` is below it (expired).
+const PAGE: &str = "
+    WITH page AS MATERIALIZED (
+        SELECT scanned.id, scanned.kind, scanned.at, scanned.pet_id, scanned.order_id,
+               scanned.created_status
+        FROM (SELECT * FROM events
+              WHERE id > coalesce($1, (SELECT floor FROM events_floor)) AND id <= $2
+                AND coalesce($1 >= (SELECT floor FROM events_floor), true)
+              ORDER BY id LIMIT $3) AS scanned
+        WHERE scanned.kind = ANY($4)
+          AND ($5::bytea IS NULL OR scanned.kind NOT IN (2, 3, 4) OR scanned.owner = $5)
+        ORDER BY scanned.id LIMIT $6
+    )
+    SELECT page.id, page.kind, page.at, page.pet_id, page.order_id, page.created_status,
+           pets.name, pets.category_id, orders.placed_at,
+           NULL::bigint AS floor, NULL::bigint AS examined, NULL::bigint AS last
+    FROM page
+    LEFT JOIN pets ON pets.id = page.pet_id
+    LEFT JOIN orders ON orders.id = page.order_id
+    UNION ALL
+    SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+           (SELECT floor FROM events_floor), count(*), max(scanned.id)
+    FROM (SELECT id FROM events
+          WHERE id > coalesce($1, (SELECT floor FROM events_floor)) AND id <= $2
+            AND coalesce($1 >= (SELECT floor FROM events_floor), true)
+          ORDER BY id LIMIT $3) AS scanned
+    WHERE (SELECT count(*) FROM page) < $6
+    ORDER BY 1 NULLS FIRST";
+
+/// Deletes the longest run of the oldest events, at most `$2`, up to the
+/// head `$3`, committed before `$1` (a prefix: it stops at the first one
+/// that is not), and raises the floor to the largest id deleted, in one
+/// statement. Concurrent purges (other instances) delete what is left of
+/// their prefix and keep the larger floor.
+const PURGE: &str = "
+    WITH oldest AS (
+        SELECT id, at FROM events WHERE id <= $3 ORDER BY id LIMIT $2
+    ), kept AS (
+        SELECT min(id) AS id FROM oldest WHERE at >= $1
+    ), gone AS (
+        DELETE FROM events
+        WHERE id IN (SELECT id FROM oldest
+                     WHERE id < coalesce((SELECT id FROM kept), 9223372036854775807))
+        RETURNING id
+    ), raised AS (
+        UPDATE events_floor SET floor = gone.last
+        FROM (SELECT max(id) AS last FROM gone) AS gone
+        WHERE gone.last > events_floor.floor
+    )
+    SELECT count(*) FROM gone";
+
+/// The feed's statements, prepared on every shared connection.
+pub(super) struct EventStatements {
+    pub page: Statement,
+    /// See [`head::IDS_TAKEN`].
+    pub ids_taken: Statement,
+    /// See [`head::HORIZON`].
+    pub horizon: Statement,
+}
+
+impl EventStatements {
+    pub async fn prepare(client: &Client) -> Result<EventStatements, tokio_postgres::Error> {
+        let (page, ids_taken, horizon) = tokio::try_join!(
+            client.prepare(PAGE),
+            client.prepare(head::IDS_TAKEN),
+            client.prepare(head::HORIZON),
+        )?;
+        Ok(EventStatements {
+            page,
+            ids_taken,
+            horizon,
+        })
+    }
+}
+
+/// A page of the feed, read up to `head`.
+pub(super) struct ReadEvents {
+    pub query: EventQuery,
+    pub head: i64,
+}
+
+/// What makes two pages the same read.
+#[derive(PartialEq, Eq, Hash)]
+struct PageKey {
+    after: Option<i64>,
+    limit: u32,
+    kinds: EnumSet<EventKind>,
+    owner: Option<OwnerId>,
+    head: i64,
+}
+
+impl Job for ReadEvents {
+    type Output = EventsOutcome;
+
+    /// Each distinct page once (many long-polls waiting at the same cursor
+    /// wake together), pipelined on one connection.
+    async fn run(batch: Vec<Waiting<ReadEvents>>, connections: &SharedConnections) {
+        let shared = match connections.get().await {
+            Ok(shared) => shared,
+            Err(error) => return fail_all(batch, error),
+        };
+        let mut by_page: HashMap<PageKey, Vec<Waiting<ReadEvents>>> = HashMap::new();
+        for waiting in batch {
+            let ReadEvents { query, head } = waiting.job;
+            let key = PageKey {
+                after: query.after,
+                limit: query.limit,
+                kinds: query.kinds,
+                owner: query.owner,
+                head,
+            };
+            by_page.entry(key).or_default().push(waiting);
+        }
+        let pages = by_page.into_iter().map(async |(_, waiting)| {
+            let ReadEvents { query, head } = waiting[0].job;
+            match page(&shared, query, head).await {
+                Ok(outcome) => {
+                    for request in waiting {
+                        let _ = request.answer.send(Ok(outcome.clone()));
+                    }
+                }
+                Err(error) => fail_all(waiting, error),
+            }
+        });
+        futures::future::join_all(pages).await;
+    }
+}
+
+/// The page `query` asks for, up to `head`, read on `shared`.
+async fn page(
+    shared: &Lease<'_>,
+    query: EventQuery,
+    head: i64,
+) -> Result<EventsOutcome, StorageError> {
+    let doing = "reading events";
+    let limit = query.limit.clamp(1, LIST_MAX);
+    let kinds: Vec<i16> = query.kinds.iter().map(EventKind::code).collect();
+    let owner = query.owner.as_ref().map(|owner| &owner.0[..]);
+    let params: [&(dyn ToSql + Sync); 6] = [
+        &query.after,
+        &head,
+        &i64::from(EVENT_SCAN_MAX),
+        &kinds,
+        &owner,
+        &i64::from(limit),
+    ];
+    let rows = shared
+        .run(doing, shared.client.query(&shared.events.page, &params))
+        .await?;
+    let decode = postgres(doing);
+    let (summary, rows) = rows.split_first().ok_or(StorageError::Invariant(
+        "a page of events came without its summary",
+    ))?;
+    let floor: i64 = summary.try_get(9).map_err(&decode)?;
+    if query.after.is_some_and(|after| after < floor) {
+        return Ok(EventsOutcome::Expired { floor });
+    }
+    let events = rows
+        .iter()
+        .map(event_from_row)
+        .collect::<Result<Vec<_>, _>>()?;
+    let (next_after, at_head) = match events.last() {
+        // Full: the rows after the last event were not examined.
+        Some(last) if events.len() == limit as usize => (last.id, last.id >= head),
+        _ => {
+            let examined: i64 = summary.try_get(10).map_err(&decode)?;
+            let last: Option<i64> = summary.try_get(11).map_err(&decode)?;
+            let scanned_to_head = examined < i64::from(EVENT_SCAN_MAX) || last == Some(head);
+            let next_after = last.unwrap_or(query.after.unwrap_or(floor));
+            (next_after, scanned_to_head)
+        }
+    };
+    Ok(EventsOutcome::Page(EventPage {
+        events,
+        next_after,
+        head,
+        at_head,
+    }))
+}
+
+/// An event of the page statement's row, its data from the columns it
+/// joined.
+fn event_from_row(row: &Row) -> Result<StoredEvent, StorageError> {
+    let decode = postgres("decoding an event");
+    let id: i64 = row.try_get(0).map_err(&decode)?;
+    let code: i16 = row.try_get(1).map_err(&decode)?;
+    let kind = EventKind::from_code(code.into()).ok_or_else(|| StorageError::Undecodable {
+        id,
+        column: "events.kind",
+        value: code.to_string(),
+        expected: "event kind (1 to 7)",
+    })?;
+    let time: DateTime<Utc> = row.try_get(2).map_err(&decode)?;
+    let pet_id: i64 = row.try_get(3).map_err(&decode)?;
+    let missing = |column, expected| StorageError::Undecodable {
+        id,
+        column,
+        value: "nothing".to_owned(),
+        expected,
+    };
+    let data = if kind.is_order() {
+        let order_id: Option<i64> = row.try_get(4).map_err(&decode)?;
+        let placed_at: Option<DateTime<Utc>> = row.try_get(8).map_err(&decode)?;
+        let status = match kind {
+            EventKind::OrderPlaced => OrderStatus::Placed,
+            EventKind::OrderDelivered => OrderStatus::Delivered,
+            _ => OrderStatus::Cancelled,
+        };
+        EventData::Order(Order {
+            id: order_id.ok_or_else(|| missing("events.order_id", "order id"))?,
+            pet_id,
+            status,
+            placed_at: placed_at.ok_or_else(|| missing("orders.placed_at", "stored order"))?,
+            placed_by: None,
+        })
+    } else {
+        let status = match kind.status_change() {
+            Some((_, after)) => Some(after),
+            None => {
+                let created: Option<&str> = row.try_get(5).map_err(&decode)?;
+                created
+                    .map(|text| {
+                        PetStatus::parse(text).ok_or_else(|| StorageError::Undecodable {
+                            id,
+                            column: "events.created_status",
+                            value: format!("the text {text:?}"),
+                            expected: "status (available, pending, sold)",
+                        })
+                    })
+                    .transpose()?
+            }
+        };
+        let name: Option<String> = row.try_get(6).map_err(&decode)?;
+        let category_id: Option<i64> = row.try_get(7).map_err(&decode)?;
+        EventData::Pet(Pet {
+            id: pet_id,
+            name: name.ok_or_else(|| missing("pets.name", "stored animal"))?,
+            category_id: category_id.ok_or_else(|| missing("pets.category_id", "stored animal"))?,
+            status,
+        })
+    };
+    Ok(StoredEvent {
+        id,
+        kind,
+        time,
+        data,
+    })
+}
+
+/// Purges at most `limit` of the oldest events committed before `before`,
+/// none above `head` (see [`PURGE`]); how many it deleted.
+pub(super) async fn purge(
+    client: &deadpool_postgres::Client,
+    before: DateTime<Utc>,
+    limit: i64,
+    head: i64,
+) -> Result<u64, StorageError> {
+    let doing = "purging events";
+    let statement = client
+        .prepare_cached(PURGE)
+        .await
+        .map_err(postgres(doing))?;
+    let row = client
+        .query_one(&statement, &[&before, &limit, &head])
+        .await
+        .map_err(postgres(doing))?;
+    let deleted: i64 = row.try_get(0).map_err(postgres(doing))?;
+    Ok(u64::try_from(deleted).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The triggers write the codes as numbers: `PetCreated` is 1, the
+    /// order kinds 2 to 4, and each order kind's animal change its code
+    /// plus 3.
+    #[test]
+    fn the_triggers_codes_are_the_kinds() {
+        assert_eq!(EventKind::PetCreated.code(), 1);
+        let order_kinds: Vec<i16> = EventKind::ALL
+            .into_iter()
+            .filter(|kind| kind.is_order())
+            .map(EventKind::code)
+            .collect();
+        assert_eq!(order_kinds, [2, 3, 4]);
+        for kind in EventKind::ALL.into_iter().filter(|kind| kind.is_order()) {
+            let pet = kind.pet_change().expect("an order kind changes its animal");
+            assert_eq!(pet.code(), kind.code() + 3, "{kind:?}");
+        }
+    }
+}
