@@ -16,11 +16,13 @@
 //! 1. `s` = the last value `events_ids` handed out ([`IDS_TAKEN`]; a
 //!    sequence is not transactional: this includes values taken by
 //!    transactions still running);
-//! 2. then `next` = the next transaction id the cluster will assign, read
-//!    in a later statement ([`HORIZON`]);
-//! 3. `s` becomes the head once a later round's snapshot has an `xmin` of
-//!    at least `next`: no transaction with an xid below `next` is running
-//!    any more.
+//! 2. then `next` = the next transaction id the cluster will assign, and
+//!    `lsn` = the end of the WAL written so far, read in a later statement
+//!    ([`HORIZON`]);
+//! 3. `s` becomes the head once a later round (on the same connection)
+//!    finds its snapshot's `xmin` at least `next` — no transaction with an
+//!    xid below `next` is running any more — and the WAL durable up to
+//!    `lsn`.
 //!
 //! Why that holds: a transaction takes an event id in a trigger that runs
 //! after its statement changed a row, and changing a row assigns the
@@ -35,6 +37,17 @@
 //! completed one is in neither the snapshot's `xmax` nor its `xip` list.
 //! `age(xid)` counts from the next xid to assign when the statement has
 //! none of its own: `xmax + age(xmax)` is it, read without assigning one.)
+//!
+//! Why the WAL too: a sequence logs its state to the WAL ahead of the
+//! values it hands out, but a transaction that rolled back never flushes
+//! it. Had the head passed ids of such a transaction, a crash (or a
+//! failover) losing that WAL would hand the same ids out again, below the
+//! head, where a page could skip them. Once the WAL up to `lsn` is flushed
+//! (and, when the primary has synchronous standbys it can see, on them
+//! too), the sequence comes back past `s` from any crash. The
+//! comparisons mean something only within one server's life, so the
+//! values still waiting are dropped whenever the watcher's connection is
+//! a new one (the database may have restarted), and read again on it.
 //!
 //! Caveat: the head waits for *every* transaction with an xid in the
 //! cluster, in any database, ours or not: a long writing transaction
@@ -77,11 +90,17 @@ use crate::storage::StorageError;
 pub(super) const IDS_TAKEN: &str =
     "SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM events_ids";
 
-/// The statement's snapshot's `xmin`, and the next xid the cluster will
-/// assign (see the module's doc).
+/// The statement's snapshot's `xmin`, the next xid the cluster will
+/// assign, the end of the WAL written and how far it is durable: flushed,
+/// and on the synchronous standbys when there are any (and their positions
+/// may be seen). See the module's doc.
 pub(super) const HORIZON: &str = "
     SELECT pg_snapshot_xmin(snapshot)::text::bigint,
-           pg_snapshot_xmax(snapshot)::text::bigint + age(pg_snapshot_xmax(snapshot)::xid)
+           pg_snapshot_xmax(snapshot)::text::bigint + age(pg_snapshot_xmax(snapshot)::xid),
+           (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint,
+           (least(pg_current_wal_flush_lsn(),
+                  (SELECT min(flush_lsn) FROM pg_stat_replication
+                   WHERE sync_state IN ('sync', 'quorum'))) - '0/0'::pg_lsn)::bigint
     FROM pg_current_snapshot() AS snapshot";
 
 /// How often the head is looked for with nothing else to prompt it (other
@@ -144,6 +163,7 @@ impl Head {
             head: head_sender,
             covered: covered_sender,
             pending: VecDeque::new(),
+            session: None,
             log,
         };
         Head {
@@ -205,8 +225,10 @@ impl Drop for Head {
 struct Candidate {
     /// The last id taken.
     ids: i64,
-    /// The next xid then: the value is final once no xid below it runs.
+    /// The next xid then: the value is final once no xid below it runs…
     next_xid: i64,
+    /// … and the WAL is durable up to this position.
+    lsn: i64,
     /// This instance's writes counted before the round started.
     written: u64,
 }
@@ -217,8 +239,10 @@ struct Watcher {
     signals: Arc<Signals>,
     head: watch::Sender<i64>,
     covered: watch::Sender<u64>,
-    /// Oldest first; both `ids` and `next_xid` increase along it.
+    /// Oldest first; `ids`, `next_xid` and `lsn` increase along it.
     pending: VecDeque<Candidate>,
+    /// The connection (`Shared::serial`) the pending values were read on.
+    session: Option<u64>,
     log: slog::Logger,
 }
 
@@ -289,15 +313,23 @@ impl Watcher {
         let horizon = shared
             .run(doing, shared.client.query_one(&shared.events.horizon, &[]))
             .await?;
-        let xmin: i64 = horizon.try_get(0).map_err(super::postgres(doing))?;
-        let next_xid: i64 = horizon.try_get(1).map_err(super::postgres(doing))?;
+        let column = |i| horizon.try_get::<_, i64>(i).map_err(super::postgres(doing));
+        let (xmin, next_xid, lsn, durable) = (column(0)?, column(1)?, column(2)?, column(3)?);
+        if self.session != Some(shared.serial) {
+            // Another connection, perhaps to a restarted database or a
+            // promoted standby: what the old one saw compares with nothing
+            // here.
+            self.pending.clear();
+            self.session = Some(shared.serial);
+        }
         drop(shared);
         self.add(Candidate {
             ids,
             next_xid,
+            lsn,
             written,
         });
-        self.publish(xmin);
+        self.publish(xmin, durable);
         Ok(())
     }
 
@@ -323,12 +355,13 @@ impl Watcher {
         }
     }
 
-    /// Makes head the largest value whose transactions have all ended, now
-    /// that no xid below `xmin` runs.
-    fn publish(&mut self, xmin: i64) {
+    /// Makes head the largest value whose transactions have all ended and
+    /// whose ids the sequence can never hand out again, now that no xid
+    /// below `xmin` runs and the WAL is durable up to `durable`.
+    fn publish(&mut self, xmin: i64, durable: i64) {
         let mut newest = None;
         while let Some(first) = self.pending.front().copied() {
-            if first.next_xid > xmin {
+            if first.next_xid > xmin || first.lsn > durable {
                 break;
             }
             self.pending.pop_front();

@@ -26,7 +26,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
@@ -62,6 +62,10 @@ const DEAD_SLOT_WEIGHT: usize = 16;
 /// One shared connection and its prepared statements.
 pub(super) struct Shared {
     pub client: Client,
+    /// Tells this connection from every other this process made (the
+    /// feed's head must know when its connection, and perhaps the
+    /// database, changed under it).
+    pub serial: u64,
     /// The connection's task, ended with it.
     task: JoinHandle<()>,
     /// `SELECT … WHERE id > $1 ORDER BY id LIMIT $2`.
@@ -103,8 +107,10 @@ impl Shared {
             OrderStatements::prepare(&client),
             EventStatements::prepare(&client),
         )?;
+        static SERIALS: AtomicU64 = AtomicU64::new(0);
         Ok(Shared {
             client,
+            serial: SERIALS.fetch_add(1, Ordering::Relaxed),
             task,
             list,
             list_by_status,
