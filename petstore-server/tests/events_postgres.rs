@@ -19,9 +19,9 @@ use petstore_api::model::{
 };
 use petstore_server::storage::idempotency::{fingerprint, order_fingerprint};
 use petstore_server::storage::{
-    CreateOutcome, EventKind, EventPage, EventQuery, EventsOutcome, Idempotency, Owner, OwnerId,
-    PlaceOutcome, PlacedBy, PostgresStorage, PostgresUrl, Retention, Storage, StoredEvent,
-    UpdateOutcome,
+    CreateOutcome, EVENT_SCAN_MAX, EventKind, EventPage, EventQuery, EventsOutcome, Idempotency,
+    Owner, OwnerId, PlaceOutcome, PlacedBy, PostgresStorage, PostgresUrl, Retention, Storage,
+    StoredEvent, UpdateOutcome,
 };
 use petstore_support::postgres::TestDatabase;
 use petstore_support::{SOON, blocking, eventually_some, within};
@@ -672,6 +672,63 @@ async fn purging_keeps_a_prefix_raises_the_floor_and_expires_cursors_below_it() 
     assert!(empty.at_head);
     let stats = storage.stats().await.unwrap();
     assert_eq!((stats.events, stats.oldest_event), (0, None));
+    storage.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_examines_at_most_its_bound_and_says_how_far_it_looked() {
+    let Some(database) = petstore_support::postgres::fresh_database().await else {
+        return;
+    };
+    let storage = open(&database).await;
+    // More animals than a page examines, written as another instance
+    // would: this one learns of them from the head.
+    let count = i64::from(EVENT_SCAN_MAX) + 5;
+    let client = raw(&database).await;
+    client
+        .execute(
+            "INSERT INTO pets (name, category_id, status)
+             SELECT 'many', n, 'available' FROM generate_series(1, $1::bigint) AS n",
+            &[&count],
+        )
+        .await
+        .unwrap();
+    let last: i64 = client
+        .query_one("SELECT max(id) FROM events", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let mut head = storage.events_head();
+    within("the head passes the animals' events", SOON, async {
+        head.wait_for(|head| *head >= last).await.unwrap();
+    })
+    .await;
+    // A filter that matches none: the page examines its bound, says where
+    // it stopped, and that it did not reach the head.
+    let orders_only = |after| EventQuery {
+        after,
+        limit: 20,
+        kinds: EventKind::OrderPlaced | EventKind::OrderCancelled,
+        owner: None,
+    };
+    let first = page(&storage, orders_only(None)).await;
+    assert_eq!(first.events, []);
+    assert_eq!(first.next_after, i64::from(EVENT_SCAN_MAX));
+    assert!(!first.at_head, "{first:?}");
+    let second = page(&storage, orders_only(Some(first.next_after))).await;
+    assert_eq!(second.events, []);
+    assert_eq!(second.next_after, last);
+    assert!(second.at_head, "{second:?}");
+    // Unfiltered, a full page stops at its last event.
+    let full = page(&storage, every_kind(Some(10))).await;
+    let ids: Vec<i64> = full.events.iter().map(|event| event.id).collect();
+    assert_eq!(ids, (11..=110).collect::<Vec<_>>());
+    assert_eq!(full.next_after, 110);
+    assert!(!full.at_head);
+    let end = page(&storage, every_kind(Some(last - 100))).await;
+    assert_eq!(end.events.len(), 100);
+    assert_eq!(end.next_after, last);
+    assert!(end.at_head, "a full page that ends at the head");
     storage.close().await;
 }
 

@@ -93,13 +93,15 @@ pub(super) const IDS_TAKEN: &str =
 /// The statement's snapshot's `xmin`, the next xid the cluster will
 /// assign, the end of the WAL written and how far it is durable: flushed,
 /// and on the synchronous standbys when there are any (and their positions
-/// may be seen). See the module's doc.
+/// may be seen). See the module's doc. (The function behind
+/// `pg_stat_replication`, without the view's copy of every session's
+/// activity.)
 pub(super) const HORIZON: &str = "
     SELECT pg_snapshot_xmin(snapshot)::text::bigint,
            pg_snapshot_xmax(snapshot)::text::bigint + age(pg_snapshot_xmax(snapshot)::xid),
            (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint,
            (least(pg_current_wal_flush_lsn(),
-                  (SELECT min(flush_lsn) FROM pg_stat_replication
+                  (SELECT min(flush_lsn) FROM pg_stat_get_wal_senders()
                    WHERE sync_state IN ('sync', 'quorum'))) - '0/0'::pg_lsn)::bigint
     FROM pg_current_snapshot() AS snapshot";
 
