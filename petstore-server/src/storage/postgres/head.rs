@@ -111,7 +111,7 @@ pub(super) const POLL: Duration = Duration::from_millis(200);
 
 /// The least time between the starts of two rounds: under a steady stream
 /// of writes, rounds run at most this often instead of once per commit.
-pub(super) const ROUND_GAP: Duration = Duration::from_millis(2);
+pub(super) const ROUND_GAP: Duration = Duration::from_millis(5);
 
 /// The first wait before looking again while a value waits for older
 /// transactions (doubled each time, up to [`POLL`]).
