@@ -456,7 +456,7 @@ pub async fn open(
             })
         }
         DatabaseUrl::Postgres(url) => {
-            let storage = Arc::new(PostgresStorage::open(url).await?);
+            let storage = Arc::new(PostgresStorage::open_logged(url, log.clone()).await?);
             Ok(Database {
                 pets: storage.clone(),
                 keys: storage,

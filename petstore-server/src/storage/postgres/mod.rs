@@ -14,6 +14,9 @@
 //!   does not answer within a few seconds. Broken connections are replaced
 //!   when next needed, so the server recovers by itself when the database
 //!   is back.
+//! - The events feed is written by triggers in each change's own statement
+//!   (`feed.rs`); a watcher task per instance finds how far pages may read
+//!   without ever skipping an event (`head.rs`).
 
 use std::sync::Arc;
 
@@ -22,13 +25,15 @@ use tokio_postgres::Row;
 
 use super::idempotency::{CreateOutcome, Idempotency};
 use super::keys::{
-    KeyError, KeyStorage, Revoked, StoredKey, limits_columns, stored_digest, stored_limits,
-    stored_scopes,
+    KeyError, KeyStorage, Revoked, StoredKey, limits_columns, scopes_column, stored_digest,
+    stored_limits, stored_scopes,
 };
 use crate::budget::{KeyLimits, LimitsChange};
 use petstore_api::scopes::Scopes;
 mod batch;
 mod connect;
+mod feed;
+mod head;
 mod order_statements;
 mod orders;
 mod reads;
@@ -36,13 +41,15 @@ mod shared;
 
 use self::batch::{Batcher, CreateBatcher, WRITERS};
 use self::connect::{PoolConnect, Primary};
+use self::feed::ReadEvents;
+use self::head::Head;
 use self::orders::{Place, Update};
 use self::reads::{CountPets, GetPet, ListPets};
 use self::shared::{CONNECTION_TIMEOUT, STATEMENT_TIMEOUT, SharedConnections};
 use super::{
-    ListQuery, OpenError, OrderPage, OrderQuery, Owner, OwnerId, Page, PlaceOutcome, PoolStats,
-    PostgresFailure, PostgresUrl, SharedStats, Storage, StorageError, StorageStats, StoredOrder,
-    UpdateOutcome,
+    EventQuery, EventsOutcome, ListQuery, OpenError, OrderPage, OrderQuery, Owner, OwnerId, Page,
+    PlaceOutcome, PoolStats, PostgresFailure, PostgresUrl, SharedStats, Storage, StorageError,
+    StorageStats, StoredOrder, UpdateOutcome,
 };
 use petstore_api::model::{Inventory, NewPet, OrderUpdateStatus, Pet, PetStatus};
 
@@ -105,6 +112,15 @@ const MIGRATIONS: &[&str] = &[
     // The counts' triggers, each one statement planned once per session
     // (see `orders.rs`): the inventory as exact, the Store's writes cheaper.
     orders::COUNTS_IN_ONE_STATEMENT,
+    // The events feed (contract 1.6.0, see `feed.rs`): the events, written
+    // by triggers on pets and orders, and the floor below which they were
+    // purged.
+    feed::MIGRATION,
+    // Keys made with every scope (`--scopes all`, stored as the five bits
+    // of 1.4.0) have every scope, including those added since (1.6.0:
+    // `events:read`): "all" is stored as NULL from now on, as for keys made
+    // before scopes existed.
+    "UPDATE api_keys SET scopes = NULL WHERE scopes = 31;",
 ];
 
 /// How long an instance is counted after its last heartbeat: four beats
@@ -133,6 +149,13 @@ pub struct PostgresStorage {
     gets: Batcher<GetPet>,
     lists: Batcher<ListPets>,
     counts: Batcher<CountPets>,
+    /// Pages of the feed, answered together the same way.
+    events: Batcher<ReadEvents>,
+    /// The feed's head, and the task that moves it (on a connection of its
+    /// own, so that neither reads nor writes delay it).
+    head: Head,
+    /// The head's connection.
+    watcher: Arc<SharedConnections>,
     /// Plain creates, stored in batches on shared connections of their own.
     creates: CreateBatcher,
     /// Orders placed without an idempotency key, and orders updated,
@@ -192,8 +215,19 @@ fn postgres<E: Into<PostgresFailure>>(doing: &'static str) -> impl Fn(E) -> Stor
 
 impl PostgresStorage {
     /// Connects (failing fast when the database is unreachable) and brings
-    /// the schema up to date.
+    /// the schema up to date; what goes wrong in the background (the
+    /// feed's head) is not logged (see [`PostgresStorage::open_logged`]).
     pub async fn open(url: &PostgresUrl) -> Result<PostgresStorage, OpenError> {
+        let discard = slog::Logger::root(slog::Discard, slog::o!());
+        PostgresStorage::open_logged(url, discard).await
+    }
+
+    /// [`PostgresStorage::open`], logging to `log` what goes wrong in the
+    /// background.
+    pub async fn open_logged(
+        url: &PostgresUrl,
+        log: slog::Logger,
+    ) -> Result<PostgresStorage, OpenError> {
         let in_database = |source: StorageError| OpenError::Storage {
             database: url.to_string(),
             source,
@@ -220,6 +254,7 @@ impl PostgresStorage {
             url.pool_size().min(READERS_MAX),
         ));
         let writers = Arc::new(SharedConnections::new(Arc::clone(&primary), WRITERS));
+        let watcher = Arc::new(SharedConnections::new(Arc::clone(&primary), 1));
         let pool = build_pool(&config, &primary, url.pool_size(), url)?;
         let admin = build_pool(&config, &primary, 1, url)?;
         let mut client = pool
@@ -235,6 +270,9 @@ impl PostgresStorage {
             gets: Batcher::start(Arc::clone(&readers), readers.max()),
             lists: Batcher::start(Arc::clone(&readers), readers.max()),
             counts: Batcher::start(Arc::clone(&readers), readers.max()),
+            events: Batcher::start(Arc::clone(&readers), readers.max()),
+            head: Head::start(Arc::clone(&watcher), log),
+            watcher,
             readers,
             creates: CreateBatcher::start(Arc::clone(&writers), WRITERS),
             places: Batcher::start(Arc::clone(&writers), WRITERS),
@@ -439,7 +477,9 @@ fn status_from_column(
 #[async_trait::async_trait]
 impl Storage for PostgresStorage {
     async fn create(&self, pet: NewPet) -> Result<Pet, StorageError> {
-        self.creates.submit(pet).await
+        let created = self.creates.submit(pet).await;
+        self.head.written();
+        created
     }
 
     async fn create_idempotent(
@@ -450,7 +490,14 @@ impl Storage for PostgresStorage {
         let mut lent = self.client().await?;
         let work = create_once(lent.client(), pet, once);
         let answer = tokio::time::timeout(STATEMENT_TIMEOUT, work).await;
-        lent.settle("creating a pet with an idempotency key", answer)
+        let created = lent.settle("creating a pet with an idempotency key", answer);
+        if !matches!(
+            created,
+            Ok(CreateOutcome::KeyInUse | CreateOutcome::KeyReused | CreateOutcome::Replayed(_))
+        ) {
+            self.head.written();
+        }
+        created
     }
 
     async fn purge_idempotency(
@@ -488,7 +535,7 @@ impl Storage for PostgresStorage {
         owner: Owner,
         idempotency: Option<Idempotency>,
     ) -> Result<PlaceOutcome, StorageError> {
-        match idempotency {
+        let placed = match idempotency {
             None => self.places.submit(Place(pet_id, owner)).await,
             Some(once) => {
                 let mut lent = self.client().await?;
@@ -496,7 +543,11 @@ impl Storage for PostgresStorage {
                 let answer = tokio::time::timeout(STATEMENT_TIMEOUT, work).await;
                 lent.settle("placing an order with an idempotency key", answer)
             }
+        };
+        if matches!(placed, Ok(PlaceOutcome::Placed(_)) | Err(_)) {
+            self.head.written();
         }
+        placed
     }
 
     async fn update_order(
@@ -505,7 +556,11 @@ impl Storage for PostgresStorage {
         to: OrderUpdateStatus,
     ) -> Result<UpdateOutcome, StorageError> {
         let to = to.into();
-        self.updates.submit(Update { id, to }).await
+        let updated = self.updates.submit(Update { id, to }).await;
+        if matches!(updated, Ok(UpdateOutcome::Done(_)) | Err(_)) {
+            self.head.written();
+        }
+        updated
     }
 
     async fn get_order(
@@ -524,25 +579,28 @@ impl Storage for PostgresStorage {
         self.counts.submit(CountPets).await
     }
 
-    async fn events(
-        &self,
-        _query: crate::storage::EventQuery,
-    ) -> Result<crate::storage::EventsOutcome, StorageError> {
-        Err(StorageError::Invariant(
-            "events: not yet implemented on this backend",
-        ))
+    async fn events(&self, query: EventQuery) -> Result<EventsOutcome, StorageError> {
+        let head = self.head.settled().await;
+        self.events.submit(ReadEvents { query, head }).await
     }
 
     fn events_head(&self) -> tokio::sync::watch::Receiver<i64> {
-        tokio::sync::watch::channel(0).1
+        self.head.receiver()
     }
 
     async fn purge_events(
         &self,
-        _before: chrono::DateTime<chrono::Utc>,
-        _limit: usize,
+        before: chrono::DateTime<chrono::Utc>,
+        limit: usize,
     ) -> Result<usize, StorageError> {
-        Ok(0)
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        // Never above the head: the events there are not all final yet.
+        let head = self.head.now();
+        let mut lent = self.admin_client().await?;
+        let work = feed::purge(lent.client(), before, limit, head);
+        let answer = tokio::time::timeout(STATEMENT_TIMEOUT, work).await;
+        let deleted = lent.settle("purging events", answer)?;
+        Ok(usize::try_from(deleted).unwrap_or(usize::MAX))
     }
 
     async fn check_ready(&self) -> Result<(), StorageError> {
@@ -555,25 +613,33 @@ impl Storage for PostgresStorage {
     }
 
     async fn stats(&self) -> Result<StorageStats, StorageError> {
-        let doing = "counting pets";
+        let doing = "counting pets and events";
         let mut lent = self.admin_client().await?;
         // Exact while small; above that the planner's estimate, since an
-        // exact count would scan the whole table on every scrape.
+        // exact count would scan the whole table on every scrape. (A table
+        // never analysed estimates -1: counted.)
         let work = lent.client().query_one(
-            "SELECT CASE WHEN c.reltuples < 100000
-                    THEN (SELECT count(*) FROM pets)
-                    ELSE c.reltuples::bigint END
-             FROM pg_class c WHERE c.oid = 'pets'::regclass",
+            "SELECT (SELECT CASE WHEN c.reltuples < 100000
+                            THEN (SELECT count(*) FROM pets)
+                            ELSE c.reltuples::bigint END
+                     FROM pg_class c WHERE c.oid = 'pets'::regclass),
+                    (SELECT CASE WHEN c.reltuples < 100000
+                            THEN (SELECT count(*) FROM events)
+                            ELSE c.reltuples::bigint END
+                     FROM pg_class c WHERE c.oid = 'events'::regclass),
+                    (SELECT at FROM events ORDER BY id LIMIT 1)",
             &[],
         );
         let answer = tokio::time::timeout(STATEMENT_TIMEOUT, work).await;
         let row = lent.settle(doing, answer.map(|done| done.map_err(postgres(doing))))?;
         let pets: i64 = row.try_get(0).map_err(postgres(doing))?;
+        let events: i64 = row.try_get(1).map_err(postgres(doing))?;
+        let oldest_event = row.try_get(2).map_err(postgres(doing))?;
         let status = self.pool.status();
         Ok(StorageStats {
             pets: u64::try_from(pets).unwrap_or(0),
-            events: 0,
-            oldest_event: None,
+            events: u64::try_from(events).unwrap_or(0),
+            oldest_event,
             pool: Some(PoolStats {
                 max: status.max_size,
                 open: status.size,
@@ -581,15 +647,17 @@ impl Storage for PostgresStorage {
                 waiting: status.waiting,
             }),
             shared: Some(SharedStats {
-                max: self.readers.max() + self.writers.max(),
-                open: self.readers.open() + self.writers.open(),
+                max: self.readers.max() + self.writers.max() + self.watcher.max(),
+                open: self.readers.open() + self.writers.open() + self.watcher.open(),
             }),
         })
     }
 
     async fn close(&self) {
+        self.head.stop();
         self.readers.close();
         self.writers.close();
+        self.watcher.close();
         self.pool.close();
         self.admin.close();
     }
@@ -824,7 +892,7 @@ impl KeyStorage for PostgresStorage {
                         &&key.digest.0[..],
                         &key.created_at,
                         &key.expires_at,
-                        &i16::from(key.scopes.bits()),
+                        &scopes_column(key.scopes).map(|bits| bits as i16),
                         &rate_requests,
                         &rate_seconds,
                         &burst,
@@ -908,7 +976,7 @@ impl KeyStorage for PostgresStorage {
             let before: Option<i16> = row.try_get(0).map_err(&sql)?;
             tx.execute(
                 "UPDATE api_keys SET scopes = $2 WHERE name = $1",
-                &[&name, &i16::from(scopes.bits())],
+                &[&name, &scopes_column(scopes).map(|bits| bits as i16)],
             )
             .await
             .map_err(&sql)?;

@@ -26,7 +26,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
@@ -36,6 +36,7 @@ use tokio_postgres::{Client, Statement};
 
 use super::READ_ONLY_TRANSACTION;
 use super::connect::Primary;
+use super::feed::EventStatements;
 use super::order_statements::OrderStatements;
 use crate::storage::{PostgresFailure, StorageError};
 
@@ -61,6 +62,10 @@ const DEAD_SLOT_WEIGHT: usize = 16;
 /// One shared connection and its prepared statements.
 pub(super) struct Shared {
     pub client: Client,
+    /// Tells this connection from every other this process made (the
+    /// feed's head must know when its connection, and perhaps the
+    /// database, changed under it).
+    pub serial: u64,
     /// The connection's task, ended with it.
     task: JoinHandle<()>,
     /// `SELECT … WHERE id > $1 ORDER BY id LIMIT $2`.
@@ -74,6 +79,8 @@ pub(super) struct Shared {
     pub insert_many: Statement,
     /// The Store's statements.
     pub orders: OrderStatements,
+    /// The feed's statements.
+    pub events: EventStatements,
 }
 
 impl Shared {
@@ -82,7 +89,7 @@ impl Shared {
     /// ends (requests learn of a broken connection from their own query).
     async fn open(primary: &Primary) -> Result<Shared, tokio_postgres::Error> {
         let (client, task) = primary.connect().await?;
-        let (list, list_by_status, get_many, insert_many, orders) = tokio::try_join!(
+        let (list, list_by_status, get_many, insert_many, orders, events) = tokio::try_join!(
             client.prepare(
                 "SELECT id, name, category_id, status FROM pets
                  WHERE id > $1 ORDER BY id LIMIT $2"
@@ -98,15 +105,19 @@ impl Shared {
                  RETURNING id, name, category_id, status"
             ),
             OrderStatements::prepare(&client),
+            EventStatements::prepare(&client),
         )?;
+        static SERIALS: AtomicU64 = AtomicU64::new(0);
         Ok(Shared {
             client,
+            serial: SERIALS.fetch_add(1, Ordering::Relaxed),
             task,
             list,
             list_by_status,
             get_many,
             insert_many,
             orders,
+            events,
         })
     }
 }

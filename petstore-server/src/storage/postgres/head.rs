@@ -1,0 +1,386 @@
+//! The feed's head on PostgreSQL: the largest event id below which no
+//! event can still appear, found by a watcher task on each instance.
+//!
+//! # Why a page may not simply read what is committed
+//!
+//! An event's id is taken from `events_ids` before its transaction commits
+//! (`feed.rs`), so id 101 can be visible while 100 is still uncommitted: a
+//! reader that went on from 101 would never see 100. A page therefore only
+//! returns ids up to the head, and the head only passes an id once every
+//! transaction that may still commit a smaller one has ended.
+//!
+//! # How the head is found
+//!
+//! Each round, in this order, in separate statements:
+//!
+//! 1. `s` = the last value `events_ids` handed out ([`IDS_TAKEN`]; a
+//!    sequence is not transactional: this includes values taken by
+//!    transactions still running);
+//! 2. then `next` = the next transaction id the cluster will assign, and
+//!    `lsn` = the end of the WAL written so far, read in a later statement
+//!    ([`HORIZON`]);
+//! 3. `s` becomes the head once a later round (on the same connection)
+//!    finds its snapshot's `xmin` at least `next` — no transaction with an
+//!    xid below `next` is running any more — and the WAL durable up to
+//!    `lsn`.
+//!
+//! Why that holds: a transaction takes an event id in a trigger that runs
+//! after its statement changed a row, and changing a row assigns the
+//! transaction its xid. So every transaction that took a value `≤ s` had
+//! its xid before step 1 read `s`, hence before step 2 read `next`: its xid
+//! is below `next`. Once `xmin ≥ next`, each of them has committed (its
+//! events are visible to every snapshot taken from then on) or rolled back
+//! (its ids are gone for good). No id `≤ s` can appear later.
+//!
+//! (`next` is not `pg_snapshot_xmax`: that is one past the latest
+//! *completed* xid, and a transaction whose xid is larger than every
+//! completed one is in neither the snapshot's `xmax` nor its `xip` list.
+//! `age(xid)` counts from the next xid to assign when the statement has
+//! none of its own: `xmax + age(xmax)` is it, read without assigning one.)
+//!
+//! Why the WAL too: a sequence logs its state to the WAL ahead of the
+//! values it hands out, but a transaction that rolled back never flushes
+//! it. Had the head passed ids of such a transaction, a crash (or a
+//! failover) losing that WAL would hand the same ids out again, below the
+//! head, where a page could skip them. Once the WAL up to `lsn` is flushed
+//! (and, when the primary has synchronous standbys it can see, on them
+//! too), the sequence comes back past `s` from any crash. The
+//! comparisons mean something only within one server's life, so the
+//! values still waiting are dropped whenever the watcher's connection is
+//! a new one (the database may have restarted), and read again on it.
+//!
+//! Caveat: the head waits for *every* transaction with an xid in the
+//! cluster, in any database, ours or not: a long writing transaction
+//! anywhere (an idle one included, until `idle_in_transaction_session_timeout`
+//! ends it) holds the head back for as long as it runs. It delays events,
+//! never skips one.
+//!
+//! # When rounds run
+//!
+//! Right after each of this instance's writes that may have written events
+//! commits (a local `Notify`), at most one round per [`ROUND_GAP`]; every
+//! [`POLL`] for other instances' writes; and, while a value waits for older
+//! transactions to end, again after a short wait that grows to [`POLL`].
+//! A round is two small statements on a connection of the watcher's own,
+//! made and replaced as the shared connections are (`shared.rs`), so the
+//! head comes back by itself after a database restart or a failover;
+//! failures are logged once and retried.
+//!
+//! # Reading one's own writes
+//!
+//! A page read on this instance first waits (at most [`SETTLE_WAIT`]) for a
+//! round that started after every write this instance had answered by
+//! then, and for that round's value to become the head: a client that got
+//! its `201` and then reads the feed, on the same instance, sees its
+//! event. Writes themselves never wait for the head.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::shared::SharedConnections;
+use crate::storage::StorageError;
+
+/// The last value `events_ids` handed out (0 before the first).
+pub(super) const IDS_TAKEN: &str =
+    "SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM events_ids";
+
+/// The statement's snapshot's `xmin`, the next xid the cluster will
+/// assign, the end of the WAL written and how far it is durable: flushed,
+/// and on the synchronous standbys when there are any (and their positions
+/// may be seen). See the module's doc. (The function behind
+/// `pg_stat_replication`, without the view's copy of every session's
+/// activity.)
+pub(super) const HORIZON: &str = "
+    SELECT pg_snapshot_xmin(snapshot)::text::bigint,
+           pg_snapshot_xmax(snapshot)::text::bigint + age(pg_snapshot_xmax(snapshot)::xid),
+           (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint,
+           (least(pg_current_wal_flush_lsn(),
+                  (SELECT min(flush_lsn) FROM pg_stat_get_wal_senders()
+                   WHERE sync_state IN ('sync', 'quorum'))) - '0/0'::pg_lsn)::bigint
+    FROM pg_current_snapshot() AS snapshot";
+
+/// How often the head is looked for with nothing else to prompt it (other
+/// instances' writes).
+pub(super) const POLL: Duration = Duration::from_millis(200);
+
+/// The least time between the starts of two rounds: under a steady stream
+/// of writes, rounds run at most this often instead of once per commit.
+pub(super) const ROUND_GAP: Duration = Duration::from_millis(5);
+
+/// The first wait before looking again while a value waits for older
+/// transactions (doubled each time, up to [`POLL`]).
+const RECHECK: Duration = Duration::from_millis(1);
+
+/// The wait before trying again after a failure (doubled each time, up to
+/// a second).
+const RETRY: Duration = Duration::from_millis(50);
+
+/// How long a page waits for the head to cover this instance's own
+/// writes; past it (a long transaction elsewhere holds the head), the page
+/// is read up to the head as it is.
+pub(super) const SETTLE_WAIT: Duration = Duration::from_millis(500);
+
+/// The most values waiting for older transactions at once; beyond, the
+/// newest replaces the last (which then waits for the newer's `next`).
+const PENDING_MAX: usize = 64;
+
+/// What the write paths and the watcher share.
+struct Signals {
+    /// This instance's writes answered so far (plus one, so that the
+    /// first page waits for the first round).
+    written: AtomicU64,
+    /// Wakes the watcher for a round.
+    wake: Notify,
+}
+
+/// The head of the feed as this instance knows it, and its watcher.
+pub(super) struct Head {
+    signals: Arc<Signals>,
+    head: watch::Receiver<i64>,
+    /// The count of this instance's writes (`Signals::written`) the head
+    /// covers: every write counted before it committed ids `≤ head`.
+    covered: watch::Receiver<u64>,
+    watcher: JoinHandle<()>,
+}
+
+impl Head {
+    /// Starts the watcher, on the current runtime, with `connections` (one
+    /// is enough) of its own; it logs its failures to `log`.
+    pub fn start(connections: Arc<SharedConnections>, log: slog::Logger) -> Head {
+        let signals = Arc::new(Signals {
+            written: AtomicU64::new(1),
+            wake: Notify::new(),
+        });
+        let (head_sender, head) = watch::channel(0);
+        let (covered_sender, covered) = watch::channel(0);
+        let watcher = Watcher {
+            connections,
+            signals: Arc::clone(&signals),
+            head: head_sender,
+            covered: covered_sender,
+            pending: VecDeque::new(),
+            session: None,
+            log,
+        };
+        Head {
+            signals,
+            head,
+            covered,
+            watcher: tokio::spawn(watcher.run()),
+        }
+    }
+
+    /// The head as it moves.
+    pub fn receiver(&self) -> watch::Receiver<i64> {
+        self.head.clone()
+    }
+
+    /// The head now, with no wait.
+    pub fn now(&self) -> i64 {
+        *self.head.borrow()
+    }
+
+    /// Called once a write that may have written events has committed (or
+    /// failed, perhaps after committing), before it is answered.
+    pub fn written(&self) {
+        self.signals.written.fetch_add(1, Ordering::SeqCst);
+        self.signals.wake.notify_one();
+    }
+
+    /// The head a page may be read up to: once it covers every write this
+    /// instance answered before now, or after [`SETTLE_WAIT`].
+    pub async fn settled(&self) -> i64 {
+        let wanted = self.signals.written.load(Ordering::SeqCst);
+        let mut covered = self.covered.clone();
+        if *covered.borrow() < wanted {
+            self.signals.wake.notify_one();
+            // Past the wait, or with the watcher gone (closed), the head
+            // as it is: it is safe, only perhaps not the latest.
+            let _ =
+                tokio::time::timeout(SETTLE_WAIT, covered.wait_for(|done| *done >= wanted)).await;
+        }
+        *self.head.borrow()
+    }
+
+    /// Stops the watcher: the head moves no more, and every long-poll
+    /// waiting on it is told (its sender is dropped).
+    pub fn stop(&self) {
+        self.watcher.abort();
+    }
+}
+
+impl Drop for Head {
+    fn drop(&mut self) {
+        self.watcher.abort();
+    }
+}
+
+/// A value read in one round, waiting for the transactions that may still
+/// commit ids up to it.
+#[derive(Clone, Copy, Debug)]
+struct Candidate {
+    /// The last id taken.
+    ids: i64,
+    /// The next xid then: the value is final once no xid below it runs…
+    next_xid: i64,
+    /// … and the WAL is durable up to this position.
+    lsn: i64,
+    /// This instance's writes counted before the round started.
+    written: u64,
+}
+
+/// The watcher task's state.
+struct Watcher {
+    connections: Arc<SharedConnections>,
+    signals: Arc<Signals>,
+    head: watch::Sender<i64>,
+    covered: watch::Sender<u64>,
+    /// Oldest first; `ids`, `next_xid` and `lsn` increase along it.
+    pending: VecDeque<Candidate>,
+    /// The connection (`Shared::serial`) the pending values were read on.
+    session: Option<u64>,
+    log: slog::Logger,
+}
+
+impl Watcher {
+    async fn run(mut self) {
+        let mut wait = Duration::ZERO;
+        let mut recheck = RECHECK;
+        let mut retry = RETRY;
+        let mut failing = false;
+        let mut last_round: Option<Instant> = None;
+        loop {
+            tokio::select! {
+                () = self.signals.wake.notified() => recheck = RECHECK,
+                () = tokio::time::sleep(wait) => {}
+            }
+            if let Some(last) = last_round {
+                tokio::time::sleep_until(last + ROUND_GAP).await;
+            }
+            last_round = Some(Instant::now());
+            match self.round().await {
+                Ok(()) => {
+                    if failing {
+                        failing = false;
+                        slog::info!(self.log, "events: the feed's head moves again";
+                            "head" => *self.head.borrow());
+                    }
+                    retry = RETRY;
+                    wait = match self.pending.is_empty() {
+                        true => POLL,
+                        false => {
+                            let now = recheck;
+                            recheck = (recheck * 2).min(POLL);
+                            now
+                        }
+                    };
+                }
+                Err(StorageError::Closed) => return,
+                Err(error) => {
+                    if !failing {
+                        failing = true;
+                        slog::warn!(self.log, "events: cannot find the feed's head; \
+                            it stays where it is until the database answers";
+                            "head" => *self.head.borrow(),
+                            "error" => %petstore_api::error::chain(&error));
+                    }
+                    wait = retry;
+                    retry = (retry * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
+    }
+
+    /// One round: the last id taken, then the next xid; publishes what
+    /// became final.
+    async fn round(&mut self) -> Result<(), StorageError> {
+        let written = self.signals.written.load(Ordering::SeqCst);
+        let shared = self.connections.get().await?;
+        let doing = "reading the events' ids taken";
+        let taken = shared
+            .run(
+                doing,
+                shared.client.query_one(&shared.events.ids_taken, &[]),
+            )
+            .await?;
+        let ids: i64 = taken.try_get(0).map_err(super::postgres(doing))?;
+        // Only now, in a statement of its own: see the module's doc.
+        let doing = "reading the transaction horizon";
+        let horizon = shared
+            .run(doing, shared.client.query_one(&shared.events.horizon, &[]))
+            .await?;
+        let column = |i| horizon.try_get::<_, i64>(i).map_err(super::postgres(doing));
+        let (xmin, next_xid, lsn, durable) = (column(0)?, column(1)?, column(2)?, column(3)?);
+        if self.session != Some(shared.serial) {
+            // Another connection, perhaps to a restarted database or a
+            // promoted standby: what the old one saw compares with nothing
+            // here.
+            self.pending.clear();
+            self.session = Some(shared.serial);
+        }
+        drop(shared);
+        self.add(Candidate {
+            ids,
+            next_xid,
+            lsn,
+            written,
+        });
+        self.publish(xmin, durable);
+        Ok(())
+    }
+
+    /// Queues a round's value, unless the head already covers it.
+    fn add(&mut self, candidate: Candidate) {
+        if candidate.ids <= *self.head.borrow() {
+            // Nothing new was taken: every id up to it is already final,
+            // and with it every write counted.
+            self.covered.send_if_modified(|covered| {
+                let more = candidate.written > *covered;
+                *covered = (*covered).max(candidate.written);
+                more
+            });
+            return;
+        }
+        let full = self.pending.len() >= PENDING_MAX;
+        match self.pending.back_mut() {
+            // The same ids: the older value, final sooner, covers the
+            // writes counted since.
+            Some(last) if last.ids == candidate.ids => last.written = candidate.written,
+            Some(last) if full => *last = candidate,
+            _ => self.pending.push_back(candidate),
+        }
+    }
+
+    /// Makes head the largest value whose transactions have all ended and
+    /// whose ids the sequence can never hand out again, now that no xid
+    /// below `xmin` runs and the WAL is durable up to `durable`.
+    fn publish(&mut self, xmin: i64, durable: i64) {
+        let mut newest = None;
+        while let Some(first) = self.pending.front().copied() {
+            if first.next_xid > xmin || first.lsn > durable {
+                break;
+            }
+            self.pending.pop_front();
+            newest = Some(first);
+        }
+        let Some(newest) = newest else {
+            return;
+        };
+        self.head.send_if_modified(|head| {
+            let moved = newest.ids > *head;
+            *head = (*head).max(newest.ids);
+            moved
+        });
+        self.covered.send_if_modified(|covered| {
+            let more = newest.written > *covered;
+            *covered = (*covered).max(newest.written);
+            more
+        });
+    }
+}
