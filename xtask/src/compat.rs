@@ -376,6 +376,10 @@ mod tests {
             "petstore-1.5.0.yaml",
             "cbb9f209bab3a9b103b2c9540e5d50941a216692880136a031fdba07b1c0889d",
         ),
+        (
+            "petstore-1.6.0.yaml",
+            "a0f483760d2e6bc6ccd7946a1e2d9e4ef074221a1488b5e36701e0d7aea6eb2e",
+        ),
     ];
 
     fn sha256(path: &Path) -> String {
