@@ -1,6 +1,7 @@
-//! [`RetryPolicy`]: how the `*_once` helpers and the walks retry, and how
-//! long they wait before each retry — what the service asks for in
-//! `Retry-After`, else capped exponential backoff with full jitter.
+//! [`RetryPolicy`]: how the `*_once` helpers, the walks and the follower of
+//! the feed retry, and how long they wait before each retry — what the
+//! service asks for in `Retry-After`, else capped exponential backoff with
+//! full jitter.
 
 use std::time::Duration;
 
@@ -10,8 +11,10 @@ use reqwest::header::{HeaderMap, RETRY_AFTER};
 use crate::{Error, types};
 
 /// How the `*_once` helpers ([`Client::create_pet_once`],
-/// [`Client::place_order_once`]) and the walks ([`Client::walk_pets`],
-/// [`Client::walk_orders`]) retry.
+/// [`Client::place_order_once`]), the walks ([`Client::walk_pets`],
+/// [`Client::walk_orders`]) and the follower of the feed
+/// ([`Client::follow_events`], which counts the attempts of each of its
+/// requests apart) retry.
 ///
 /// A `429` or `503` that carries `Retry-After` (delay-seconds, as the
 /// service sends it) is retried after exactly that many seconds, unless it
@@ -27,6 +30,7 @@ use crate::{Error, types};
 /// [`Client::place_order_once`]: crate::Client::place_order_once
 /// [`Client::walk_pets`]: crate::Client::walk_pets
 /// [`Client::walk_orders`]: crate::Client::walk_orders
+/// [`Client::follow_events`]: crate::Client::follow_events
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RetryPolicy {

@@ -7,13 +7,13 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use httpmock::{Method, Mock, MockServer};
 use petstore_support::{ChildGuard, blocking, without_petstore_settings};
 use petstore_tests::{KEY, TestServer};
 use serde_json::{Value, json};
+use tokio::sync::mpsc::UnboundedReceiver;
 
 /// What one run of the command did.
 #[derive(Debug)]
@@ -724,8 +724,9 @@ async fn feed_refusal<'a>(feed: &'a MockServer, after: &str, status: u16, code: 
 }
 
 /// `petstore events tail args…` against `url`, running: its stdout's
-/// lines as they come, and the process.
-fn tail(url: &str, args: &[&str]) -> (mpsc::Receiver<String>, ChildGuard) {
+/// lines as they come, and the process. (The lines come through an async
+/// channel: a test must not block its runtime, which may be the server's.)
+fn tail(url: &str, args: &[&str]) -> (UnboundedReceiver<String>, ChildGuard) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_petstore"));
     without_petstore_settings(&mut command)
         .env("PETSTORE_URL", url)
@@ -737,7 +738,7 @@ fn tail(url: &str, args: &[&str]) -> (mpsc::Receiver<String>, ChildGuard) {
         .stderr(Stdio::piped());
     let mut child = ChildGuard::spawn("petstore events tail", &mut command).expect("it starts");
     let stdout = child.child_mut().stdout.take().expect("piped stdout");
-    let (lines, received) = mpsc::channel();
+    let (lines, received) = tokio::sync::mpsc::unbounded_channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
@@ -750,15 +751,20 @@ fn tail(url: &str, args: &[&str]) -> (mpsc::Receiver<String>, ChildGuard) {
 }
 
 /// The next line `tail` printed, as JSON; only a hang guard bounds the wait.
-fn next_line(lines: &mpsc::Receiver<String>) -> Value {
-    let line = lines
-        .recv_timeout(Duration::from_secs(60))
-        .expect("a line within the hang guard");
+async fn next_line(lines: &mut UnboundedReceiver<String>) -> Value {
+    let line = tokio::time::timeout(Duration::from_secs(60), lines.recv())
+        .await
+        .expect("a line within the hang guard")
+        .expect("a line before stdout closed");
     serde_json::from_str(&line).unwrap_or_else(|e| panic!("not one JSON object ({e}): {line}"))
 }
 
 /// Waits for `tail` to end: its exit status and its stderr.
-fn ended(mut child: ChildGuard) -> (Option<i32>, String) {
+async fn ended(child: ChildGuard) -> (Option<i32>, String) {
+    blocking(move || wait_for_end(child)).await
+}
+
+fn wait_for_end(mut child: ChildGuard) -> (Option<i32>, String) {
     let status = child
         .wait_timeout(Duration::from_secs(60))
         .expect("waited")
@@ -790,15 +796,15 @@ async fn events_tail_prints_each_event_as_a_line_as_it_comes_and_a_410_ends_it()
     feed_page(&feed, Some("9"), std::slice::from_ref(&later), "10", now).await;
     feed_refusal(&feed, "10", 410, "cursor_expired").await;
 
-    let (lines, mut child) = tail(&feed.base_url(), &[]);
-    assert_eq!(next_line(&lines), first[0]);
-    assert_eq!(next_line(&lines), first[1]);
+    let (mut lines, mut child) = tail(&feed.base_url(), &[]);
+    assert_eq!(next_line(&mut lines).await, first[0]);
+    assert_eq!(next_line(&mut lines).await, first[1]);
     assert!(
         child.try_wait().unwrap().is_none(),
         "the lines are printed while the next page is awaited"
     );
-    assert_eq!(next_line(&lines), later);
-    let (code, stderr) = ended(child);
+    assert_eq!(next_line(&mut lines).await, later);
+    let (code, stderr) = ended(child).await;
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
         stderr.contains("error: cursor_expired (HTTP 410)") && stderr.contains("without --after"),
@@ -877,10 +883,10 @@ async fn events_list_and_tail_read_the_real_feed() {
     assert_eq!(created["type"], "pet.created");
     assert_eq!(created["data"], rex);
 
-    let (lines, _tail) = tail(&server.url(""), &["--types", "pet.created"]);
-    assert_eq!(&next_line(&lines), created);
+    let (mut lines, _tail) = tail(&server.url(""), &["--types", "pet.created"]);
+    assert_eq!(&next_line(&mut lines).await, created);
     let tom = server.create(json!({"name": "Tom", "categoryId": 2})).await;
-    let next = next_line(&lines);
+    let next = next_line(&mut lines).await;
     assert_eq!(
         (&next["type"], &next["data"]),
         (&json!("pet.created"), &tom)
