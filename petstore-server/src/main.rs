@@ -31,7 +31,8 @@ enum Command {
         the environment variable PETSTORE_API_KEYS (comma-separated), never a flag, so that \
         they do not show in process listings. The server refuses to start without one."
     )]
-    Serve(ServeArgs),
+    // Boxed: its settings dwarf the other commands' arguments.
+    Serve(Box<ServeArgs>),
     /// Create or upgrade the database schema, then exit.
     Migrate(DatabaseArgs),
     /// Manage API keys: create, list, revoke. Running servers pick up changes within seconds.
