@@ -44,12 +44,12 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use enumset::EnumSet;
+use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Row, Statement};
 
 use super::batch::{Job, Waiting, fail_all};
+use super::postgres;
 use super::shared::{Lease, SharedConnections};
-use super::{head, postgres};
 use crate::storage::{
     EVENT_SCAN_MAX, EventKind, EventPage, EventQuery, EventsOutcome, LIST_MAX, OwnerId,
     StorageError, StoredEvent,
@@ -153,45 +153,6 @@ pub(super) const MIGRATION: &str = "
         FOR EACH STATEMENT EXECUTE FUNCTION events_after_order_update();
 ";
 
-/// A page of events after `$1` (from the floor when NULL) up to the head
-/// `$2`: of at most `$3` rows examined, those of the kinds `$4` (and, for
-/// order kinds, of the owner `$5` when given), at most `$6`.
-///
-/// Each row says whether it `matched`; the last row examined comes too
-/// (`last_examined`, and its position `examined`) when it did not match,
-/// so that a page that is not full says how far it looked. `$6 + 1` rows
-/// at most: a full page stops reading at its last event. With nothing
-/// examined, one row of NULLs; every row has the floor (the scan is skipped
-/// when `$1` is below it: expired).
-///
-/// The limits are read through subqueries so that the plan does not depend
-/// on their values: PostgreSQL then keeps one generic plan for the
-/// statement (planned with the values each time, it spent more on planning
-/// than on the page).
-const PAGE: &str = "
-    SELECT floor.floor, page.id, page.kind, page.at, page.pet_id, page.order_id,
-           page.placed_at, page.name, page.category_id, page.created_status,
-           page.matched, page.last_examined, page.examined
-    FROM events_floor AS floor
-    LEFT JOIN LATERAL (
-        SELECT * FROM (
-            SELECT scanned.*,
-                   scanned.kind = ANY($4)
-                       AND ($5::bytea IS NULL OR scanned.kind NOT IN (2, 3, 4)
-                            OR scanned.owner = $5) AS matched,
-                   lead(scanned.id) OVER (ORDER BY scanned.id) IS NULL AS last_examined,
-                   row_number() OVER (ORDER BY scanned.id) AS examined
-            FROM (SELECT id, kind, at, pet_id, order_id, owner, placed_at, name, category_id,
-                         created_status
-                  FROM events
-                  WHERE id > coalesce($1, floor.floor) AND id <= $2
-                    AND coalesce($1 >= floor.floor, true)
-                  ORDER BY id LIMIT (SELECT $3::bigint)) AS scanned
-        ) AS numbered
-        WHERE numbered.matched OR numbered.last_examined
-        ORDER BY numbered.id LIMIT (SELECT $6::bigint + 1)
-    ) AS page ON true";
-
 /// Deletes the longest run of the oldest events, at most `$2`, up to the
 /// head `$3`, committed before `$1` (a prefix: it stops at the first one
 /// that is not), and raises the floor to the largest id deleted, in one
@@ -213,30 +174,6 @@ const PURGE: &str = "
         WHERE gone.last > events_floor.floor
     )
     SELECT count(*) FROM gone";
-
-/// The feed's statements, prepared on every shared connection.
-pub(super) struct EventStatements {
-    pub page: Statement,
-    /// See [`head::IDS_TAKEN`].
-    pub ids_taken: Statement,
-    /// See [`head::HORIZON`].
-    pub horizon: Statement,
-}
-
-impl EventStatements {
-    pub async fn prepare(client: &Client) -> Result<EventStatements, tokio_postgres::Error> {
-        let (page, ids_taken, horizon) = tokio::try_join!(
-            client.prepare(PAGE),
-            client.prepare(head::IDS_TAKEN),
-            client.prepare(head::HORIZON),
-        )?;
-        Ok(EventStatements {
-            page,
-            ids_taken,
-            horizon,
-        })
-    }
-}
 
 /// A page of the feed, read up to `head`.
 pub(super) struct ReadEvents {
@@ -354,7 +291,7 @@ async fn page(
     }))
 }
 
-/// The event of a page's row (see [`PAGE`]).
+/// The event of a page's row (see [`event_statements::PAGE`](super::event_statements::PAGE)).
 fn event_from_row(row: &Row) -> Result<StoredEvent, StorageError> {
     let decode = postgres("decoding an event");
     let id: i64 = row.try_get(1).map_err(&decode)?;

@@ -13,12 +13,12 @@
 //!
 //! Each round, in this order, in separate statements:
 //!
-//! 1. `s` = the last value `events_ids` handed out ([`IDS_TAKEN`]; a
+//! 1. `s` = the last value `events_ids` handed out ([`IDS_TAKEN`](super::event_statements::IDS_TAKEN); a
 //!    sequence is not transactional: this includes values taken by
 //!    transactions still running);
 //! 2. then `next` = the next transaction id the cluster will assign, and
 //!    `lsn` = the end of the WAL written so far, read in a later statement
-//!    ([`HORIZON`]);
+//!    ([`HORIZON`](super::event_statements::HORIZON));
 //! 3. `s` becomes the head once a later round (on the same connection)
 //!    finds its snapshot's `xmin` at least `next` — no transaction with an
 //!    xid below `next` is running any more — and the WAL durable up to
@@ -85,25 +85,6 @@ use tokio::time::Instant;
 
 use super::shared::SharedConnections;
 use crate::storage::StorageError;
-
-/// The last value `events_ids` handed out (0 before the first).
-pub(super) const IDS_TAKEN: &str =
-    "SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM events_ids";
-
-/// The statement's snapshot's `xmin`, the next xid the cluster will
-/// assign, the end of the WAL written and how far it is durable: flushed,
-/// and on the synchronous standbys when there are any (and their positions
-/// may be seen). See the module's doc. (The function behind
-/// `pg_stat_replication`, without the view's copy of every session's
-/// activity.)
-pub(super) const HORIZON: &str = "
-    SELECT pg_snapshot_xmin(snapshot)::text::bigint,
-           pg_snapshot_xmax(snapshot)::text::bigint + age(pg_snapshot_xmax(snapshot)::xid),
-           (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint,
-           (least(pg_current_wal_flush_lsn(),
-                  (SELECT min(flush_lsn) FROM pg_stat_get_wal_senders()
-                   WHERE sync_state IN ('sync', 'quorum'))) - '0/0'::pg_lsn)::bigint
-    FROM pg_current_snapshot() AS snapshot";
 
 /// How often the head is looked for with nothing else to prompt it (other
 /// instances' writes).

@@ -32,6 +32,7 @@ use crate::budget::{KeyLimits, LimitsChange};
 use petstore_api::scopes::Scopes;
 mod batch;
 mod connect;
+mod event_statements;
 mod feed;
 mod head;
 mod order_statements;

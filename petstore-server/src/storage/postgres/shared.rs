@@ -36,7 +36,7 @@ use tokio_postgres::{Client, Statement};
 
 use super::READ_ONLY_TRANSACTION;
 use super::connect::Primary;
-use super::feed::EventStatements;
+use super::event_statements::EventStatements;
 use super::order_statements::OrderStatements;
 use crate::storage::{PostgresFailure, StorageError};
 
