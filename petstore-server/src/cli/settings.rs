@@ -733,12 +733,13 @@ mod tests {
     #[test]
     fn with_no_file_every_setting_is_its_default() {
         let described = described(&[]).unwrap();
-        assert_eq!(described.lines().count(), 22, "{described}");
+        assert_eq!(described.lines().count(), 23, "{described}");
         assert!(
             described.lines().all(|line| line.ends_with("  # default")),
             "{described}"
         );
         assert!(described.contains("idempotency_retention = \"1day\""));
+        assert!(described.contains("events_retention = \"30days\""));
         assert!(described.contains("idle_timeout = \"10s\""));
         let cap = EdgeLimits::default().max_connections;
         assert!(described.contains(&format!("max_connections = {cap}  #")));

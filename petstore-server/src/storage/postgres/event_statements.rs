@@ -1,0 +1,87 @@
+//! The feed's statements, which every shared connection prepares (as the
+//! Store's are in `order_statements.rs`): a page (`feed.rs`) and the head's
+//! two (`head.rs`).
+
+use tokio_postgres::{Client, Statement};
+
+/// A page of events after `$1` (from the floor when NULL) up to the head
+/// `$2`: of at most `$3` rows examined, those of the kinds `$4` (and, for
+/// order kinds, of the owner `$5` when given), at most `$6`.
+///
+/// Each row says whether it `matched`; the last row examined comes too
+/// (`last_examined`, and its position `examined`) when it did not match,
+/// so that a page that is not full says how far it looked. `$6 + 1` rows
+/// at most: a full page stops reading at its last event. With nothing
+/// examined, one row of NULLs; every row has the floor (the scan is skipped
+/// when `$1` is below it: expired).
+///
+/// The limits are read through subqueries so that the plan does not depend
+/// on their values: PostgreSQL then keeps one generic plan for the
+/// statement (planned with the values each time, it spent more on planning
+/// than on the page).
+pub(super) const PAGE: &str = "
+    SELECT floor.floor, page.id, page.kind, page.at, page.pet_id, page.order_id,
+           page.placed_at, page.name, page.category_id, page.created_status,
+           page.matched, page.last_examined, page.examined
+    FROM events_floor AS floor
+    LEFT JOIN LATERAL (
+        SELECT * FROM (
+            SELECT scanned.*,
+                   scanned.kind = ANY($4)
+                       AND ($5::bytea IS NULL OR scanned.kind NOT IN (2, 3, 4)
+                            OR scanned.owner = $5) AS matched,
+                   lead(scanned.id) OVER (ORDER BY scanned.id) IS NULL AS last_examined,
+                   row_number() OVER (ORDER BY scanned.id) AS examined
+            FROM (SELECT id, kind, at, pet_id, order_id, owner, placed_at, name, category_id,
+                         created_status
+                  FROM events
+                  WHERE id > coalesce($1, floor.floor) AND id <= $2
+                    AND coalesce($1 >= floor.floor, true)
+                  ORDER BY id LIMIT (SELECT $3::bigint)) AS scanned
+        ) AS numbered
+        WHERE numbered.matched OR numbered.last_examined
+        ORDER BY numbered.id LIMIT (SELECT $6::bigint + 1)
+    ) AS page ON true";
+
+/// The last value `events_ids` handed out (0 before the first).
+pub(super) const IDS_TAKEN: &str =
+    "SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM events_ids";
+
+/// The statement's snapshot's `xmin`, the next xid the cluster will
+/// assign, the end of the WAL written and how far it is durable: flushed,
+/// and on the synchronous standbys when there are any (and their positions
+/// may be seen). See `head.rs`. (The function behind
+/// `pg_stat_replication`, without the view's copy of every session's
+/// activity.)
+pub(super) const HORIZON: &str = "
+    SELECT pg_snapshot_xmin(snapshot)::text::bigint,
+           pg_snapshot_xmax(snapshot)::text::bigint + age(pg_snapshot_xmax(snapshot)::xid),
+           (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint,
+           (least(pg_current_wal_flush_lsn(),
+                  (SELECT min(flush_lsn) FROM pg_stat_get_wal_senders()
+                   WHERE sync_state IN ('sync', 'quorum'))) - '0/0'::pg_lsn)::bigint
+    FROM pg_current_snapshot() AS snapshot";
+
+/// The feed's statements, prepared on every shared connection.
+pub(super) struct EventStatements {
+    pub page: Statement,
+    /// See [`IDS_TAKEN`].
+    pub ids_taken: Statement,
+    /// See [`HORIZON`].
+    pub horizon: Statement,
+}
+
+impl EventStatements {
+    pub async fn prepare(client: &Client) -> Result<EventStatements, tokio_postgres::Error> {
+        let (page, ids_taken, horizon) = tokio::try_join!(
+            client.prepare(PAGE),
+            client.prepare(IDS_TAKEN),
+            client.prepare(HORIZON),
+        )?;
+        Ok(EventStatements {
+            page,
+            ids_taken,
+            horizon,
+        })
+    }
+}
