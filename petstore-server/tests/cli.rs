@@ -186,6 +186,7 @@ fn openapi_prints_the_emitted_document() {
         "getInventory",
         "getOrder",
         "getPet",
+        "listEvents",
         "listOrders",
         "listPets",
         "placeOrder",
