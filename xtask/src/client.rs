@@ -625,6 +625,7 @@ mod tests {
             marked,
             [
                 "Error",
+                "Event",
                 "Inventory",
                 "NewOrder",
                 "NewPet",
