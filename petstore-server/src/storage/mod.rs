@@ -12,6 +12,7 @@ pub mod events;
 pub mod idempotency;
 pub mod keys;
 pub mod orders;
+pub mod webhooks;
 mod postgres;
 mod sqlite;
 mod url;

@@ -1,0 +1,323 @@
+//! The webhooks' half of the storage interface (since contract 1.7.0):
+//! subscriptions, and one delivery per (subscription, event).
+//!
+//! What each backend promises ([`WebhookStorage`]):
+//!
+//! - **Each event once per subscription.** Deliveries are made from the
+//!   feed, after commit, by [`WebhookStorage::fan_out`]: the deliveries and
+//!   the subscription's cursor (`fanned_out`) commit together, and only if
+//!   the cursor is still where the caller read it. Whichever instance fans
+//!   out, an event becomes one delivery per subscription.
+//! - **Claimed by one instance at a time.** [`WebhookStorage::claim`] takes
+//!   due deliveries under a lease (on PostgreSQL with `FOR UPDATE SKIP
+//!   LOCKED`, so instances take disjoint rows without waiting); a lease that
+//!   runs out (its instance died mid-send) is taken again: at least once.
+//!   [`WebhookStorage::finish`] only counts for the lease it was given.
+//! - **In order per resource.** A delivery is not claimable while an
+//!   earlier one of the same subscription and resource is still open
+//!   (pending or being sent).
+//! - **No secret in the clear.** Secrets are stored as the caller sealed
+//!   them ([`SealedSecret`]); the storage never sees one.
+
+use chrono::{DateTime, Utc};
+use enumset::EnumSet;
+
+use super::StorageError;
+use super::events::EventKind;
+use super::orders::OwnerId;
+
+/// A signing secret as stored: sealed under a key the database does not
+/// hold (see `webhooks::secrets`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct SealedSecret(pub Vec<u8>);
+
+impl std::fmt::Debug for SealedSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SealedSecret({} bytes)", self.0.len())
+    }
+}
+
+/// A subscription to be stored.
+#[derive(Clone, Debug)]
+pub struct NewSubscription {
+    /// Where deliveries are sent (already checked).
+    pub url: String,
+    /// The kinds of event it receives (what was asked for, within what the
+    /// creating key may see).
+    pub kinds: EnumSet<EventKind>,
+    /// When given, order events only of this owner's orders (a customer's
+    /// subscription).
+    pub sees_owner: Option<OwnerId>,
+    /// Whose subscription it is: the creating key's identity.
+    pub creator: OwnerId,
+    /// The creating key's name (for operators).
+    pub creator_name: String,
+    /// Its signing secret, sealed.
+    pub secret: SealedSecret,
+    /// The feed position it starts after (the head when it was made): its
+    /// first delivery is the first event after it.
+    pub start_after: i64,
+}
+
+/// Whether a subscription is delivered to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SubscriptionState {
+    /// Deliveries are sent.
+    Active,
+    /// Nothing is sent (events are still turned into deliveries once it is
+    /// active again) until a replay re-enables it.
+    Disabled(DisabledReason),
+}
+
+/// Why a subscription was disabled. Stored as its code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::IntoStaticStr, strum::EnumString)]
+#[strum(serialize_all = "snake_case")]
+pub enum DisabledReason {
+    /// The receiver answered `410 Gone`.
+    Gone,
+    /// A delivery failed on every attempt of the retry schedule.
+    RetriesExhausted,
+}
+
+/// A subscription as stored.
+#[derive(Clone, Debug)]
+pub struct StoredSubscription {
+    /// Its id.
+    pub id: i64,
+    /// Where deliveries are sent.
+    pub url: String,
+    /// The kinds of event it receives.
+    pub kinds: EnumSet<EventKind>,
+    /// When given, order events only of this owner's orders.
+    pub sees_owner: Option<OwnerId>,
+    /// Whose it is.
+    pub creator: OwnerId,
+    /// The creating key's name.
+    pub creator_name: String,
+    /// Whether it is delivered to.
+    pub state: SubscriptionState,
+    /// When it was made.
+    pub created_at: DateTime<Utc>,
+    /// The last event turned into deliveries (or the start position).
+    pub fanned_out: i64,
+    /// Its current secret.
+    pub secret: SealedSecret,
+    /// The secret before the last rotation, and until when deliveries are
+    /// also signed with it.
+    pub previous_secret: Option<(SealedSecret, DateTime<Utc>)>,
+    /// Deliveries not yet delivered nor failed for good.
+    pub pending: u64,
+    /// When a delivery last succeeded.
+    pub last_success_at: Option<DateTime<Utc>>,
+    /// When an attempt last failed.
+    pub last_failure_at: Option<DateTime<Utc>>,
+}
+
+/// A delivery to be made: one event for one subscription.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewDelivery {
+    /// The event's id (its `webhook-id`).
+    pub event_id: i64,
+    /// What happened.
+    pub kind: EventKind,
+    /// The resource the event is about: a pet's id, or minus an order's id
+    /// (deliveries of one resource go in event order).
+    pub resource: i64,
+    /// The request body: the event as the feed answers it, fixed once.
+    pub body: String,
+}
+
+/// Where a delivery stands. Stored as its code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::IntoStaticStr, strum::EnumString)]
+#[strum(serialize_all = "snake_case")]
+pub enum DeliveryState {
+    /// Waiting for its next attempt.
+    Pending,
+    /// Claimed by an instance, which is sending it.
+    Sending,
+    /// The receiver answered 2xx.
+    Delivered,
+    /// Every attempt failed, or the receiver answered 410.
+    Failed,
+}
+
+/// A delivery as stored (what operators read).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredDelivery {
+    /// The event's id.
+    pub event_id: i64,
+    /// What happened.
+    pub kind: EventKind,
+    /// Where it stands.
+    pub state: DeliveryState,
+    /// Attempts made so far.
+    pub attempts: u32,
+    /// The last attempt's HTTP status, if it got one.
+    pub last_status: Option<u16>,
+    /// The last attempt's failure, if it failed.
+    pub last_error: Option<String>,
+    /// When the last attempt was made.
+    pub last_attempt_at: Option<DateTime<Utc>>,
+    /// When the next attempt is due (pending only).
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    /// When the receiver took it.
+    pub delivered_at: Option<DateTime<Utc>>,
+}
+
+/// A delivery claimed for sending.
+#[derive(Clone, Debug)]
+pub struct ClaimedDelivery {
+    /// The subscription.
+    pub webhook_id: i64,
+    /// The event's id.
+    pub event_id: i64,
+    /// This attempt's number, from 1 (the lease's token: a finish for
+    /// another attempt changes nothing).
+    pub attempt: u32,
+    /// Where to send it.
+    pub url: String,
+    /// The request body.
+    pub body: String,
+    /// The secrets to sign with: the current one, and the previous one
+    /// while it is still valid.
+    pub secrets: Vec<SealedSecret>,
+}
+
+/// What became of an attempt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttemptOutcome {
+    /// The HTTP status, if the receiver answered.
+    pub status: Option<u16>,
+    /// What failed, if it did (at most a few hundred characters).
+    pub error: Option<String>,
+    /// When the attempt was made.
+    pub at: DateTime<Utc>,
+    /// What happens next.
+    pub next: NextStep,
+}
+
+/// What happens after an attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NextStep {
+    /// Delivered (2xx).
+    Delivered,
+    /// Tried again at this time.
+    RetryAt(DateTime<Utc>),
+    /// Failed for good: the schedule is exhausted. The subscription is
+    /// disabled (`retries_exhausted`).
+    Exhausted,
+    /// The receiver answered 410: the delivery failed and the subscription
+    /// is disabled (`gone`).
+    Gone,
+}
+
+/// Which subscriptions a caller may see: its own, or (`None`) every one.
+pub type SubscriptionOwner = Option<OwnerId>;
+
+/// Subscriptions and their deliveries.
+#[async_trait::async_trait]
+pub trait WebhookStorage: Send + Sync + 'static {
+    /// Stores a new subscription, active.
+    async fn create_subscription(
+        &self,
+        new: NewSubscription,
+    ) -> Result<StoredSubscription, StorageError>;
+
+    /// At most `limit` subscriptions whose id is greater than `after`, in
+    /// id order (only `owner`'s when given).
+    async fn list_subscriptions(
+        &self,
+        owner: SubscriptionOwner,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<StoredSubscription>, StorageError>;
+
+    /// The subscription `id` (when `owner` is given, only if it is theirs).
+    async fn get_subscription(
+        &self,
+        id: i64,
+        owner: SubscriptionOwner,
+    ) -> Result<Option<StoredSubscription>, StorageError>;
+
+    /// Deletes the subscription `id` and its deliveries; `false` if there
+    /// is none (of `owner`'s).
+    async fn delete_subscription(
+        &self,
+        id: i64,
+        owner: SubscriptionOwner,
+    ) -> Result<bool, StorageError>;
+
+    /// Replaces the secret of subscription `id` by `secret`; the current one
+    /// stays valid beside it until `previous_until`. `None` if there is no
+    /// such subscription (of `owner`'s).
+    async fn rotate_secret(
+        &self,
+        id: i64,
+        owner: SubscriptionOwner,
+        secret: SealedSecret,
+        previous_until: DateTime<Utc>,
+    ) -> Result<Option<StoredSubscription>, StorageError>;
+
+    /// Every active subscription (what fan-out reads the feed for).
+    async fn active_subscriptions(&self) -> Result<Vec<StoredSubscription>, StorageError>;
+
+    /// Stores `deliveries` (due now) for subscription `id` and moves its
+    /// cursor from `from` to `to`, in one transaction, only if the cursor is
+    /// still at `from` and the subscription still exists. Returns whether it
+    /// did (`false`: another instance fanned out first; nothing stored).
+    async fn fan_out(
+        &self,
+        id: i64,
+        from: i64,
+        to: i64,
+        deliveries: Vec<NewDelivery>,
+    ) -> Result<bool, StorageError>;
+
+    /// Claims at most `limit` due deliveries of active subscriptions for
+    /// `lease`, as `instance`: each becomes `sending`, its attempt count
+    /// grows by one, and no other claim takes it until the lease ends. A
+    /// delivery is due when its next attempt's time has come (or its lease
+    /// ran out) and no earlier delivery of the same subscription and
+    /// resource is open.
+    async fn claim(
+        &self,
+        instance: &str,
+        limit: usize,
+        lease: std::time::Duration,
+    ) -> Result<Vec<ClaimedDelivery>, StorageError>;
+
+    /// Records the outcome of an attempt, only if `instance` still holds the
+    /// claim for that attempt. Returns whether it did.
+    async fn finish(
+        &self,
+        instance: &str,
+        delivery: &ClaimedDelivery,
+        outcome: AttemptOutcome,
+    ) -> Result<bool, StorageError>;
+
+    /// When the earliest pending delivery of an active subscription is due,
+    /// if there is one (the deliverer sleeps until then).
+    async fn next_due(&self) -> Result<Option<DateTime<Utc>>, StorageError>;
+
+    /// At most `limit` deliveries of subscription `id`, newest event first,
+    /// whose event id is smaller than `before` when given.
+    async fn list_deliveries(
+        &self,
+        id: i64,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<StoredDelivery>, StorageError>;
+
+    /// Makes `deliveries` of subscription `id` pending again, due now, with
+    /// no attempt counted (stored anew where missing), and makes the
+    /// subscription active. Returns how many were replayed.
+    async fn replay(&self, id: i64, deliveries: Vec<NewDelivery>) -> Result<u64, StorageError>;
+
+    /// Deletes at most `limit` deliveries that are delivered or failed and
+    /// whose last attempt was before `before`; returns how many.
+    async fn purge_deliveries(
+        &self,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<usize, StorageError>;
+}
