@@ -32,6 +32,8 @@ pub struct Service {
     /// Becomes `true` when the server begins to shut down: long polls of
     /// the feed answer at once rather than hold the shutdown up.
     pub stopping: tokio::sync::watch::Receiver<bool>,
+    /// Webhook subscriptions (since contract 1.7.0).
+    pub webhooks: Arc<crate::webhooks::Webhooks>,
 }
 
 impl Service {

@@ -29,7 +29,8 @@ use crate::metrics::KeyedOutcome;
 use crate::storage::idempotency::{fingerprint, order_fingerprint};
 use crate::storage::{
     self, CreateOutcome, EventKind, EventPage, EventQuery, EventsOutcome, Idempotency, ListQuery,
-    OrderQuery, Owner, OwnerId, PlaceOutcome, PlacedBy, StorageError, StoredOrder, UpdateOutcome,
+    OrderQuery, Owner, OwnerId, PlaceOutcome, PlacedBy, StorageError, StoredEvent, StoredOrder,
+    UpdateOutcome,
 };
 
 use std::time::Duration;
@@ -461,16 +462,7 @@ impl PetstoreApi for PetstoreImpl {
         let events = page
             .events
             .into_iter()
-            .map(|event| {
-                let previous = event.kind.status_change().map(|(from, _)| from);
-                Event::new(
-                    event.id,
-                    event.kind.event_type(),
-                    event.time,
-                    previous,
-                    event.data,
-                )
-            })
+            .map(StoredEvent::into_contract)
             .collect();
         Ok(HttpResponseHeaders::new(HttpResponseOk(events), headers))
     }

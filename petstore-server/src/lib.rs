@@ -33,6 +33,7 @@ pub mod ratelimit;
 pub mod server;
 pub mod storage;
 pub mod tls;
+pub mod webhooks;
 
 pub use edge::EdgeLimits;
 pub use server::{
@@ -40,3 +41,4 @@ pub use server::{
     ShutdownError, ShutdownReport, StartError, start,
 };
 pub use tls::{TlsError, TlsFiles};
+pub use webhooks::WebhookSettings;

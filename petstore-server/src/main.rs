@@ -7,7 +7,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use petstore_server::keys::ApiKeys;
 use petstore_server::logging;
 use petstore_server::storage::{DatabaseUrl, FatalSender, StorageMetrics};
-use petstore_server::{ServerConfig, storage};
+use petstore_server::{ServerConfig, WebhookSettings, storage};
 
 mod cli;
 
@@ -116,6 +116,12 @@ async fn serve(settings: ServeSettings, open_files: OpenFiles) -> anyhow::Result
             tls: settings.tls()?,
             idempotency_retention: settings.idempotency_retention,
             events_retention: settings.events_retention,
+            webhooks: WebhookSettings {
+                key_file: settings.webhook_key_file.clone(),
+                allow_private_targets: settings.webhook_allow_private_targets == Switch::On,
+                retry_delays: settings.webhook_retry_schedule.0.clone(),
+                timeout: settings.webhook_timeout,
+            },
             docs: settings.docs == Switch::On,
             rate_limits: settings.rate_limits(),
             edge: settings.edge.limits(),

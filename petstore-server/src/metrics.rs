@@ -136,13 +136,33 @@ pub enum CloseReason {
     Error,
 }
 
+/// What became of a webhook delivery attempt.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum AttemptResult {
+    /// The receiver answered 2xx.
+    Delivered,
+    /// It failed, and will be tried again.
+    Retried,
+    /// It failed on the schedule's last attempt.
+    Exhausted,
+    /// The receiver answered 410: the subscription is disabled.
+    Gone,
+}
+
 label_values!(
     KeyedOutcome,
     DatabaseFailure,
     State,
     AuthReason,
-    CloseReason
+    CloseReason,
+    AttemptResult
 );
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AttemptLabels {
+    outcome: AttemptResult,
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
@@ -195,6 +215,8 @@ pub struct Metrics {
     pets: Gauge,
     events: Gauge,
     events_waiters: Gauge,
+    webhook_attempts: Family<AttemptLabels, Counter>,
+    webhook_delivery_seconds: Histogram,
     oldest_event_age: Gauge<f64, std::sync::atomic::AtomicU64>,
     pool_max: Gauge,
     shared_max: Gauge,
@@ -356,6 +378,18 @@ impl Metrics {
                 "events_waiters",
                 "Requests of the feed waiting for an event (long polls with wait)",
                 Gauge::default(),
+            ),
+            webhook_attempts: registered(
+                r,
+                "webhook_attempts",
+                "Webhook delivery attempts by outcome (delivered, retried, exhausted, gone)",
+                Family::default(),
+            ),
+            webhook_delivery_seconds: registered(
+                r,
+                "webhook_delivery_seconds",
+                "From an event's commit to its delivery's 2xx, per delivery",
+                latency_histogram(),
             ),
             oldest_event_age: registered(
                 r,
@@ -531,6 +565,17 @@ impl Metrics {
     pub fn event_waiter(&self) -> EventWaiter {
         self.events_waiters.inc();
         EventWaiter(self.events_waiters.clone())
+    }
+
+    /// Counts a webhook delivery attempt that came to `outcome`; one
+    /// delivered `since` after its event's commit is also timed.
+    pub fn webhook_attempt(&self, outcome: AttemptResult, since: Option<std::time::Duration>) {
+        self.webhook_attempts
+            .get_or_create(&AttemptLabels { outcome })
+            .inc();
+        if let Some(since) = since {
+            self.webhook_delivery_seconds.observe(since.as_secs_f64());
+        }
     }
 
     /// Counts a failed reload of the stored keys.

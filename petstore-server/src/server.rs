@@ -27,7 +27,9 @@ use crate::ratelimit::{self, Limits, RateLimited, RateLimits};
 use crate::storage::{
     self, DatabaseUrl, KeyStorage, OpenError, PURGE_BATCH, Retention, Storage, StorageMetrics,
 };
+use crate::storage::webhooks::WebhookStorage;
 use crate::tls::{TlsError, TlsFiles};
+use crate::webhooks::{self, WebhookSettings, WebhookTasks, WebhooksError};
 
 /// Everything needed to start a server.
 #[derive(Clone, Debug)]
@@ -50,6 +52,8 @@ pub struct ServerConfig {
     /// How long events are kept in the feed (since contract 1.6.0); older
     /// ones are purged, and a cursor before them is `410`.
     pub events_retention: Duration,
+    /// How webhooks are delivered (since contract 1.7.0).
+    pub webhooks: WebhookSettings,
     /// Serve the contract (`/openapi.yaml`, `/openapi.json`) and the
     /// interactive page (`/docs/`).
     pub docs: bool,
@@ -102,6 +106,9 @@ pub enum StartError {
     /// The connection cap does not fit the open-file limit.
     #[error(transparent)]
     Limits(#[from] LimitsError),
+    /// Webhooks cannot start (their key file).
+    #[error(transparent)]
+    Webhooks(#[from] WebhooksError),
     /// The API trait does not describe a valid API (a bug in us).
     #[error("invalid API description: {0}")]
     Api(String),
@@ -141,6 +148,7 @@ pub struct RunningServer {
     key_refresh: JoinHandle<()>,
     purge: JoinHandle<()>,
     events_purge: JoinHandle<()>,
+    webhook_tasks: WebhookTasks,
     /// Told when the shutdown begins (long polls answer at once).
     stopping: watch::Sender<bool>,
     tls: Option<TlsFiles>,
@@ -218,6 +226,7 @@ impl RunningServer {
         self.key_refresh.abort();
         self.purge.abort();
         self.events_purge.abort();
+        self.webhook_tasks.abort();
         if let Some((instance, beating)) = self.heartbeat {
             beating.abort();
             // The other instances take this one's share at once, not once
@@ -299,6 +308,17 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
         return fail(StartError::Api(e)).await;
     }
     let metrics = Arc::new(Metrics::new(storage_metrics));
+    let (webhooks, webhook_tasks) = match webhooks::start(
+        &config.webhooks,
+        &config.database,
+        Arc::clone(&storage),
+        Arc::clone(&database.webhooks),
+        Arc::clone(&metrics),
+        &log,
+    ) {
+        Ok(started) => started,
+        Err(e) => return fail(e.into()).await,
+    };
     let notes = Arc::new(RequestNotes::default());
     let api_log = slog::Logger::root(
         ObservingDrain::new(log.clone(), Arc::clone(&notes), Arc::clone(&metrics)),
@@ -325,6 +345,7 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
         requests: requests.clone(),
         idempotency_retention: Retention::new(config.idempotency_retention),
         stopping: stopping.subscribe(),
+        webhooks,
     };
     let context =
         ApiContext::new(Arc::new(service)).with_body_read_timeout(config.edge.body_read_timeout);
@@ -404,6 +425,7 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
     ));
     let events_purge = tokio::spawn(purge_old_events(
         Arc::clone(&storage),
+        Arc::clone(&database.webhooks),
         config.events_retention,
         log.clone(),
     ));
@@ -446,6 +468,7 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
         key_refresh,
         purge,
         events_purge,
+        webhook_tasks,
         stopping,
         tls: config.tls,
         heartbeat,
@@ -512,10 +535,15 @@ fn events_purge_interval(retention: Duration) -> Duration {
     (retention / 10).clamp(Duration::from_secs(1), Duration::from_secs(60))
 }
 
-/// Deletes events older than `retention`, oldest first, in short batches
-/// (each a transaction of its own); runs until aborted. A failure is logged
-/// and tried again next round.
-async fn purge_old_events(storage: Arc<dyn Storage>, retention: Duration, log: slog::Logger) {
+/// Deletes events older than `retention`, oldest first, and finished
+/// webhook deliveries as old, in short batches (each a transaction of its
+/// own); runs until aborted. A failure is logged and tried again next round.
+async fn purge_old_events(
+    storage: Arc<dyn Storage>,
+    hooks: Arc<dyn WebhookStorage>,
+    retention: Duration,
+    log: slog::Logger,
+) {
     loop {
         tokio::time::sleep(events_purge_interval(retention)).await;
         let Some(before) = chrono::TimeDelta::from_std(retention)
@@ -542,6 +570,17 @@ async fn purge_old_events(storage: Arc<dyn Storage>, retention: Duration, log: s
         }
         if purged > 0 {
             slog::info!(log, "purged events past the retention"; "events" => purged);
+        }
+        loop {
+            match hooks.purge_deliveries(before, EVENTS_PURGE_BATCH).await {
+                Ok(deleted) if deleted == EVENTS_PURGE_BATCH => {}
+                Ok(_) => break,
+                Err(e) => {
+                    slog::warn!(log, "purging old webhook deliveries failed; trying again later";
+                        "error" => petstore_api::error::chain(&e));
+                    break;
+                }
+            }
         }
     }
 }

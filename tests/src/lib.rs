@@ -17,6 +17,7 @@ use petstore_server::ratelimit::RateLimits;
 use petstore_server::storage::{self, DatabaseUrl, StoredKey};
 use petstore_server::{
     EVENTS_RETENTION_DEFAULT, IDEMPOTENCY_RETENTION_MIN, RunningServer, ServerConfig,
+    WebhookSettings,
 };
 pub use petstore_support::{blocking, eventually, eventually_async, postgres};
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
@@ -145,7 +146,23 @@ struct Options {
     idempotency_retention: Duration,
     events_retention: Duration,
     rate_limits: Option<RateLimits>,
+    webhook_retry_delays: &'static [Duration],
+    webhook_timeout: Duration,
 }
+
+/// The retry schedule of test servers' webhooks: the default's shape,
+/// compressed from a day to seconds.
+pub const WEBHOOK_RETRY_DELAYS: &[Duration] = &[
+    Duration::from_millis(50),
+    Duration::from_millis(100),
+    Duration::from_millis(200),
+    Duration::from_millis(400),
+    Duration::from_millis(800),
+    Duration::from_millis(1600),
+];
+
+/// How long test servers' webhook deliveries may take.
+pub const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl Default for Options {
     fn default() -> Options {
@@ -153,6 +170,8 @@ impl Default for Options {
             idempotency_retention: IDEMPOTENCY_RETENTION_MIN,
             events_retention: EVENTS_RETENTION_DEFAULT,
             rate_limits: None,
+            webhook_retry_delays: WEBHOOK_RETRY_DELAYS,
+            webhook_timeout: WEBHOOK_TIMEOUT,
         }
     }
 }
@@ -235,7 +254,7 @@ impl TestServer {
 
     async fn start_configured(database: TestDatabase, options: Options) -> TestServer {
         let log = LogBuffer::default();
-        let server = launch(&database.url, &log, options).await;
+        let server = launch(&database, &log, options).await;
         TestServer {
             addr: server.local_addr(),
             admin_addr: server.admin_addr(),
@@ -264,7 +283,7 @@ impl TestServer {
     /// database (and a new port).
     pub async fn restart(&mut self) {
         self.stop().await;
-        let server = launch(&self.database.url, &self.log, self.options).await;
+        let server = launch(&self.database, &self.log, self.options).await;
         self.addr = server.local_addr();
         self.admin_addr = server.admin_addr();
         self.server = Some(server);
@@ -564,15 +583,22 @@ impl TestServer {
     }
 }
 
-async fn launch(database: &DatabaseUrl, log: &LogBuffer, options: Options) -> RunningServer {
+async fn launch(database: &TestDatabase, log: &LogBuffer, options: Options) -> RunningServer {
     let config = ServerConfig {
         bind: "127.0.0.1:0".parse().expect("an address"),
-        database: database.clone(),
+        database: database.url.clone(),
         api_keys: ApiKeys::parse(&format!("{KEY},{OTHER_KEY}")).expect("valid keys"),
         admin_bind: Some("127.0.0.1:0".parse().expect("an address")),
         tls: None,
         idempotency_retention: options.idempotency_retention,
         events_retention: options.events_retention,
+        // Receivers in tests listen on loopback, over plain HTTP.
+        webhooks: WebhookSettings {
+            key_file: Some(database.dir.path().join("webhook.key")),
+            allow_private_targets: true,
+            retry_delays: options.webhook_retry_delays.to_vec(),
+            timeout: options.webhook_timeout,
+        },
         docs: true,
         rate_limits: options.rate_limits,
         edge: Default::default(),

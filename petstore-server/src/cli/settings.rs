@@ -138,6 +138,35 @@ pub struct ServeArgs {
     )]
     #[serde(serialize_with = "duration")]
     pub events_retention: Duration,
+    /// The key file that seals webhook signing secrets, kept outside the database (a read of
+    /// the database alone cannot sign); PostgreSQL: the same file on every instance, or
+    /// webhooks are off. SQLite default: FILE.webhook-key beside the database, made at start
+    #[arg(long, env = "PETSTORE_WEBHOOK_KEY_FILE", value_name = "FILE")]
+    pub webhook_key_file: Option<PathBuf>,
+    /// Let webhooks target loopback and private addresses (and plain http): for tests and
+    /// private networks. Off: only https URLs that resolve to public addresses
+    #[arg(long, env = "PETSTORE_WEBHOOK_ALLOW_PRIVATE_TARGETS", default_value = "off")]
+    #[serde(serialize_with = "value_name")]
+    pub webhook_allow_private_targets: Switch,
+    /// After a failed webhook delivery, the delays before each next attempt, comma-separated;
+    /// once they are used up, the delivery has failed and its subscription is disabled
+    #[arg(
+        long,
+        env = "PETSTORE_WEBHOOK_RETRY_SCHEDULE",
+        value_parser = parse_retry_schedule,
+        default_value = "5s,5m,30m,2h,5h,10h,14h,20h,24h"
+    )]
+    #[serde(serialize_with = "text")]
+    pub webhook_retry_schedule: RetryDelays,
+    /// How long a webhook delivery may take, from connecting to the receiver's answer
+    #[arg(
+        long,
+        env = "PETSTORE_WEBHOOK_TIMEOUT",
+        value_parser = parse_webhook_timeout,
+        default_value = "15s"
+    )]
+    #[serde(serialize_with = "duration")]
+    pub webhook_timeout: Duration,
     /// The contract (/openapi.yaml, /openapi.json) and an interactive page (/docs/),
     /// no API key needed to read them
     #[arg(long, env = "PETSTORE_DOCS", default_value = "on")]
@@ -275,6 +304,48 @@ fn parse_timeout(text: &str) -> Result<Duration, String> {
         return Err(format!("{text} is not between 1s and 1h"));
     }
     Ok(timeout)
+}
+
+fn parse_webhook_timeout(text: &str) -> Result<Duration, String> {
+    let timeout = humantime::parse_duration(text)
+        .map_err(|e| format!("{e}; expected a duration such as 15s"))?;
+    if !(Duration::from_millis(100)..=Duration::from_secs(60)).contains(&timeout) {
+        return Err(format!("{text} is not between 100ms and 60s"));
+    }
+    Ok(timeout)
+}
+
+/// `--webhook-retry-schedule`: the delays between a delivery's attempts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetryDelays(pub Vec<Duration>);
+
+impl std::fmt::Display for RetryDelays {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, delay) in self.0.iter().enumerate() {
+            let separator = if i == 0 { "" } else { "," };
+            write!(f, "{separator}{}", humantime::format_duration(*delay))?;
+        }
+        Ok(())
+    }
+}
+
+fn parse_retry_schedule(text: &str) -> Result<RetryDelays, String> {
+    let delays = text
+        .split(',')
+        .map(|delay| {
+            let delay = delay.trim();
+            let parsed = humantime::parse_duration(delay)
+                .map_err(|e| format!("{delay:?}: {e}; expected delays such as 5s,5m,30m"))?;
+            if parsed > Duration::from_secs(7 * 24 * 60 * 60) {
+                return Err(format!("{delay} is longer than 7 days"));
+            }
+            Ok(parsed)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if delays.len() > 20 {
+        return Err("at most 20 retries".into());
+    }
+    Ok(RetryDelays(delays))
 }
 
 fn parse_rate(text: &str) -> Result<Rate, String> {

@@ -22,7 +22,7 @@
 
 use chrono::{DateTime, Utc};
 use enumset::{EnumSet, EnumSetType};
-use petstore_api::model::{EventData, EventType, PetStatus};
+use petstore_api::model::{Event, EventData, EventType, PetStatus};
 
 use super::orders::OwnerId;
 
@@ -151,6 +151,29 @@ pub struct StoredEvent {
     pub time: DateTime<Utc>,
     /// The resource right after the change (an order without `placedBy`).
     pub data: EventData,
+}
+
+impl StoredEvent {
+    /// The resource it is about, as one number: an animal's id, or minus
+    /// an order's id (what keeps one resource's deliveries in order).
+    pub fn resource(&self) -> i64 {
+        match &self.data {
+            EventData::Pet(pet) => pet.id,
+            EventData::Order(order) => -order.id,
+        }
+    }
+
+    /// The event as the contract shows it: a CloudEvent.
+    pub fn into_contract(self) -> Event {
+        let previous = self.kind.status_change().map(|(from, _)| from);
+        Event::new(
+            self.id,
+            self.kind.event_type(),
+            self.time,
+            previous,
+            self.data,
+        )
+    }
 }
 
 /// A page of the feed.

@@ -129,6 +129,7 @@ async fn start(database: &std::path::Path, key: &str) -> anyhow::Result<RunningS
         tls: None,
         idempotency_retention: petstore_server::IDEMPOTENCY_RETENTION_MIN,
         events_retention: petstore_server::EVENTS_RETENTION_DEFAULT,
+        webhooks: petstore_server::WebhookSettings::default(),
         docs: false,
         edge: Default::default(),
     };

@@ -1,0 +1,264 @@
+//! The deliverer: claims due deliveries, sends each as a signed request,
+//! and records what became of it.
+//!
+//! Claims are leased ([`WebhookStorage::claim`]): instances take disjoint
+//! deliveries, and one that dies mid-send leaves its claims to be taken
+//! again once their lease ends — at least once, with the same `webhook-id`.
+//! A claim holds at most one delivery per subscription and resource (the
+//! storage's order guard), so one resource's events arrive in order.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::sync::{Notify, Semaphore};
+
+use super::schedule::{RetrySchedule, retry_after};
+use super::secrets::SecretKeys;
+use super::sign::signature_header;
+use crate::metrics::{AttemptResult, Metrics};
+use crate::storage::StorageError;
+use crate::storage::webhooks::{AttemptOutcome, ClaimedDelivery, NextStep, WebhookStorage};
+
+/// Requests in flight at once, across subscriptions.
+const IN_FLIGHT: usize = 64;
+
+/// How long the deliverer sleeps at most with nothing due: what bounds the
+/// delay of a delivery made due by another instance (a replay, a lease run
+/// out) without a wake-up.
+const IDLE_TICK: Duration = Duration::from_secs(1);
+
+/// The longest error text kept with a delivery.
+const ERROR_MAX_CHARS: usize = 300;
+
+/// What the deliverer needs.
+pub struct Deliverer {
+    /// This instance's name in the claims.
+    pub instance: String,
+    /// The subscriptions and deliveries.
+    pub hooks: Arc<dyn WebhookStorage>,
+    /// Opens the stored secrets.
+    pub keys: Arc<SecretKeys>,
+    /// Sends the requests (with the target policy built in).
+    pub client: reqwest::Client,
+    /// When failed attempts are tried again.
+    pub schedule: RetrySchedule,
+    /// The whole request's bound.
+    pub timeout: Duration,
+    /// Notified when deliveries were made due (fan-out, replay).
+    pub due: Arc<Notify>,
+    /// Counts the outcomes.
+    pub metrics: Arc<Metrics>,
+    /// Where failures of our own are logged.
+    pub log: slog::Logger,
+}
+
+impl Deliverer {
+    /// Delivers until aborted.
+    pub async fn run(self) {
+        let this = Arc::new(self);
+        let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+        loop {
+            let free = slots.available_permits();
+            let claimed = if free == 0 {
+                Vec::new()
+            } else {
+                match this.hooks.claim(&this.instance, free, this.lease()).await {
+                    Ok(claimed) => claimed,
+                    Err(e) => {
+                        this.warn("claiming webhook deliveries", &e);
+                        Vec::new()
+                    }
+                }
+            };
+            let claimed_any = !claimed.is_empty();
+            for delivery in claimed {
+                let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
+                    return;
+                };
+                let this = Arc::clone(&this);
+                tokio::spawn(async move {
+                    this.deliver(delivery).await;
+                    drop(slot);
+                });
+            }
+            if claimed_any {
+                // More may be due at once (the claim was capped, or a
+                // delivery's successor became claimable).
+                continue;
+            }
+            let idle = this.idle_for().await;
+            tokio::select! {
+                () = this.due.notified() => {}
+                () = tokio::time::sleep(idle) => {}
+            }
+        }
+    }
+
+    /// A claim's lease: the request's bound, and a margin for recording
+    /// its outcome.
+    fn lease(&self) -> Duration {
+        self.timeout + Duration::from_secs(30)
+    }
+
+    /// How long to sleep with nothing claimed: until the next delivery is
+    /// due, at most [`IDLE_TICK`].
+    async fn idle_for(&self) -> Duration {
+        match self.hooks.next_due().await {
+            Ok(Some(due)) => (due - Utc::now())
+                .to_std()
+                .unwrap_or(Duration::ZERO)
+                .clamp(Duration::from_millis(5), IDLE_TICK),
+            Ok(None) => IDLE_TICK,
+            Err(e) => {
+                self.warn("reading when webhook deliveries are due", &e);
+                IDLE_TICK
+            }
+        }
+    }
+
+    /// Sends one delivery and records the outcome.
+    async fn deliver(&self, delivery: ClaimedDelivery) {
+        let outcome = self.attempt(&delivery).await;
+        let result = match outcome.next {
+            NextStep::Delivered => AttemptResult::Delivered,
+            NextStep::RetryAt(_) => AttemptResult::Retried,
+            NextStep::Exhausted => AttemptResult::Exhausted,
+            NextStep::Gone => AttemptResult::Gone,
+        };
+        let since_commit = (result == AttemptResult::Delivered)
+            .then(|| committed_at(&delivery.body))
+            .flatten()
+            .and_then(|time| (Utc::now() - time).to_std().ok());
+        self.metrics.webhook_attempt(result, since_commit);
+        match self.hooks.finish(&self.instance, &delivery, outcome).await {
+            Ok(true) => {}
+            // The lease ran out and another instance took the delivery:
+            // its outcome is the one that counts.
+            Ok(false) => {}
+            Err(e) => self.warn("recording a webhook delivery", &e),
+        }
+        // The next delivery of the same resource may be claimable now.
+        self.due.notify_one();
+    }
+
+    /// One attempt: the signed request, and what its answer means.
+    async fn attempt(&self, delivery: &ClaimedDelivery) -> AttemptOutcome {
+        let at = Utc::now();
+        let secrets: Result<Vec<_>, _> = delivery
+            .secrets
+            .iter()
+            .map(|sealed| self.keys.open(sealed))
+            .collect();
+        let secrets = match secrets {
+            Ok(secrets) => secrets,
+            Err(e) => {
+                // A bug in us, or the wrong key file: log it, retry later
+                // (the operator can fix the key file).
+                slog::error!(self.log, "cannot open a webhook's signing secret";
+                    "webhook" => delivery.webhook_id, "error" => %e);
+                return self.failed(delivery, at, None, e.to_string(), None);
+            }
+        };
+        let id = delivery.event_id.to_string();
+        let timestamp = at.timestamp();
+        let signature = signature_header(&secrets, &id, timestamp, &delivery.body);
+        let sent = self
+            .client
+            .post(&delivery.url)
+            .header("webhook-id", &id)
+            .header("webhook-timestamp", timestamp.to_string())
+            .header("webhook-signature", signature)
+            .header(http::header::CONTENT_TYPE, CONTENT_TYPE)
+            .body(delivery.body.clone())
+            .send()
+            .await;
+        match sent {
+            Ok(response) => self.answered(delivery, at, &response),
+            Err(e) => {
+                let error = petstore_api::error::chain(&e);
+                self.failed(delivery, at, None, error, None)
+            }
+        }
+    }
+
+    /// What an answer means: 2xx delivered, 410 gone, anything else a
+    /// failure tried again (no sooner than its `Retry-After`).
+    fn answered(
+        &self,
+        delivery: &ClaimedDelivery,
+        at: DateTime<Utc>,
+        response: &reqwest::Response,
+    ) -> AttemptOutcome {
+        let status = response.status();
+        if status.is_success() {
+            return AttemptOutcome {
+                status: Some(status.as_u16()),
+                error: None,
+                at,
+                next: NextStep::Delivered,
+            };
+        }
+        if status == http::StatusCode::GONE {
+            return AttemptOutcome {
+                status: Some(status.as_u16()),
+                error: Some("the receiver answered 410 Gone: the subscription is disabled".into()),
+                at,
+                next: NextStep::Gone,
+            };
+        }
+        let wait = response
+            .headers()
+            .get(http::header::RETRY_AFTER)
+            .and_then(|value| retry_after(value, at));
+        let error = format!("the receiver answered {status}");
+        self.failed(delivery, at, Some(status.as_u16()), error, wait)
+    }
+
+    /// A failed attempt: tried again after the schedule's next delay (or
+    /// the receiver's `Retry-After`, when longer), or failed for good when
+    /// the schedule is exhausted.
+    fn failed(
+        &self,
+        delivery: &ClaimedDelivery,
+        at: DateTime<Utc>,
+        status: Option<u16>,
+        error: String,
+        retry_after: Option<Duration>,
+    ) -> AttemptOutcome {
+        let next = match self.schedule.after_attempt(delivery.attempt) {
+            None => NextStep::Exhausted,
+            Some(delay) => {
+                let delay = retry_after.map_or(delay, |asked| asked.max(delay));
+                let delay = chrono::TimeDelta::from_std(delay).unwrap_or(chrono::TimeDelta::MAX);
+                NextStep::RetryAt(at.checked_add_signed(delay).unwrap_or(at))
+            }
+        };
+        AttemptOutcome {
+            status,
+            error: Some(error.chars().take(ERROR_MAX_CHARS).collect()),
+            at,
+            next,
+        }
+    }
+
+    fn warn(&self, doing: &str, error: &StorageError) {
+        slog::warn!(self.log, "{doing} failed; trying again later";
+            "error" => petstore_api::error::chain(error));
+    }
+}
+
+/// When the event in `body` was committed (its `time`).
+fn committed_at(body: &str) -> Option<DateTime<Utc>> {
+    #[derive(serde::Deserialize)]
+    struct Committed {
+        time: DateTime<Utc>,
+    }
+    serde_json::from_str::<Committed>(body)
+        .ok()
+        .map(|event| event.time)
+}
+
+/// The media type of a delivery's body: one CloudEvent in the structured
+/// mode of CloudEvents' HTTP binding.
+pub const CONTENT_TYPE: &str = "application/cloudevents+json";

@@ -1,0 +1,144 @@
+//! Fan-out: turning the feed into deliveries, after commit and off the
+//! write path. Each active subscription has a cursor in the feed; a round
+//! reads the events after it (as its creator's key would see them) and
+//! stores their deliveries together with the moved cursor, compare-and-set
+//! ([`WebhookStorage::fan_out`]), so that whichever instance gets there
+//! first makes each delivery once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::storage::webhooks::{NewDelivery, StoredSubscription, WebhookStorage};
+use crate::storage::{EventQuery, EventsOutcome, LIST_MAX, Storage, StorageError, StoredEvent};
+
+/// How often the subscriptions are read again without a wake-up (another
+/// instance's new subscription, a replay there).
+const REFRESH: Duration = Duration::from_secs(1);
+
+/// The shortest gap between two rounds: under a stream of commits, rounds
+/// batch their events instead of running once per commit.
+const ROUND_GAP: Duration = Duration::from_millis(10);
+
+/// Fans out until aborted: a round after the feed's head moves, after a
+/// wake-up (a subscription made or replayed here) and at least every
+/// [`REFRESH`]. After a round that stored deliveries, `delivered` is
+/// notified (the deliverer claims them at once).
+pub async fn run(
+    storage: Arc<dyn Storage>,
+    hooks: Arc<dyn WebhookStorage>,
+    wake: Arc<Notify>,
+    delivered: Arc<Notify>,
+    log: slog::Logger,
+) {
+    let mut head = storage.events_head();
+    let mut subscriptions: Vec<StoredSubscription> = Vec::new();
+    let mut refreshed = tokio::time::Instant::now() - REFRESH;
+    loop {
+        let seen = *head.borrow_and_update();
+        let refresh_due = refreshed.elapsed() >= REFRESH;
+        if refresh_due {
+            match hooks.active_subscriptions().await {
+                Ok(active) => subscriptions = active,
+                Err(e) => warn(&log, "reading the webhook subscriptions", &e),
+            }
+            refreshed = tokio::time::Instant::now();
+        }
+        let mut stale = false;
+        for subscription in &mut subscriptions {
+            match fan_out_one(&*storage, &*hooks, subscription).await {
+                Ok(Round::Stored) => delivered.notify_one(),
+                Ok(Round::Nothing) => {}
+                Ok(Round::Stale) => stale = true,
+                Err(e) => warn(&log, "turning events into webhook deliveries", &e),
+            }
+        }
+        if stale {
+            // Another instance moved a cursor (or a subscription went):
+            // read them again before the next round.
+            refreshed = tokio::time::Instant::now() - REFRESH;
+        }
+        tokio::time::sleep(ROUND_GAP).await;
+        tokio::select! {
+            _ = head.wait_for(|now| *now != seen) => {}
+            () = wake.notified() => refreshed = tokio::time::Instant::now() - REFRESH,
+            () = tokio::time::sleep(REFRESH) => {}
+        }
+    }
+}
+
+/// What one subscription's round came to.
+enum Round {
+    /// Deliveries were stored.
+    Stored,
+    /// The feed had nothing new for it.
+    Nothing,
+    /// Its cursor had moved elsewhere (or it is gone).
+    Stale,
+}
+
+/// Moves one subscription's cursor to the head, a page at a time.
+async fn fan_out_one(
+    storage: &dyn Storage,
+    hooks: &dyn WebhookStorage,
+    subscription: &mut StoredSubscription,
+) -> Result<Round, StorageError> {
+    let mut round = Round::Nothing;
+    loop {
+        let query = EventQuery {
+            after: Some(subscription.fanned_out),
+            limit: LIST_MAX,
+            kinds: subscription.kinds,
+            owner: subscription.sees_owner,
+        };
+        let (to, deliveries, at_head) = match storage.events(query).await? {
+            EventsOutcome::Page(page) => (
+                page.next_after,
+                page.events.into_iter().map(delivery_of).collect::<Vec<_>>(),
+                page.at_head,
+            ),
+            // Purged before it was fanned out (the subscription was
+            // disabled longer than the retention): nothing left to send.
+            EventsOutcome::Expired { floor } => (floor, Vec::new(), false),
+        };
+        if to <= subscription.fanned_out {
+            return Ok(round);
+        }
+        let stored_any = !deliveries.is_empty();
+        if !hooks
+            .fan_out(subscription.id, subscription.fanned_out, to, deliveries)
+            .await?
+        {
+            return Ok(Round::Stale);
+        }
+        subscription.fanned_out = to;
+        if stored_any {
+            round = Round::Stored;
+        }
+        if at_head {
+            return Ok(round);
+        }
+    }
+}
+
+/// The delivery of `event`: its body is the event exactly as the feed
+/// answers it.
+pub fn delivery_of(event: StoredEvent) -> NewDelivery {
+    let event_id = event.id;
+    let kind = event.kind;
+    let resource = event.resource();
+    let body = serde_json::to_string(&event.into_contract())
+        .expect("an event always serialises to JSON");
+    NewDelivery {
+        event_id,
+        kind,
+        resource,
+        body,
+    }
+}
+
+fn warn(log: &slog::Logger, doing: &str, error: &StorageError) {
+    slog::warn!(log, "{doing} failed; trying again later";
+        "error" => petstore_api::error::chain(error));
+}

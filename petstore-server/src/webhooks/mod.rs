@@ -1,0 +1,180 @@
+//! Webhooks (since contract 1.7.0): subscriptions, signed deliveries,
+//! retries — pushed from the feed, after commit.
+//!
+//! ```text
+//! secrets  target  schedule  sign       depend on nothing of ours but storage's types
+//! fanout   → storage                    the feed turned into deliveries
+//! deliverer → secrets, sign, schedule, metrics, storage
+//! mod      → all of the above           settings, the handle the handlers use, start
+//! ```
+
+pub mod deliverer;
+pub mod fanout;
+pub mod schedule;
+pub mod secrets;
+pub mod sign;
+pub mod target;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use crate::metrics::Metrics;
+use crate::storage::webhooks::WebhookStorage;
+use crate::storage::{DatabaseUrl, Storage};
+use schedule::RetrySchedule;
+use secrets::SecretKeys;
+use target::TargetPolicy;
+
+/// How webhooks are delivered.
+#[derive(Clone, Debug)]
+pub struct WebhookSettings {
+    /// The file of the keys that seal signing secrets; without it, SQLite
+    /// uses (and makes) `FILE.webhook-key` beside the database, and
+    /// PostgreSQL has no webhooks.
+    pub key_file: Option<PathBuf>,
+    /// Whether loopback and private addresses (and plain http) may be
+    /// targeted.
+    pub allow_private_targets: bool,
+    /// The delays before each retry.
+    pub retry_delays: Vec<Duration>,
+    /// The bound of one request.
+    pub timeout: Duration,
+}
+
+impl Default for WebhookSettings {
+    fn default() -> WebhookSettings {
+        WebhookSettings {
+            key_file: None,
+            allow_private_targets: false,
+            retry_delays: RetrySchedule::default_delays(),
+            timeout: Duration::from_secs(15),
+        }
+    }
+}
+
+/// Why webhooks cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum WebhooksError {
+    /// The key file cannot be read or made.
+    #[error("the webhook key file {path}: {source}")]
+    KeyFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: secrets::KeyFileError,
+    },
+    /// The HTTP client cannot be built (no TLS roots, say).
+    #[error("cannot build the webhooks' HTTP client: {0}")]
+    Client(String),
+}
+
+/// What the handlers use of webhooks.
+pub struct Webhooks {
+    /// Subscriptions and deliveries.
+    pub store: Arc<dyn WebhookStorage>,
+    /// Seals and opens secrets; `None` when webhooks are off (PostgreSQL
+    /// without a key file).
+    pub keys: Option<Arc<SecretKeys>>,
+    /// Which targets are admitted.
+    pub policy: TargetPolicy,
+    /// Wakes the fan-out (a subscription made or replayed).
+    pub changed: Arc<Notify>,
+    /// Wakes the deliverer (deliveries made due).
+    pub due: Arc<Notify>,
+}
+
+/// The running tasks of webhooks.
+pub struct WebhookTasks(Vec<JoinHandle<()>>);
+
+impl WebhookTasks {
+    /// Stops them. A delivery in flight is dropped unrecorded: its lease
+    /// runs out and it is sent again (at least once).
+    pub fn abort(self) {
+        for task in self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// The key file in use: the one configured, else (SQLite) the one beside
+/// the database, made on first start.
+fn key_file(settings: &WebhookSettings, database: &DatabaseUrl) -> Option<(PathBuf, bool)> {
+    match (&settings.key_file, database) {
+        (Some(path), _) => Some((path.clone(), false)),
+        (None, DatabaseUrl::Sqlite(path)) => {
+            let mut file = path.clone().into_os_string();
+            file.push(".webhook-key");
+            Some((PathBuf::from(file), true))
+        }
+        (None, DatabaseUrl::Postgres(_)) => None,
+    }
+}
+
+/// Loads the keys and starts fan-out and delivery; with no key file on
+/// PostgreSQL, webhooks are off (logged) and their operations answer 503.
+pub fn start(
+    settings: &WebhookSettings,
+    database: &DatabaseUrl,
+    storage: Arc<dyn Storage>,
+    store: Arc<dyn WebhookStorage>,
+    metrics: Arc<Metrics>,
+    log: &slog::Logger,
+) -> Result<(Arc<Webhooks>, WebhookTasks), WebhooksError> {
+    let policy = TargetPolicy {
+        allow_private: settings.allow_private_targets,
+    };
+    let keys = match key_file(settings, database) {
+        None => {
+            slog::warn!(log, "webhooks are off: on PostgreSQL they need --webhook-key-file \
+                (the same file on every instance); their operations answer 503");
+            None
+        }
+        Some((path, made_if_missing)) => {
+            let loaded = if made_if_missing {
+                SecretKeys::load_or_create(&path)
+            } else {
+                SecretKeys::load(&path)
+            };
+            let keys = loaded.map_err(|source| WebhooksError::KeyFile { path, source })?;
+            Some(Arc::new(keys))
+        }
+    };
+    let webhooks = Arc::new(Webhooks {
+        store: Arc::clone(&store),
+        keys: keys.clone(),
+        policy,
+        changed: Arc::new(Notify::new()),
+        due: Arc::new(Notify::new()),
+    });
+    let Some(keys) = keys else {
+        return Ok((webhooks, WebhookTasks(Vec::new())));
+    };
+    let client = target::delivery_client(policy, settings.timeout)
+        .map_err(|e| WebhooksError::Client(petstore_api::error::chain(&e)))?;
+    let log = log.new(slog::o!("task" => "webhooks"));
+    let fan_out = tokio::spawn(fanout::run(
+        storage,
+        Arc::clone(&store),
+        Arc::clone(&webhooks.changed),
+        Arc::clone(&webhooks.due),
+        log.clone(),
+    ));
+    let deliverer = deliverer::Deliverer {
+        instance: uuid::Uuid::new_v4().to_string(),
+        hooks: store,
+        keys,
+        client,
+        schedule: RetrySchedule::new(settings.retry_delays.clone()),
+        timeout: settings.timeout,
+        due: Arc::clone(&webhooks.due),
+        metrics,
+        log,
+    };
+    let delivering = tokio::spawn(deliverer.run());
+    Ok((webhooks, WebhookTasks(vec![fan_out, delivering])))
+}
