@@ -148,6 +148,7 @@ struct Options {
     rate_limits: Option<RateLimits>,
     webhook_retry_delays: &'static [Duration],
     webhook_timeout: Duration,
+    webhook_private_targets: bool,
 }
 
 /// The retry schedule of test servers' webhooks: the default's shape,
@@ -172,6 +173,7 @@ impl Default for Options {
             rate_limits: None,
             webhook_retry_delays: WEBHOOK_RETRY_DELAYS,
             webhook_timeout: WEBHOOK_TIMEOUT,
+            webhook_private_targets: true,
         }
     }
 }
@@ -217,6 +219,16 @@ impl TestServer {
     ) -> TestServer {
         let options = Options {
             idempotency_retention: retention,
+            ..Options::default()
+        };
+        TestServer::start_configured(database, options).await
+    }
+
+    /// Starts a server on `database` with webhooks as in production: only
+    /// https targets at public addresses.
+    pub async fn start_with_public_webhooks_only(database: TestDatabase) -> TestServer {
+        let options = Options {
+            webhook_private_targets: false,
             ..Options::default()
         };
         TestServer::start_configured(database, options).await
@@ -595,7 +607,7 @@ async fn launch(database: &TestDatabase, log: &LogBuffer, options: Options) -> R
         // Receivers in tests listen on loopback, over plain HTTP.
         webhooks: WebhookSettings {
             key_file: Some(database.dir.path().join("webhook.key")),
-            allow_private_targets: true,
+            allow_private_targets: options.webhook_private_targets,
             retry_delays: options.webhook_retry_delays.to_vec(),
             timeout: options.webhook_timeout,
         },

@@ -18,6 +18,7 @@
 
 mod mount;
 pub mod postgres;
+pub mod receiver;
 mod process;
 mod proxy;
 mod service;

@@ -15,3 +15,4 @@ mod persistence;
 mod rate_limits;
 mod scopes;
 mod store;
+mod webhooks;

@@ -1,0 +1,267 @@
+//! The webhook operations' decisions, for the handlers: who sees which
+//! subscription, what a new one receives, what a replay re-sends. Each
+//! answers the contract's types or its errors.
+
+use chrono::Utc;
+use enumset::EnumSet;
+
+use petstore_api::auth::Authenticated;
+use petstore_api::error::ApiError;
+use petstore_api::model::{
+    EventType, NewWebhook, ReplayAccepted, ReplayRange, Webhook, WebhookCreated, WebhookDelivery,
+    WebhookSecret,
+};
+use petstore_api::scopes::Scope;
+use strum::VariantArray;
+
+use super::Webhooks;
+use super::fanout::delivery_of;
+use super::secrets::{SecretKeys, SigningSecret};
+use crate::storage::webhooks::{
+    NewSubscription, StoredDelivery, StoredSubscription, SubscriptionOwner, SubscriptionState,
+};
+use crate::storage::{EventKind, EventQuery, EventsOutcome, LIST_MAX, OwnerId, Storage, StorageError};
+
+/// At most this many events are examined by one replay.
+pub const REPLAY_MAX: usize = 1000;
+
+/// Whose subscriptions a key sees: staff (`orders:manage`, who sees every
+/// order anyway) every one; any other key its own.
+pub fn owner_filter(auth: &Authenticated) -> SubscriptionOwner {
+    (!auth.may(Scope::OrdersManage)).then(|| OwnerId::of(auth.identity()))
+}
+
+/// Whose orders' events a key's subscription carries: every order's for
+/// `orders:manage`, else only its own.
+fn orders_seen(auth: &Authenticated) -> Option<OwnerId> {
+    (!auth.may(Scope::OrdersManage)).then(|| OwnerId::of(auth.identity()))
+}
+
+/// Whether a key may see events of `event_type`.
+fn may_see(auth: &Authenticated, event_type: EventType) -> Option<&'static [Scope]> {
+    if event_type.is_order() {
+        let admitting: &'static [Scope] = &[Scope::OrdersPlace, Scope::OrdersManage];
+        (!admitting.iter().any(|scope| auth.may(*scope))).then_some(admitting)
+    } else {
+        (!auth.may(Scope::PetsRead)).then_some(&[Scope::PetsRead])
+    }
+}
+
+/// The kinds a new subscription receives: the types asked for, each of
+/// which the key must be allowed to see (`403` names the scope missing);
+/// without `types`, every type the key may see (`403` if none).
+fn subscribed_kinds(
+    auth: &Authenticated,
+    types: Option<&[EventType]>,
+) -> Result<EnumSet<EventKind>, ApiError> {
+    let asked = types.unwrap_or(EventType::VARIANTS);
+    let mut kinds = EnumSet::empty();
+    for event_type in asked {
+        match may_see(auth, *event_type) {
+            None => kinds |= EventKind::of_type(*event_type),
+            Some(needed) if types.is_some() => {
+                let what = format!("a webhook for {} events", event_type.as_str());
+                return Err(ApiError::insufficient_scope(&what, needed));
+            }
+            Some(_) => {}
+        }
+    }
+    if kinds.is_empty() {
+        return Err(ApiError::insufficient_scope(
+            "a webhook (it would receive no event this key may see)",
+            &[Scope::PetsRead, Scope::OrdersPlace, Scope::OrdersManage],
+        ));
+    }
+    Ok(kinds)
+}
+
+impl Webhooks {
+    /// The keys, or `503` when webhooks are off.
+    fn keys(&self) -> Result<&SecretKeys, ApiError> {
+        self.keys
+            .as_deref()
+            .ok_or_else(ApiError::webhooks_not_configured)
+    }
+
+    /// `createWebhook`: checks the target, makes the secret, stores the
+    /// subscription starting at the feed's head.
+    pub async fn create(
+        &self,
+        auth: &Authenticated,
+        storage: &dyn Storage,
+        new: NewWebhook,
+    ) -> Result<Result<WebhookCreated, ApiError>, StorageError> {
+        let checked = async {
+            let keys = self.keys()?;
+            let kinds = subscribed_kinds(auth, new.types.as_deref())?;
+            let url = self
+                .policy
+                .resolve_and_check(&new.url)
+                .await
+                .map_err(|refused| ApiError::webhook_target_refused(&refused.to_string()))?;
+            let secret = SigningSecret::generate();
+            Ok((kinds, url, keys.seal(&secret), secret))
+        };
+        let (kinds, url, sealed, secret) = match checked.await {
+            Ok(checked) => checked,
+            Err(refused) => return Ok(Err(refused)),
+        };
+        let start_after = *storage.events_head().borrow();
+        let stored = self
+            .store
+            .create_subscription(NewSubscription {
+                url: url.to_string(),
+                kinds,
+                sees_owner: orders_seen(auth),
+                creator: OwnerId::of(auth.identity()),
+                creator_name: auth.name().to_string(),
+                secret: sealed,
+                start_after,
+            })
+            .await?;
+        self.changed.notify_one();
+        Ok(Ok(WebhookCreated::new(webhook_of(stored), secret.to_whsec())))
+    }
+
+    /// `rotateWebhookSecret`.
+    pub async fn rotate(
+        &self,
+        auth: &Authenticated,
+        id: i64,
+        previous_valid_for: std::time::Duration,
+    ) -> Result<Result<WebhookSecret, ApiError>, StorageError> {
+        let keys = match self.keys() {
+            Ok(keys) => keys,
+            Err(off) => return Ok(Err(off)),
+        };
+        let secret = SigningSecret::generate();
+        let until = Utc::now()
+            + chrono::TimeDelta::from_std(previous_valid_for).unwrap_or(chrono::TimeDelta::zero());
+        let rotated = self
+            .store
+            .rotate_secret(id, owner_filter(auth), keys.seal(&secret), until)
+            .await?;
+        Ok(match rotated {
+            Some(_) => Ok(WebhookSecret {
+                secret: secret.to_whsec(),
+                previous_valid_until: until,
+            }),
+            None => Err(ApiError::webhook_not_found(id)),
+        })
+    }
+
+    /// `replayWebhook`: the range's events, as the subscription sees them,
+    /// become pending deliveries again (at most [`REPLAY_MAX`] examined).
+    pub async fn replay(
+        &self,
+        auth: &Authenticated,
+        storage: &dyn Storage,
+        id: i64,
+        range: ReplayRange,
+    ) -> Result<Result<ReplayAccepted, ApiError>, StorageError> {
+        let (from, to) = match parse_range(&range) {
+            Ok(bounds) => bounds,
+            Err(bad) => return Ok(Err(bad)),
+        };
+        let Some(subscription) = self.store.get_subscription(id, owner_filter(auth)).await? else {
+            return Ok(Err(ApiError::webhook_not_found(id)));
+        };
+        let mut deliveries = Vec::new();
+        let mut after = from - 1;
+        let mut examined = 0;
+        while after < to && examined < REPLAY_MAX {
+            let query = EventQuery {
+                after: Some(after),
+                limit: LIST_MAX,
+                kinds: subscription.kinds,
+                owner: subscription.sees_owner,
+            };
+            let page = match storage.events(query).await? {
+                EventsOutcome::Page(page) => page,
+                EventsOutcome::Expired { floor } => {
+                    return Ok(Err(ApiError::cursor_expired(after, floor)));
+                }
+            };
+            let moved = page.next_after > after;
+            examined += page.events.len().max(1);
+            deliveries.extend(
+                page.events
+                    .into_iter()
+                    .filter(|event| event.id <= to)
+                    .map(delivery_of),
+            );
+            after = page.next_after.min(to);
+            if !moved || page.at_head {
+                break;
+            }
+        }
+        let replayed = self.store.replay(id, deliveries).await?;
+        self.due.notify_one();
+        self.changed.notify_one();
+        Ok(Ok(ReplayAccepted {
+            deliveries: replayed as i64,
+            through: after.max(from - 1).to_string(),
+        }))
+    }
+}
+
+/// A replay's bounds: event ids, `from` ≤ `to`.
+fn parse_range(range: &ReplayRange) -> Result<(i64, i64), ApiError> {
+    let id = |text: &str, name: &str| {
+        text.parse::<i64>()
+            .ok()
+            .filter(|id| *id >= 1 && text.bytes().all(|b| b.is_ascii_digit()))
+            .ok_or_else(|| {
+                ApiError::bad_request(format!("{name} must be an event id (digits), not {text:?}"))
+            })
+    };
+    let from = id(&range.from, "from")?;
+    let to = id(&range.to, "to")?;
+    if from > to {
+        return Err(ApiError::bad_request(format!(
+            "from ({from}) is after to ({to})"
+        )));
+    }
+    Ok((from, to))
+}
+
+/// A subscription as the contract shows it (never its secret).
+pub fn webhook_of(stored: StoredSubscription) -> Webhook {
+    let (state, disabled_reason) = match stored.state {
+        SubscriptionState::Active => ("active", None),
+        SubscriptionState::Disabled(reason) => ("disabled", Some(<&str>::from(reason).to_owned())),
+    };
+    let mut types: Vec<String> = stored
+        .kinds
+        .iter()
+        .map(|kind| kind.event_type().as_str().to_owned())
+        .collect();
+    types.dedup();
+    Webhook {
+        id: stored.id,
+        url: stored.url,
+        types,
+        state: state.to_owned(),
+        disabled_reason,
+        created_at: stored.created_at,
+        pending: stored.pending as i64,
+        last_success_at: stored.last_success_at,
+        last_failure_at: stored.last_failure_at,
+    }
+}
+
+/// A delivery as the contract shows it.
+pub fn delivery_view(stored: StoredDelivery) -> WebhookDelivery {
+    WebhookDelivery {
+        event_id: stored.event_id.to_string(),
+        event_type: stored.kind.event_type().as_str().to_owned(),
+        state: <&str>::from(stored.state).to_owned(),
+        attempts: stored.attempts as i32,
+        last_status: stored.last_status.map(i32::from),
+        last_error: stored.last_error,
+        last_attempt_at: stored.last_attempt_at,
+        next_attempt_at: stored.next_attempt_at,
+        delivered_at: stored.delivered_at,
+    }
+}
+

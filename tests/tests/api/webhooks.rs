@@ -1,0 +1,382 @@
+//! Contract 1.7.0, webhooks: a subscription receives every event it may
+//! see, as the feed has it, signed the Standard Webhooks way with the
+//! secret shown once; failures are retried with the same `webhook-id`, no
+//! sooner than `Retry-After`; `410` disables, a replay re-enables; one
+//! resource's events arrive in order; who sees which subscription and which
+//! events follows the key's scopes and its own orders; only https targets
+//! at public addresses unless the operator allows private ones.
+//!
+//! Receivers here listen on loopback over plain HTTP, which test servers
+//! allow (`--webhook-allow-private-targets`), with the retry schedule
+//! compressed to seconds and a 2 s request timeout.
+
+use std::time::{Duration, SystemTime};
+
+use petstore_support::eventually_async_within;
+use petstore_support::receiver::{Answer, Received, Receiver};
+use petstore_tests::{
+    Backend, KEY, TestServer, assert_error, fresh_database, next_link, on_every_backend,
+};
+use reqwest::{Method, Response, StatusCode};
+use serde_json::{Value, json};
+
+/// How long a test waits for deliveries: only a hang guard.
+const DELIVERY: Duration = Duration::from_secs(60);
+
+async fn webhooks_as(server: &TestServer, key: &str, method: Method, path: &str, body: Option<Value>) -> Response {
+    let request = server.anonymous(method, &format!("/webhooks{path}")).bearer_auth(key);
+    let request = match body {
+        Some(body) => request.json(&body),
+        None => request,
+    };
+    request.send().await.expect("request sent")
+}
+
+/// Subscribes `url` with `key` (insisting on 201) and returns the answer.
+async fn subscribe_as(server: &TestServer, key: &str, body: Value) -> Value {
+    let response = webhooks_as(server, key, Method::POST, "", Some(body)).await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    response.json().await.expect("a JSON webhook")
+}
+
+async fn subscribe(server: &TestServer, url: &str) -> Value {
+    subscribe_as(server, KEY, json!({ "url": url })).await
+}
+
+async fn get_json(server: &TestServer, key: &str, path: &str) -> Value {
+    let response = webhooks_as(server, key, Method::GET, path, None).await;
+    assert_eq!(response.status(), StatusCode::OK, "GET /webhooks{path}");
+    response.json().await.expect("JSON")
+}
+
+/// Waits until the receiver has answered `count` requests `200`, and
+/// returns what it got.
+async fn delivered(receiver: &Receiver, count: usize) -> Vec<Received> {
+    eventually_async_within(DELIVERY, || async {
+        let ok = receiver.received().into_iter().filter(|r| r.answered == 200).count();
+        (ok >= count).then_some(())
+    })
+    .await;
+    receiver.received()
+}
+
+/// Verifies a request with `secret` as a receiver would, with the client's
+/// verifier (the Standard Webhooks reference implementation underneath).
+fn verifies(received: &Received, secret: &str) -> bool {
+    petstore_client::verify_webhook(secret, &received.headers, &received.body).is_ok()
+}
+
+/// The feed's events after `after`, as the key `KEY` sees them.
+async fn feed_after(server: &TestServer, after: &str) -> Vec<Value> {
+    let response = server.anonymous(Method::GET, &format!("/events?limit=100&after={after}")).bearer_auth(KEY).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    response.json().await.unwrap()
+}
+
+/// The feed's head: the id of its last event ("0" when empty).
+async fn feed_head(server: &TestServer) -> String {
+    let mut after = "0".to_owned();
+    loop {
+        let page = feed_after(server, &after).await;
+        match page.last() {
+            Some(last) => after = last["id"].as_str().unwrap().to_owned(),
+            None => return after,
+        }
+    }
+}
+
+async fn available(server: &TestServer, name: &str) -> Value {
+    server.create(json!({"name": name, "categoryId": 1, "status": "available"})).await
+}
+
+on_every_backend! {
+    async fn a_subscription_receives_each_event_as_the_feed_has_it_signed_with_its_secret(server) {
+        let receiver = Receiver::healthy().await;
+        let before = feed_head(&server).await;
+        let webhook = subscribe(&server, &receiver.url("/hook")).await;
+        let secret = webhook["secret"].as_str().expect("the secret, shown once");
+        assert!(secret.starts_with("whsec_"), "{secret}");
+        assert_eq!(webhook["state"], "active");
+        assert_eq!(webhook["url"], receiver.url("/hook"));
+        let animal = available(&server, "Hooked").await;
+        let order = server.place_order(&animal["id"]).await;
+        server.patch_order(&order["id"], "delivered").send().await.unwrap();
+        let got = delivered(&receiver, 5).await;
+        let feed = feed_after(&server, &before).await;
+        assert_eq!(feed.len(), 5, "{feed:?}");
+        assert_eq!(got.len(), 5, "each event once, with a healthy receiver");
+        for (received, event) in got.iter().zip(&feed) {
+            assert_eq!(received.json(), *event, "the body is the event as the feed has it");
+            assert_eq!(received.id(), event["id"].as_str().unwrap(), "webhook-id is the event's id");
+            assert_eq!(received.header("content-type"), "application/cloudevents+json");
+            let timestamp: i64 = received.header("webhook-timestamp").parse().expect("Unix seconds");
+            let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs() as i64;
+            assert!((now - timestamp).abs() < 60, "{timestamp} vs {now}");
+            assert!(received.header("webhook-signature").starts_with("v1,"));
+            assert!(verifies(received, secret), "the signature verifies with the secret");
+            assert!(!verifies(received, "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"), "and with no other");
+        }
+        // The secret is never shown again.
+        let id = webhook["id"].as_i64().unwrap();
+        let read = get_json(&server, KEY, &format!("/{id}")).await;
+        assert!(read.get("secret").is_none(), "{read}");
+        let list = get_json(&server, KEY, "").await;
+        assert!(list.as_array().unwrap().iter().all(|w| w.get("secret").is_none()));
+        eventually_async_within(DELIVERY, || async {
+            let read = get_json(&server, KEY, &format!("/{id}")).await;
+            (read["pending"] == 0 && read.get("lastSuccessAt").is_some()).then_some(())
+        }).await;
+        // Operators see the deliveries, newest first.
+        let deliveries = get_json(&server, KEY, &format!("/{id}/deliveries")).await;
+        let ids: Vec<&str> = deliveries.as_array().unwrap().iter().map(|d| d["eventId"].as_str().unwrap()).collect();
+        let mut expected: Vec<&str> = feed.iter().map(|e| e["id"].as_str().unwrap()).collect();
+        expected.reverse();
+        assert_eq!(ids, expected);
+        for delivery in deliveries.as_array().unwrap() {
+            assert_eq!(delivery["state"], "delivered", "{delivery}");
+            assert_eq!(delivery["attempts"], 1, "{delivery}");
+            assert_eq!(delivery["lastStatus"], 200, "{delivery}");
+        }
+    }
+
+    async fn types_choose_what_a_subscription_receives(server) {
+        let receiver = Receiver::healthy().await;
+        subscribe_as(&server, KEY, json!({"url": receiver.url("/"), "types": ["order.delivered"]})).await;
+        let animal = available(&server, "Typed").await;
+        let order = server.place_order(&animal["id"]).await;
+        server.patch_order(&order["id"], "delivered").send().await.unwrap();
+        let got = delivered(&receiver, 1).await;
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].json()["type"], "order.delivered");
+        assert_eq!(got[0].json()["data"]["id"], order["id"]);
+    }
+
+    async fn failures_are_retried_with_the_same_id_no_sooner_than_retry_after(server) {
+        // First 500, then 429 asking for 2 s, then a hang past the timeout, then 200.
+        let receiver = Receiver::start(|_, before| match before {
+            0 => Answer::Status(500),
+            1 => Answer::RetryAfter(429, 2),
+            2 => Answer::Hang(Duration::from_secs(5)),
+            _ => Answer::Status(200),
+        }).await;
+        let webhook = subscribe_as(&server, KEY, json!({"url": receiver.url("/"), "types": ["pet.created"]})).await;
+        available(&server, "Flaky").await;
+        let got = delivered(&receiver, 1).await;
+        assert_eq!(got.len(), 4, "{got:?}");
+        assert!(got.iter().all(|r| r.id() == got[0].id()), "one webhook-id on every attempt");
+        assert!(got.iter().all(|r| r.body == got[0].body), "the same body on every attempt");
+        let secret = webhook["secret"].as_str().unwrap();
+        assert!(got.iter().all(|r| verifies(r, secret)));
+        let waited = got[2].at.duration_since(got[1].at).unwrap();
+        assert!(waited >= Duration::from_secs(2), "Retry-After: 2 was honoured ({waited:?})");
+        let id = webhook["id"].as_i64().unwrap();
+        eventually_async_within(DELIVERY, || async {
+            let deliveries = get_json(&server, KEY, &format!("/{id}/deliveries")).await;
+            let delivery = deliveries[0].clone();
+            (delivery["state"] == "delivered").then_some(delivery)
+        }).await;
+        let deliveries = get_json(&server, KEY, &format!("/{id}/deliveries")).await;
+        assert_eq!(deliveries[0]["attempts"], 4, "{deliveries}");
+    }
+
+    async fn a_410_disables_the_subscription_and_a_replay_sends_again(server) {
+        let receiver = Receiver::start(|_, before| if before == 0 { Answer::Status(410) } else { Answer::Status(200) }).await;
+        let webhook = subscribe_as(&server, KEY, json!({"url": receiver.url("/"), "types": ["pet.created"]})).await;
+        let id = webhook["id"].as_i64().unwrap();
+        let first = available(&server, "Gone").await;
+        let read = eventually_async_within(DELIVERY, || async {
+            let read = get_json(&server, KEY, &format!("/{id}")).await;
+            (read["state"] == "disabled").then_some(read)
+        }).await;
+        assert_eq!(read["disabledReason"], "gone", "{read}");
+        // Disabled: nothing more is sent.
+        let second = available(&server, "Waiting").await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(receiver.received().len(), 1);
+        // A replay of the first event re-enables it; both arrive.
+        let feed = feed_after(&server, "0").await;
+        let first_id = feed.iter().find(|e| e["data"]["id"] == first["id"]).unwrap()["id"].as_str().unwrap().to_owned();
+        let response = webhooks_as(&server, KEY, Method::POST, &format!("/{id}/replay"), Some(json!({"from": first_id, "to": first_id}))).await;
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+        let accepted: Value = response.json().await.unwrap();
+        assert_eq!(accepted["deliveries"], 1, "{accepted}");
+        let got = delivered(&receiver, 2).await;
+        let names: Vec<Value> = got.iter().filter(|r| r.answered == 200).map(|r| r.json()["data"]["name"].clone()).collect();
+        assert_eq!(names, [first["name"].clone(), second["name"].clone()]);
+        assert_eq!(get_json(&server, KEY, &format!("/{id}")).await["state"], "active");
+    }
+
+    async fn a_delivery_failing_every_attempt_fails_and_disables_the_subscription(server) {
+        let receiver = Receiver::start(|_, _| Answer::Status(503)).await;
+        let webhook = subscribe_as(&server, KEY, json!({"url": receiver.url("/"), "types": ["pet.created"]})).await;
+        let id = webhook["id"].as_i64().unwrap();
+        available(&server, "Doomed").await;
+        let read = eventually_async_within(DELIVERY, || async {
+            let read = get_json(&server, KEY, &format!("/{id}")).await;
+            (read["state"] == "disabled").then_some(read)
+        }).await;
+        assert_eq!(read["disabledReason"], "retries_exhausted", "{read}");
+        let attempts = petstore_tests::WEBHOOK_RETRY_DELAYS.len() + 1;
+        assert_eq!(receiver.received().len(), attempts, "the first attempt and one per delay");
+        let deliveries = get_json(&server, KEY, &format!("/{id}/deliveries")).await;
+        assert_eq!(deliveries[0]["state"], "failed", "{deliveries}");
+        assert_eq!(deliveries[0]["attempts"], attempts);
+        assert_eq!(deliveries[0]["lastStatus"], 503);
+    }
+
+    async fn one_resources_events_arrive_in_order_through_failures(server) {
+        // Every first attempt fails: each event is retried once, and a
+        // resource's next event waits for it.
+        let receiver = Receiver::start(|_, before| if before == 0 { Answer::Status(500) } else { Answer::Status(200) }).await;
+        subscribe(&server, &receiver.url("/")).await;
+        let mut expected = 0;
+        for i in 0..4 {
+            let animal = available(&server, &format!("Ordered {i}")).await;
+            let order = server.place_order(&animal["id"]).await;
+            let to = if i % 2 == 0 { "delivered" } else { "cancelled" };
+            server.patch_order(&order["id"], to).send().await.unwrap();
+            expected += 5;
+        }
+        let got = delivered(&receiver, expected).await;
+        let mut last_by_subject = std::collections::HashMap::new();
+        for received in got.iter().filter(|r| r.answered == 200) {
+            let event = received.json();
+            let id: i64 = event["id"].as_str().unwrap().parse().unwrap();
+            let subject = event["subject"].as_str().unwrap().to_owned();
+            if let Some(last) = last_by_subject.insert(subject.clone(), id) {
+                assert!(last < id, "{subject}: event {id} arrived after {last}");
+            }
+        }
+    }
+
+    async fn a_rotation_signs_with_both_secrets_until_the_previous_one_expires(server) {
+        let receiver = Receiver::healthy().await;
+        let webhook = subscribe_as(&server, KEY, json!({"url": receiver.url("/"), "types": ["pet.created"]})).await;
+        let id = webhook["id"].as_i64().unwrap();
+        let old = webhook["secret"].as_str().unwrap().to_owned();
+        let response = webhooks_as(&server, KEY, Method::POST, &format!("/{id}/rotate?previousValidFor=3600"), None).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let rotated: Value = response.json().await.unwrap();
+        let new = rotated["secret"].as_str().unwrap().to_owned();
+        assert!(new.starts_with("whsec_") && new != old);
+        assert!(rotated["previousValidUntil"].is_string(), "{rotated}");
+        available(&server, "Both").await;
+        let got = delivered(&receiver, 1).await;
+        assert_eq!(got[0].header("webhook-signature").split(' ').count(), 2, "two signatures during the rotation");
+        assert!(verifies(&got[0], &new) && verifies(&got[0], &old));
+        // Ending the previous secret at once: one signature, the new one.
+        let response = webhooks_as(&server, KEY, Method::POST, &format!("/{id}/rotate?previousValidFor=0"), None).await;
+        let newest = response.json::<Value>().await.unwrap()["secret"].as_str().unwrap().to_owned();
+        available(&server, "One").await;
+        let got = delivered(&receiver, 2).await;
+        assert_eq!(got[1].header("webhook-signature").split(' ').count(), 1);
+        assert!(verifies(&got[1], &newest));
+        assert!(!verifies(&got[1], &new) && !verifies(&got[1], &old));
+    }
+
+    async fn a_customers_subscription_carries_only_its_own_orders(server) {
+        let customer = server.stored_key("hooked-customer", "orders:place,webhooks:manage").await;
+        let receiver = Receiver::healthy().await;
+        let mine = subscribe_as(&server, &customer, json!({"url": receiver.url("/")})).await;
+        assert_eq!(mine["types"], json!(["order.placed", "order.delivered", "order.cancelled"]), "no pet.* without pets:read");
+        let other_animal = available(&server, "Someone else's").await;
+        server.place_order(&other_animal["id"]).await;
+        let animal = available(&server, "Mine").await;
+        let response = server.anonymous(Method::POST, "/store/orders").bearer_auth(&customer).json(&json!({"petId": animal["id"]})).send().await.unwrap();
+        let order: Value = response.json().await.unwrap();
+        let got = delivered(&receiver, 1).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let got_now = receiver.received();
+        assert_eq!(got_now.len(), got.len());
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].json()["data"]["id"], order["id"]);
+        // Asking for what the key may not see is refused, naming the scope.
+        let response = webhooks_as(&server, &customer, Method::POST, "", Some(json!({"url": receiver.url("/"), "types": ["pet.created"]}))).await;
+        let error = assert_error(response, StatusCode::FORBIDDEN, "insufficient_scope").await;
+        assert!(error["message"].as_str().unwrap().contains("pets:read"), "{error}");
+        // Subscriptions are their maker's: another customer sees none of them.
+        let other = server.stored_key("other-customer", "orders:place,webhooks:manage").await;
+        let id = mine["id"].as_i64().unwrap();
+        assert_eq!(get_json(&server, &other, "").await, json!([]));
+        for (method, path) in [(Method::GET, format!("/{id}")), (Method::DELETE, format!("/{id}")), (Method::GET, format!("/{id}/deliveries")), (Method::POST, format!("/{id}/rotate"))] {
+            let response = webhooks_as(&server, &other, method.clone(), &path, None).await;
+            assert_error(response, StatusCode::NOT_FOUND, "webhook_not_found").await;
+        }
+        // Staff (orders:manage) see every subscription.
+        let staff = server.stored_key("hook-staff", "orders:manage,webhooks:manage").await;
+        let all = get_json(&server, &staff, "").await;
+        assert!(all.as_array().unwrap().iter().any(|w| w["id"] == mine["id"]), "{all}");
+        // Without webhooks:manage, no webhook operation.
+        let reader = server.stored_key("no-hooks", "pets:read,orders:manage,events:read").await;
+        let response = webhooks_as(&server, &reader, Method::GET, "", None).await;
+        let error = assert_error(response, StatusCode::FORBIDDEN, "insufficient_scope").await;
+        assert!(error["message"].as_str().unwrap().contains("webhooks:manage"), "{error}");
+    }
+
+    async fn subscriptions_are_listed_read_and_deleted(server) {
+        let receiver = Receiver::healthy().await;
+        let mut made = Vec::new();
+        for i in 0..3 {
+            made.push(subscribe(&server, &receiver.url(&format!("/{i}"))).await["id"].clone());
+        }
+        let response = webhooks_as(&server, KEY, Method::GET, "?limit=2", None).await;
+        let next = next_link(&response).expect("a full page links to the next");
+        let first: Vec<Value> = response.json::<Vec<Value>>().await.unwrap().iter().map(|w| w["id"].clone()).collect();
+        assert_eq!(first, made[..2]);
+        assert!(next.contains("after="), "{next}");
+        let id = made[1].as_i64().unwrap();
+        let response = webhooks_as(&server, KEY, Method::DELETE, &format!("/{id}"), None).await;
+        assert_eq!(response.status(), StatusCode::NO_CONTENT);
+        let response = webhooks_as(&server, KEY, Method::GET, &format!("/{id}"), None).await;
+        assert_error(response, StatusCode::NOT_FOUND, "webhook_not_found").await;
+        let listed: Vec<Value> = get_json(&server, KEY, "").await.as_array().unwrap().iter().map(|w| w["id"].clone()).collect();
+        assert_eq!(listed, [made[0].clone(), made[2].clone()]);
+        // A deleted subscription receives nothing more.
+        available(&server, "After the delete").await;
+        delivered(&receiver, 2).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let paths: Vec<String> = receiver.received().iter().map(|r| r.json()["type"].to_string()).collect();
+        assert_eq!(paths.len(), 2, "{paths:?}");
+    }
+
+    async fn bad_subscriptions_are_refused_with_the_contracts_errors(server) {
+        for (body, status, code) in [
+            (json!({}), StatusCode::BAD_REQUEST, "bad_request"),
+            (json!({"url": "http://127.0.0.1:1/", "types": []}), StatusCode::BAD_REQUEST, "bad_request"),
+            (json!({"url": "http://127.0.0.1:1/", "types": ["pet.adopted"]}), StatusCode::BAD_REQUEST, "bad_request"),
+            (json!({"url": "not a url"}), StatusCode::UNPROCESSABLE_ENTITY, "webhook_target_refused"),
+            (json!({"url": "ftp://127.0.0.1/"}), StatusCode::UNPROCESSABLE_ENTITY, "webhook_target_refused"),
+            (json!({"url": "http://user:pass@127.0.0.1/"}), StatusCode::UNPROCESSABLE_ENTITY, "webhook_target_refused"),
+        ] {
+            let response = webhooks_as(&server, KEY, Method::POST, "", Some(body.clone())).await;
+            let error = assert_error(response, status, code).await;
+            assert!(!error["message"].as_str().unwrap().is_empty(), "{body}");
+        }
+        let response = webhooks_as(&server, KEY, Method::POST, "/1/replay", Some(json!({"from": "9", "to": "3"}))).await;
+        assert_eq!(response.status().as_u16() / 100, 4);
+        let response = webhooks_as(&server, KEY, Method::GET, "/999999", None).await;
+        assert_error(response, StatusCode::NOT_FOUND, "webhook_not_found").await;
+        let response = webhooks_as(&server, KEY, Method::POST, "/999999/rotate?previousValidFor=604801", None).await;
+        assert_error(response, StatusCode::BAD_REQUEST, "bad_request").await;
+    }
+}
+
+#[tokio::test]
+async fn by_default_only_https_targets_at_public_addresses_are_accepted() {
+    let database = fresh_database(Backend::Sqlite).await.expect("SQLite is always there");
+    let server = TestServer::start_with_public_webhooks_only(database).await;
+    for url in [
+        "http://example.com/hook",
+        "https://127.0.0.1/hook",
+        "https://localhost/hook",
+        "https://10.1.2.3/hook",
+        "https://192.168.1.1/hook",
+        "https://169.254.169.254/latest/meta-data",
+        "https://[::1]/hook",
+        "https://[fc00::1]/hook",
+    ] {
+        let response = webhooks_as(&server, KEY, Method::POST, "", Some(json!({ "url": url }))).await;
+        let error = assert_error(response, StatusCode::UNPROCESSABLE_ENTITY, "webhook_target_refused").await;
+        assert!(!error["message"].as_str().unwrap().is_empty(), "{url}: {error}");
+    }
+}
