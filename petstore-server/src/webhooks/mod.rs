@@ -1,0 +1,10 @@
+//! Webhooks (since contract 1.7.0): events of the feed sent to
+//! subscribers' URLs, signed as the Standard Webhooks spec says.
+//!
+//! This is the subsystem's self-contained core; what it stores is behind
+//! [`crate::storage::webhooks`]:
+//!
+//! - [`secrets`]: signing secrets, and the key file whose keys seal them
+//!   at rest (the database holds ciphertexts only).
+
+pub mod secrets;
