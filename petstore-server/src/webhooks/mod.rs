@@ -6,5 +6,7 @@
 //!
 //! - [`secrets`]: signing secrets, and the key file whose keys seal them
 //!   at rest (the database holds ciphertexts only).
+//! - [`sign`]: the `webhook-signature` header of a delivery.
 
 pub mod secrets;
+pub mod sign;
