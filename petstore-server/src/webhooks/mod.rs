@@ -7,6 +7,10 @@
 //! - [`secrets`]: signing secrets, and the key file whose keys seal them
 //!   at rest (the database holds ciphertexts only).
 //! - [`sign`]: the `webhook-signature` header of a delivery.
+//! - [`target`]: which URLs deliveries may go to (https, public addresses),
+//!   checked where the connection is made, and the HTTP client they go
+//!   through.
 
 pub mod secrets;
 pub mod sign;
+pub mod target;
