@@ -10,7 +10,10 @@
 //! - [`target`]: which URLs deliveries may go to (https, public addresses),
 //!   checked where the connection is made, and the HTTP client they go
 //!   through.
+//! - [`schedule`]: when a failed delivery is tried again (the retry
+//!   schedule, a receiver's `Retry-After`).
 
+pub mod schedule;
 pub mod secrets;
 pub mod sign;
 pub mod target;
