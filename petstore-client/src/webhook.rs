@@ -99,7 +99,9 @@ pub fn verify_webhook_any(
     // signature may match only one.
     let mut verified = Err(WebhookError::InvalidSecret);
     for webhook in &webhooks {
-        verified = webhook.verify(body, headers).map_err(WebhookError::from);
+        verified = webhook
+            .verify(body, headers)
+            .map_err(WebhookError::from_reference);
         if verified.is_ok() {
             break;
         }
@@ -141,8 +143,10 @@ pub enum WebhookError {
     NotAnEvent(serde_json::Error),
 }
 
-impl From<standardwebhooks::WebhookError> for WebhookError {
-    fn from(error: standardwebhooks::WebhookError) -> WebhookError {
+impl WebhookError {
+    /// The reference implementation's error, as ours (a function, not a
+    /// `From`: its type stays out of this crate's API).
+    fn from_reference(error: standardwebhooks::WebhookError) -> WebhookError {
         use standardwebhooks::WebhookError as Reference;
         match error {
             Reference::InvalidSecret(_) => WebhookError::InvalidSecret,
