@@ -93,6 +93,14 @@
 //! # }
 //! ```
 //!
+//! # Webhooks
+//!
+//! A receiver of the service's webhooks (since contract 1.7.0) checks each
+//! delivery with [`verify_webhook`] (the subscription's `whsec_…` secret,
+//! the request's headers and body), which gives its [`types::Event`], the
+//! same as the feed's; [`verify_webhook_any`] takes the old and the new
+//! secret during a rotation.
+//!
 //! # Errors
 //!
 //! Every method's `send()` returns `Result<ResponseValue<T>, Error<types::Error>>`.
@@ -200,12 +208,14 @@ mod follow;
 mod once;
 mod retry;
 mod walk;
+mod webhook;
 
 pub use event::EventType;
 pub use follow::{EVENTS_WAIT_MAX, FollowEvents};
 pub use once::{CreatePetOnce, CreatedOnce, Once, PlaceOrderOnce, PlacedOnce};
 pub use retry::{RetryPolicy, retry_after};
 pub use walk::{OrderWalk, PAGE_SIZE_MAX, PetWalk};
+pub use webhook::{WebhookError, verify_webhook, verify_webhook_any};
 
 pub use generated::{
     ByteStream, Client, ClientInfo, Error, ResponseValue, builder, prelude, types,

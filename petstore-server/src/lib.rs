@@ -17,6 +17,8 @@
 //!   implementations; it knows nothing of HTTP.
 //! - [`docs`]: the committed contract and an interactive page, served.
 //! - [`logging`]: structured logs.
+//! - [`webhooks`]: the webhooks' core: signing secrets sealed at rest,
+//!   signatures, the targets deliveries may go to, the retry schedule.
 
 pub mod admin;
 pub mod budget;

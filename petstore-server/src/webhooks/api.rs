@@ -16,9 +16,10 @@ use strum::VariantArray;
 
 use super::Webhooks;
 use super::fanout::delivery_of;
-use super::secrets::{SecretKeys, SigningSecret};
+use super::secrets::{SealingKeys, SigningSecret};
+use super::target::TargetRefused;
 use crate::storage::webhooks::{
-    NewSubscription, StoredDelivery, StoredSubscription, SubscriptionOwner, SubscriptionState,
+    NewSubscription, SealedSecret, StoredDelivery, StoredSubscription, SubscriptionOwner, SubscriptionState,
 };
 use crate::storage::{EventKind, EventQuery, EventsOutcome, LIST_MAX, OwnerId, Storage, StorageError};
 
@@ -77,7 +78,7 @@ fn subscribed_kinds(
 
 impl Webhooks {
     /// The keys, or `503` when webhooks are off.
-    fn keys(&self) -> Result<&SecretKeys, ApiError> {
+    fn keys(&self) -> Result<&SealingKeys, ApiError> {
         self.keys
             .as_deref()
             .ok_or_else(ApiError::webhooks_not_configured)
@@ -94,13 +95,11 @@ impl Webhooks {
         let checked = async {
             let keys = self.keys()?;
             let kinds = subscribed_kinds(auth, new.types.as_deref())?;
-            let url = self
-                .policy
-                .resolve_and_check(&new.url)
-                .await
-                .map_err(|refused| ApiError::webhook_target_refused(&refused.to_string()))?;
-            let secret = SigningSecret::generate();
-            Ok((kinds, url, keys.seal(&secret), secret))
+            let refused = |refused: TargetRefused| ApiError::webhook_target_refused(&refused.to_string());
+            let url = self.policy.check_url(&new.url).map_err(refused)?;
+            self.policy.resolve_and_check(&url).await.map_err(refused)?;
+            let (secret, sealed) = new_secret(keys)?;
+            Ok((kinds, url, sealed, secret))
         };
         let (kinds, url, sealed, secret) = match checked.await {
             Ok(checked) => checked,
@@ -134,12 +133,15 @@ impl Webhooks {
             Ok(keys) => keys,
             Err(off) => return Ok(Err(off)),
         };
-        let secret = SigningSecret::generate();
+        let (secret, sealed) = match new_secret(keys) {
+            Ok(made) => made,
+            Err(failed) => return Ok(Err(failed)),
+        };
         let until = Utc::now()
             + chrono::TimeDelta::from_std(previous_valid_for).unwrap_or(chrono::TimeDelta::zero());
         let rotated = self
             .store
-            .rotate_secret(id, owner_filter(auth), keys.seal(&secret), until)
+            .rotate_secret(id, owner_filter(auth), sealed, until)
             .await?;
         Ok(match rotated {
             Some(_) => Ok(WebhookSecret {
@@ -203,6 +205,14 @@ impl Webhooks {
             through: after.max(from - 1).to_string(),
         }))
     }
+}
+
+/// A new signing secret, and how it is stored. Failing to draw random
+/// bytes or to seal them is a fault of ours (500).
+fn new_secret(keys: &SealingKeys) -> Result<(SigningSecret, SealedSecret), ApiError> {
+    let secret = SigningSecret::generate().map_err(|e| ApiError::internal(&e))?;
+    let sealed = keys.seal(&secret).map_err(|e| ApiError::internal(&e))?;
+    Ok((secret, sealed))
 }
 
 /// A replay's bounds: event ids, `from` ≤ `to`.

@@ -14,7 +14,8 @@ use chrono::{DateTime, Utc};
 use tokio::sync::{Notify, Semaphore};
 
 use super::schedule::{RetrySchedule, retry_after};
-use super::secrets::SecretKeys;
+use super::secrets::SealingKeys;
+use super::target::TargetPolicy;
 use super::sign::signature_header;
 use crate::metrics::{AttemptResult, Metrics};
 use crate::storage::StorageError;
@@ -38,9 +39,12 @@ pub struct Deliverer {
     /// The subscriptions and deliveries.
     pub hooks: Arc<dyn WebhookStorage>,
     /// Opens the stored secrets.
-    pub keys: Arc<SecretKeys>,
-    /// Sends the requests (with the target policy built in).
+    pub keys: Arc<SealingKeys>,
+    /// Sends the requests (its resolver checks every name it resolves).
     pub client: reqwest::Client,
+    /// Which targets are admitted: checked again before each request, for
+    /// an address in the URL itself (no resolver sees it).
+    pub policy: TargetPolicy,
     /// When failed attempts are tried again.
     pub schedule: RetrySchedule,
     /// The whole request's bound.
@@ -160,6 +164,9 @@ impl Deliverer {
                 return self.failed(delivery, at, None, e.to_string(), None);
             }
         };
+        if let Err(refused) = self.policy.check_url(&delivery.url) {
+            return self.failed(delivery, at, None, refused.to_string(), None);
+        }
         let id = delivery.event_id.to_string();
         let timestamp = at.timestamp();
         let signature = signature_header(&secrets, &id, timestamp, &delivery.body);
@@ -210,7 +217,7 @@ impl Deliverer {
         let wait = response
             .headers()
             .get(http::header::RETRY_AFTER)
-            .and_then(|value| retry_after(value, at));
+            .and_then(|value| retry_after(value, at.into()));
         let error = format!("the receiver answered {status}");
         self.failed(delivery, at, Some(status.as_u16()), error, wait)
     }

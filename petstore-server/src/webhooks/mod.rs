@@ -1,13 +1,24 @@
-//! Webhooks (since contract 1.7.0): subscriptions, signed deliveries,
-//! retries — pushed from the feed, after commit.
+//! Webhooks (since contract 1.7.0): events of the feed sent to
+//! subscribers' URLs, signed as the Standard Webhooks spec says, after
+//! commit and off the write path.
 //!
-//! ```text
-//! secrets  target  schedule  sign       depend on nothing of ours but storage's types
-//! fanout   → storage                    the feed turned into deliveries
-//! deliverer → secrets, sign, schedule, metrics, storage
-//! mod      → all of the above           settings, the handle the handlers use, start
-//! ```
+//! - [`secrets`]: signing secrets, and the key file whose keys seal them
+//!   at rest (the database holds ciphertexts only).
+//! - [`sign`]: the `webhook-signature` header of a delivery.
+//! - [`target`]: which URLs deliveries may go to (https, public addresses),
+//!   checked where the connection is made, and the HTTP client they go
+//!   through.
+//! - [`schedule`]: when a failed delivery is tried again (the retry
+//!   schedule, a receiver's `Retry-After`).
+//! - [`fanout`]: the feed turned into deliveries, each event once per
+//!   subscription whichever instance gets there first.
+//! - [`deliverer`]: due deliveries claimed, sent, and their outcome kept.
+//! - [`api`]: the operations' decisions (who sees which subscription, what
+//!   a new one receives), for the handlers.
+//!
+//! What it stores is behind [`crate::storage::webhooks`].
 
+pub mod api;
 pub mod deliverer;
 pub mod fanout;
 pub mod schedule;
@@ -26,7 +37,7 @@ use crate::metrics::Metrics;
 use crate::storage::webhooks::WebhookStorage;
 use crate::storage::{DatabaseUrl, Storage};
 use schedule::RetrySchedule;
-use secrets::SecretKeys;
+use secrets::SealingKeys;
 use target::TargetPolicy;
 
 /// How webhooks are delivered.
@@ -50,7 +61,7 @@ impl Default for WebhookSettings {
         WebhookSettings {
             key_file: None,
             allow_private_targets: false,
-            retry_delays: RetrySchedule::default_delays(),
+            retry_delays: RetrySchedule::default().waits().to_vec(),
             timeout: Duration::from_secs(15),
         }
     }
@@ -79,7 +90,7 @@ pub struct Webhooks {
     pub store: Arc<dyn WebhookStorage>,
     /// Seals and opens secrets; `None` when webhooks are off (PostgreSQL
     /// without a key file).
-    pub keys: Option<Arc<SecretKeys>>,
+    pub keys: Option<Arc<SealingKeys>>,
     /// Which targets are admitted.
     pub policy: TargetPolicy,
     /// Wakes the fan-out (a subscription made or replayed).
@@ -136,9 +147,9 @@ pub fn start(
         }
         Some((path, made_if_missing)) => {
             let loaded = if made_if_missing {
-                SecretKeys::load_or_create(&path)
+                SealingKeys::load_or_create(&path)
             } else {
-                SecretKeys::load(&path)
+                SealingKeys::load(&path)
             };
             let keys = loaded.map_err(|source| WebhooksError::KeyFile { path, source })?;
             Some(Arc::new(keys))
@@ -169,7 +180,8 @@ pub fn start(
         hooks: store,
         keys,
         client,
-        schedule: RetrySchedule::new(settings.retry_delays.clone()),
+        policy,
+        schedule: RetrySchedule::new(settings.retry_delays.clone()).unwrap_or_default(),
         timeout: settings.timeout,
         due: Arc::clone(&webhooks.due),
         metrics,
@@ -178,3 +190,5 @@ pub fn start(
     let delivering = tokio::spawn(deliverer.run());
     Ok((webhooks, WebhookTasks(vec![fan_out, delivering])))
 }
+=======
+>>>>>>> wh-core
