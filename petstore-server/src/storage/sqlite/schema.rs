@@ -1,9 +1,11 @@
 //! What every connection to a SQLite database shares, the storage's and the
 //! key commands' alike: its configuration (busy timeout, WAL, full sync),
-//! the schema's migrations, and how a SQLite error is classified.
+//! the schema's migrations, how a SQLite error is classified, and how work
+//! runs on a connection of its own beside the writer (the keys', the
+//! webhooks').
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rusqlite::{Connection, ErrorCode, TransactionBehavior};
@@ -128,6 +130,21 @@ pub(in crate::storage) fn is_unavailable(error: &rusqlite::Error) -> bool {
                 | ErrorCode::FileLockingProtocolFailed
         )
     )
+}
+
+/// Runs `f` on `conn` (a connection of its own beside the writer's), off
+/// the async workers: its statements may wait on SQLite's locks for up to
+/// the busy timeout.
+pub(super) async fn on_connection<T: Send + 'static>(
+    conn: &Arc<Mutex<Connection>>,
+    f: impl FnOnce(&mut Connection) -> T + Send + 'static,
+) -> T {
+    let conn = Arc::clone(conn);
+    let run = move || f(&mut conn.lock().unwrap_or_else(|e| e.into_inner()));
+    match tokio::task::spawn_blocking(run).await {
+        Ok(result) => result,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
 }
 
 pub(super) fn sqlite(doing: &'static str) -> impl Fn(rusqlite::Error) -> StorageError {
