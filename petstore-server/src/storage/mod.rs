@@ -88,6 +88,15 @@ pub enum StorageError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A stored webhook subscription, or one of its deliveries, does not
+    /// decode.
+    #[error("the stored webhook {id}: {reason}")]
+    BadWebhook {
+        /// The subscription's id.
+        id: i64,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// Something that cannot happen did (a bug in us).
     #[error("a broken invariant: {0}")]
     Invariant(&'static str),
@@ -138,6 +147,7 @@ impl StorageError {
             StorageError::Batch(cause) => cause.is_unavailable(),
             StorageError::Undecodable { .. }
             | StorageError::BadKey { .. }
+            | StorageError::BadWebhook { .. }
             | StorageError::Invariant(_)
             | StorageError::WriterStopped(_) => false,
         }
