@@ -12,10 +12,10 @@ pub mod events;
 pub mod idempotency;
 pub mod keys;
 pub mod orders;
-pub mod webhooks;
 mod postgres;
 mod sqlite;
 mod url;
+pub mod webhooks;
 
 pub use events::{EVENT_SCAN_MAX, EventKind, EventPage, EventQuery, EventsOutcome, StoredEvent};
 pub use idempotency::{CreateOutcome, Fingerprint, Idempotency, PURGE_BATCH, Retention};
@@ -24,8 +24,13 @@ pub use orders::{
     OrderPage, OrderQuery, Owner, OwnerId, PlaceOutcome, PlacedBy, StoredOrder, UpdateOutcome,
 };
 pub use postgres::PostgresStorage;
-pub use sqlite::{SqliteKeys, SqliteStorage};
+pub use sqlite::{SqliteKeys, SqliteStorage, SqliteWebhooks};
 pub use url::{DatabaseUrl, DatabaseUrlError, PostgresUrl};
+pub use webhooks::{
+    AttemptOutcome, ClaimedDelivery, DeliveryState, DisabledReason, NewDelivery, NewSubscription,
+    NextStep, SealedSecret, StoredDelivery, StoredSubscription, SubscriptionOwner,
+    SubscriptionState, WebhookStorage,
+};
 
 /// The longest list a backend serves in one call.
 pub const LIST_MAX: u32 = 100;
@@ -88,6 +93,15 @@ pub enum StorageError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A stored webhook subscription, or one of its deliveries, does not
+    /// decode.
+    #[error("the stored webhook {id}: {reason}")]
+    BadWebhook {
+        /// The subscription's id.
+        id: i64,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// Something that cannot happen did (a bug in us).
     #[error("a broken invariant: {0}")]
     Invariant(&'static str),
@@ -138,6 +152,7 @@ impl StorageError {
             StorageError::Batch(cause) => cause.is_unavailable(),
             StorageError::Undecodable { .. }
             | StorageError::BadKey { .. }
+            | StorageError::BadWebhook { .. }
             | StorageError::Invariant(_)
             | StorageError::WriterStopped(_) => false,
         }
@@ -429,13 +444,16 @@ impl Default for StorageMetrics {
     }
 }
 
-/// An open database: the catalogue and the keys, in the same database.
+/// An open database: the catalogue, the keys and the webhooks, in the same
+/// database.
 #[derive(Clone)]
 pub struct Database {
     /// The catalogue.
     pub pets: Arc<dyn Storage>,
     /// The API keys.
     pub keys: Arc<dyn KeyStorage>,
+    /// The webhooks' subscriptions and deliveries.
+    pub webhooks: Arc<dyn WebhookStorage>,
 }
 
 /// Opens the database at `url`, creating or migrating its schema. Errors
@@ -449,18 +467,20 @@ pub async fn open(
 ) -> Result<Database, OpenError> {
     match url {
         DatabaseUrl::Sqlite(path) => {
-            let (pets, keys) =
+            let (pets, keys, webhooks) =
                 SqliteStorage::open(path.clone(), log.clone(), fatal, metrics).await?;
             Ok(Database {
                 pets: Arc::new(pets),
                 keys: Arc::new(keys),
+                webhooks: Arc::new(webhooks),
             })
         }
         DatabaseUrl::Postgres(url) => {
             let storage = Arc::new(PostgresStorage::open_logged(url, log.clone()).await?);
             Ok(Database {
                 pets: storage.clone(),
-                keys: storage,
+                keys: storage.clone(),
+                webhooks: storage,
             })
         }
     }

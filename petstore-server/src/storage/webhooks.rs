@@ -287,7 +287,8 @@ pub trait WebhookStorage: Send + Sync + 'static {
     ) -> Result<Vec<ClaimedDelivery>, StorageError>;
 
     /// Records the outcome of an attempt, only if `instance` still holds the
-    /// claim for that attempt. Returns whether it did.
+    /// claim for that attempt (a lease that ran out still counts until
+    /// another claim takes the delivery). Returns whether it did.
     async fn finish(
         &self,
         instance: &str,
@@ -295,8 +296,12 @@ pub trait WebhookStorage: Send + Sync + 'static {
         outcome: AttemptOutcome,
     ) -> Result<bool, StorageError>;
 
-    /// When the earliest pending delivery of an active subscription is due,
-    /// if there is one (the deliverer sleeps until then).
+    /// When a claim would next find a delivery if nothing else changed, if
+    /// ever (the deliverer sleeps until then): the earliest due time of a
+    /// pending delivery of an active subscription that no earlier delivery
+    /// of its resource holds back, or the end of a lease (a delivery being
+    /// sent is taken again when its lease runs out). A delivery held back
+    /// is not counted: it becomes due when the one before it is finished.
     async fn next_due(&self) -> Result<Option<DateTime<Utc>>, StorageError>;
 
     /// At most `limit` deliveries of subscription `id`, newest event first,
@@ -310,7 +315,8 @@ pub trait WebhookStorage: Send + Sync + 'static {
 
     /// Makes `deliveries` of subscription `id` pending again, due now, with
     /// no attempt counted (stored anew where missing), and makes the
-    /// subscription active. Returns how many were replayed.
+    /// subscription active. Returns how many were replayed (none when there
+    /// is no such subscription).
     async fn replay(&self, id: i64, deliveries: Vec<NewDelivery>) -> Result<u64, StorageError>;
 
     /// Deletes at most `limit` deliveries that are delivered or failed and
@@ -320,4 +326,127 @@ pub trait WebhookStorage: Send + Sync + 'static {
         before: DateTime<Utc>,
         limit: usize,
     ) -> Result<usize, StorageError>;
+}
+
+// What both backends share: how the outcome of an attempt is stored, and
+// how stored columns decode (a row another program wrote, or a newer
+// server, is reported with its subscription's id).
+
+impl NewSubscription {
+    /// The subscription as stored under `id` at `created_at`: active, no
+    /// delivery yet.
+    pub(super) fn stored(self, id: i64, created_at: DateTime<Utc>) -> StoredSubscription {
+        StoredSubscription {
+            id,
+            url: self.url,
+            kinds: self.kinds,
+            sees_owner: self.sees_owner,
+            creator: self.creator,
+            creator_name: self.creator_name,
+            state: SubscriptionState::Active,
+            created_at,
+            fanned_out: self.start_after,
+            secret: self.secret,
+            previous_secret: None,
+            pending: 0,
+            last_success_at: None,
+            last_failure_at: None,
+        }
+    }
+}
+
+impl NextStep {
+    /// The state the attempt leaves its delivery in.
+    pub(super) fn delivery_state(self) -> DeliveryState {
+        match self {
+            NextStep::Delivered => DeliveryState::Delivered,
+            NextStep::RetryAt(_) => DeliveryState::Pending,
+            NextStep::Exhausted | NextStep::Gone => DeliveryState::Failed,
+        }
+    }
+
+    /// When the next attempt is due, if there is one.
+    pub(super) fn retry_at(self) -> Option<DateTime<Utc>> {
+        match self {
+            NextStep::RetryAt(at) => Some(at),
+            _ => None,
+        }
+    }
+
+    /// Why the attempt disables its subscription, if it does.
+    pub(super) fn disables(self) -> Option<DisabledReason> {
+        match self {
+            NextStep::Exhausted => Some(DisabledReason::RetriesExhausted),
+            NextStep::Gone => Some(DisabledReason::Gone),
+            NextStep::Delivered | NextStep::RetryAt(_) => None,
+        }
+    }
+}
+
+/// Replayed deliveries once each, in event order: an upsert may change a
+/// row only once per statement, and locks taken in one order cannot
+/// deadlock.
+pub(super) fn distinct(mut deliveries: Vec<NewDelivery>) -> Vec<NewDelivery> {
+    deliveries.sort_by_key(|delivery| delivery.event_id);
+    deliveries.dedup_by_key(|delivery| delivery.event_id);
+    deliveries
+}
+
+fn bad(id: i64, reason: String) -> StorageError {
+    StorageError::BadWebhook { id, reason }
+}
+
+/// A subscription's stored state and reason (`disabled` always has one).
+pub(super) fn stored_state(
+    id: i64,
+    state: &str,
+    reason: Option<&str>,
+) -> Result<SubscriptionState, StorageError> {
+    match (state, reason) {
+        ("active", None) => Ok(SubscriptionState::Active),
+        ("disabled", Some(reason)) => reason
+            .parse()
+            .map(SubscriptionState::Disabled)
+            .map_err(|_| bad(id, format!("its disabled reason {reason:?} is unknown"))),
+        _ => Err(bad(
+            id,
+            format!("its state {state:?} (reason {reason:?}) is unknown"),
+        )),
+    }
+}
+
+/// A subscription's stored kinds: the bits of its event kinds (a kind this
+/// server does not know, stored by a newer one, is left out).
+pub(super) fn stored_kinds(id: i64, bits: i64) -> Result<EnumSet<EventKind>, StorageError> {
+    u8::try_from(bits)
+        .map(EnumSet::from_repr_truncated)
+        .map_err(|_| bad(id, format!("its kinds {bits} are not a set of event kinds")))
+}
+
+/// How a subscription's kinds are stored.
+pub(super) fn kinds_column(kinds: EnumSet<EventKind>) -> i16 {
+    i16::from(kinds.as_repr())
+}
+
+/// An owner as stored: 32 bytes.
+pub(super) fn stored_owner(id: i64, column: &str, bytes: &[u8]) -> Result<OwnerId, StorageError> {
+    <[u8; 32]>::try_from(bytes).map(OwnerId).map_err(|_| {
+        bad(
+            id,
+            format!("its {column} has {} bytes instead of 32", bytes.len()),
+        )
+    })
+}
+
+/// A delivery's stored state.
+pub(super) fn stored_delivery_state(id: i64, state: &str) -> Result<DeliveryState, StorageError> {
+    state
+        .parse()
+        .map_err(|_| bad(id, format!("a delivery's state {state:?} is unknown")))
+}
+
+/// A delivery's stored event kind.
+pub(super) fn stored_kind(id: i64, code: i64) -> Result<EventKind, StorageError> {
+    EventKind::from_code(code)
+        .ok_or_else(|| bad(id, format!("a delivery's kind {code} is unknown")))
 }

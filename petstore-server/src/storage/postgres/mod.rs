@@ -17,6 +17,8 @@
 //! - The events feed is written by triggers in each change's own statement
 //!   (`feed.rs`); a watcher task per instance finds how far pages may read
 //!   without ever skipping an event (`head.rs`).
+//! - Webhooks' subscriptions and deliveries, claimed by many instances at
+//!   once, are `webhooks.rs`, on a small pool of their own.
 
 use std::sync::Arc;
 
@@ -39,6 +41,8 @@ mod order_statements;
 mod orders;
 mod reads;
 mod shared;
+mod webhook_statements;
+mod webhooks;
 
 use self::batch::{Batcher, CreateBatcher, WRITERS};
 use self::connect::{PoolConnect, Primary};
@@ -47,6 +51,7 @@ use self::head::Head;
 use self::orders::{Place, Update};
 use self::reads::{CountPets, GetPet, ListPets};
 use self::shared::{CONNECTION_TIMEOUT, STATEMENT_TIMEOUT, SharedConnections};
+use self::webhooks::WEBHOOK_CONNECTIONS;
 use super::{
     EventQuery, EventsOutcome, ListQuery, OpenError, OrderPage, OrderQuery, Owner, OwnerId, Page,
     PlaceOutcome, PoolStats, PostgresFailure, PostgresUrl, SharedStats, Storage, StorageError,
@@ -122,6 +127,9 @@ const MIGRATIONS: &[&str] = &[
     // `events:read`): "all" is stored as NULL from now on, as for keys made
     // before scopes existed.
     "UPDATE api_keys SET scopes = NULL WHERE scopes = 31;",
+    // Webhooks (contract 1.7.0, see `webhooks.rs`): subscriptions and
+    // their deliveries. Additive: the release before never reads them.
+    webhook_statements::MIGRATION,
 ];
 
 /// How long an instance is counted after its last heartbeat: four beats
@@ -140,7 +148,8 @@ const MIGRATION_LOCK: i64 = 0x7065_7473_746f_7265; // "petstore"
 /// depth of 4 gave both.
 const READERS_MAX: usize = 4;
 
-/// The PostgreSQL implementation of [`Storage`] and [`KeyStorage`].
+/// The PostgreSQL implementation of [`Storage`], [`KeyStorage`] and
+/// [`WebhookStorage`](super::WebhookStorage).
 pub struct PostgresStorage {
     /// Shared connections for reads, each request on the one with the
     /// fewest in flight.
@@ -173,6 +182,9 @@ pub struct PostgresStorage {
     /// reload — so that a pool saturated by requests never makes a busy
     /// instance look unready, nor delays a revocation.
     admin: Pool,
+    /// Connections for webhooks: the deliverer's claims and finishes, and
+    /// the webhook operations (`webhooks.rs`).
+    webhooks: Pool,
 }
 
 /// Whether a PostgreSQL failure is the database's being unavailable — no
@@ -258,6 +270,7 @@ impl PostgresStorage {
         let watcher = Arc::new(SharedConnections::new(Arc::clone(&primary), 1));
         let pool = build_pool(&config, &primary, url.pool_size(), url)?;
         let admin = build_pool(&config, &primary, 1, url)?;
+        let webhooks = build_pool(&config, &primary, WEBHOOK_CONNECTIONS, url)?;
         let mut client = pool
             .get()
             .await
@@ -281,6 +294,7 @@ impl PostgresStorage {
             writers,
             pool,
             admin,
+            webhooks,
         })
     }
 
@@ -661,6 +675,7 @@ impl Storage for PostgresStorage {
         self.watcher.close();
         self.pool.close();
         self.admin.close();
+        self.webhooks.close();
     }
 }
 

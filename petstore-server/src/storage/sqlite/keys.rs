@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 
 use super::lock::DatabaseLock;
-use super::schema::{BUSY_TIMEOUT, MIGRATIONS, configure_and_migrate, schema_version, sqlite};
+use super::schema::{
+    BUSY_TIMEOUT, MIGRATIONS, configure_and_migrate, on_connection, schema_version, sqlite,
+};
 use crate::budget::{KeyLimits, LimitsChange};
 use crate::storage::keys::{
     KeyError, KeyStorage, Revoked, StoredKey, limits_columns, scopes_column, stored_digest,
@@ -97,12 +99,7 @@ impl SqliteKeys {
         &self,
         f: impl FnOnce(&mut Connection) -> T + Send + 'static,
     ) -> T {
-        let conn = Arc::clone(&self.conn);
-        let run = move || f(&mut conn.lock().unwrap_or_else(|e| e.into_inner()));
-        match tokio::task::spawn_blocking(run).await {
-            Ok(result) => result,
-            Err(e) => std::panic::resume_unwind(e.into_panic()),
-        }
+        on_connection(&self.conn, f).await
     }
 }
 

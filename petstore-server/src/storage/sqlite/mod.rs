@@ -32,7 +32,9 @@
 //! memory (`catalogue.rs` the pets, `orders.rs` the orders, `ids.rs` the
 //! ids both keep); `feed/` the events feed; `rows.rs` rows decoded;
 //! `schema.rs` migrations and connection settings; `lock.rs` the
-//! one-server-per-file lock; `keys.rs` the stored API keys.
+//! one-server-per-file lock; `keys.rs` the stored API keys; `webhooks.rs`
+//! the webhooks' subscriptions and deliveries (on a connection of their own,
+//! as the keys are).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -51,11 +53,13 @@ mod memory;
 mod orders;
 mod rows;
 mod schema;
+mod webhooks;
 mod writer;
 mod writes;
 
 pub use keys::SqliteKeys;
 pub(super) use schema::is_unavailable;
+pub use webhooks::SqliteWebhooks;
 
 use self::feed::{EventLog, Readers, TAIL_MAX, file_page, memory_page};
 use self::lock::DatabaseLock;
@@ -103,13 +107,14 @@ impl SqliteStorage {
     /// Opens (creating if needed) the database file at `path` and brings its
     /// schema up to date. Refuses when another process holds the file (see
     /// `lock.rs`) or when the file cannot be written. Errors are logged to
-    /// `log`; a writer thread that dies is reported to `fatal`.
+    /// `log`; a writer thread that dies is reported to `fatal`. The keys and
+    /// the webhooks come with it, each on a connection of its own.
     pub async fn open(
         path: PathBuf,
         log: slog::Logger,
         fatal: FatalSender,
         metrics: StorageMetrics,
-    ) -> Result<(SqliteStorage, SqliteKeys), OpenError> {
+    ) -> Result<(SqliteStorage, SqliteKeys, SqliteWebhooks), OpenError> {
         SqliteStorage::open_with_tail(path, log, fatal, metrics, TAIL_MAX).await
     }
 
@@ -120,7 +125,7 @@ impl SqliteStorage {
         fatal: FatalSender,
         metrics: StorageMetrics,
         tail_max: usize,
-    ) -> Result<(SqliteStorage, SqliteKeys), OpenError> {
+    ) -> Result<(SqliteStorage, SqliteKeys, SqliteWebhooks), OpenError> {
         let open = move || SqliteStorage::open_blocking(path, log, fatal, metrics, tail_max);
         tokio::task::spawn_blocking(open)
             .await
@@ -136,7 +141,7 @@ impl SqliteStorage {
         fatal: FatalSender,
         metrics: StorageMetrics,
         tail_max: usize,
-    ) -> Result<(SqliteStorage, SqliteKeys), OpenError> {
+    ) -> Result<(SqliteStorage, SqliteKeys, SqliteWebhooks), OpenError> {
         let lock = DatabaseLock::acquire(&path)?;
         let in_file = |source: StorageError| OpenError::Storage {
             database: path.display().to_string(),
@@ -150,10 +155,14 @@ impl SqliteStorage {
         let events = EventLog::load(&conn).map_err(in_file)?;
         let head = Arc::new(watch::Sender::new(events.head()));
         let readers = Readers::open(&path).map_err(in_file)?;
-        let keys_conn = Connection::open(&path)
-            .and_then(|keys| keys.busy_timeout(BUSY_TIMEOUT).map(|()| keys))
-            .map_err(sqlite("opening a connection for the keys"))
-            .map_err(in_file)?;
+        let own_connection = |doing| {
+            Connection::open(&path)
+                .and_then(|conn| conn.busy_timeout(BUSY_TIMEOUT).map(|()| conn))
+                .map_err(sqlite(doing))
+                .map_err(in_file)
+        };
+        let keys_conn = own_connection("opening a connection for the keys")?;
+        let webhooks_conn = own_connection("opening a connection for the webhooks")?;
         let identity = FileIdentity::of(&path).map_err(|source| OpenError::Io {
             doing: format!("reading the metadata of {}", path.display()),
             source,
@@ -207,7 +216,8 @@ impl SqliteStorage {
             head,
             readers: Arc::new(readers),
         };
-        Ok((storage, SqliteKeys::on(keys_conn)))
+        let webhooks = SqliteWebhooks::on(webhooks_conn);
+        Ok((storage, SqliteKeys::on(keys_conn), webhooks))
     }
 
     /// Hands a write to the writer and waits for its commit and outcome.
@@ -479,7 +489,7 @@ mod tests {
             StorageMetrics::default(),
         )
         .await
-        .map(|(storage, _keys)| storage)
+        .map(|(storage, _keys, _webhooks)| storage)
     }
 
     #[tokio::test]
@@ -588,7 +598,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("pets.db");
         let (fatal, mut failure) = tokio::sync::watch::channel(None);
-        let (storage, _keys) =
+        let (storage, _keys, _webhooks) =
             SqliteStorage::open(path.clone(), discard(), fatal, StorageMetrics::default())
                 .await
                 .unwrap();

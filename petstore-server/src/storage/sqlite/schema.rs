@@ -1,9 +1,11 @@
 //! What every connection to a SQLite database shares, the storage's and the
 //! key commands' alike: its configuration (busy timeout, WAL, full sync),
-//! the schema's migrations, and how a SQLite error is classified.
+//! the schema's migrations, how a SQLite error is classified, and how work
+//! runs on a connection of its own beside the writer (the keys', the
+//! webhooks').
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rusqlite::{Connection, ErrorCode, TransactionBehavior};
@@ -107,6 +109,56 @@ pub(super) const MIGRATIONS: &[&str] = &[
     // `events:read`): "all" is stored as NULL from now on, as for keys made
     // before scopes existed.
     "UPDATE api_keys SET scopes = NULL WHERE scopes = 31;",
+    // Webhooks (contract 1.7.0; see `storage/webhooks.rs`), written on a
+    // connection of their own (`webhooks.rs`), not by the writer. Times in
+    // microseconds since the Unix epoch; `kinds` the bits of the event
+    // kinds; owners 32 bytes; secrets sealed. AUTOINCREMENT: a deleted
+    // subscription's id never comes back. A delivery's `resource` is a
+    // pet's id or minus an order's; `webhook_deliveries_open` serves the
+    // guard that keeps one resource's deliveries in event order.
+    "CREATE TABLE webhooks (
+        id              INTEGER PRIMARY KEY AUTOINCREMENT,
+        url             TEXT    NOT NULL,
+        kinds           INTEGER NOT NULL,
+        sees_owner      BLOB,
+        creator         BLOB    NOT NULL,
+        creator_name    TEXT    NOT NULL,
+        state           TEXT    NOT NULL CHECK (state IN ('active', 'disabled')),
+        disabled_reason TEXT,
+        secret          BLOB    NOT NULL,
+        previous_secret BLOB,
+        previous_until  INTEGER,
+        fanned_out      INTEGER NOT NULL,
+        created_at      INTEGER NOT NULL,
+        last_success_at INTEGER,
+        last_failure_at INTEGER,
+        CHECK ((state = 'disabled') = (disabled_reason IS NOT NULL))
+    );
+    CREATE INDEX webhooks_by_creator ON webhooks (creator, id);
+    CREATE TABLE webhook_deliveries (
+        webhook_id   INTEGER NOT NULL REFERENCES webhooks (id),
+        event_id     INTEGER NOT NULL,
+        kind         INTEGER NOT NULL,
+        resource     INTEGER NOT NULL,
+        body         TEXT    NOT NULL,
+        state        TEXT    NOT NULL
+                     CHECK (state IN ('pending', 'sending', 'delivered', 'failed')),
+        attempts     INTEGER NOT NULL DEFAULT 0,
+        next_at      INTEGER NOT NULL,
+        lease_owner  TEXT,
+        lease_until  INTEGER,
+        last_status  INTEGER,
+        last_error   TEXT,
+        last_at      INTEGER,
+        delivered_at INTEGER,
+        PRIMARY KEY (webhook_id, event_id)
+    );
+    CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_at)
+        WHERE state IN ('pending', 'sending');
+    CREATE INDEX webhook_deliveries_open ON webhook_deliveries (webhook_id, resource, event_id)
+        WHERE state IN ('pending', 'sending');
+    CREATE INDEX webhook_deliveries_finished ON webhook_deliveries (last_at)
+        WHERE state IN ('delivered', 'failed');",
 ];
 
 /// How long a connection waits on a lock (e.g. another program holding the
@@ -128,6 +180,21 @@ pub(in crate::storage) fn is_unavailable(error: &rusqlite::Error) -> bool {
                 | ErrorCode::FileLockingProtocolFailed
         )
     )
+}
+
+/// Runs `f` on `conn` (a connection of its own beside the writer's), off
+/// the async workers: its statements may wait on SQLite's locks for up to
+/// the busy timeout.
+pub(super) async fn on_connection<T: Send + 'static>(
+    conn: &Arc<Mutex<Connection>>,
+    f: impl FnOnce(&mut Connection) -> T + Send + 'static,
+) -> T {
+    let conn = Arc::clone(conn);
+    let run = move || f(&mut conn.lock().unwrap_or_else(|e| e.into_inner()));
+    match tokio::task::spawn_blocking(run).await {
+        Ok(result) => result,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
 }
 
 pub(super) fn sqlite(doing: &'static str) -> impl Fn(rusqlite::Error) -> StorageError {

@@ -54,7 +54,7 @@ with_either_tail!(
 
 async fn open(path: &Path, tail: usize) -> SqliteStorage {
     let log = slog::Logger::root(slog::Discard, slog::o!());
-    let (storage, _keys) = SqliteStorage::open_with_tail(
+    let (storage, _keys, _webhooks) = SqliteStorage::open_with_tail(
         path.to_owned(),
         log,
         FatalSender::new(None),

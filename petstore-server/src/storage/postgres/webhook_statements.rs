@@ -1,0 +1,250 @@
+//! The webhooks' schema and statements (`webhooks.rs` runs them, each
+//! prepared once per pooled connection).
+
+/// Subscriptions and their deliveries. `kinds` holds the bits of the event
+/// kinds; owners are 32 bytes; secrets sealed. A delivery's `resource` is
+/// a pet's id or minus an order's. `webhook_deliveries_open` serves the
+/// guard that keeps one resource's deliveries in event order,
+/// `webhook_deliveries_due` the claims, `webhook_deliveries_finished` the
+/// purge. Deleting a subscription deletes its deliveries.
+pub(super) const MIGRATION: &str = "
+    CREATE TABLE webhooks (
+        id              BIGINT      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        url             TEXT        NOT NULL,
+        kinds           SMALLINT    NOT NULL,
+        sees_owner      BYTEA,
+        creator         BYTEA       NOT NULL,
+        creator_name    TEXT        NOT NULL,
+        state           TEXT        NOT NULL CHECK (state IN ('active', 'disabled')),
+        disabled_reason TEXT,
+        secret          BYTEA       NOT NULL,
+        previous_secret BYTEA,
+        previous_until  TIMESTAMPTZ,
+        fanned_out      BIGINT      NOT NULL,
+        created_at      TIMESTAMPTZ NOT NULL,
+        last_success_at TIMESTAMPTZ,
+        last_failure_at TIMESTAMPTZ,
+        CHECK ((state = 'disabled') = (disabled_reason IS NOT NULL))
+    );
+    CREATE INDEX webhooks_by_creator ON webhooks (creator, id);
+    CREATE TABLE webhook_deliveries (
+        webhook_id   BIGINT      NOT NULL REFERENCES webhooks (id) ON DELETE CASCADE,
+        event_id     BIGINT      NOT NULL,
+        kind         SMALLINT    NOT NULL,
+        resource     BIGINT      NOT NULL,
+        body         TEXT        NOT NULL,
+        state        TEXT        NOT NULL
+                     CHECK (state IN ('pending', 'sending', 'delivered', 'failed')),
+        attempts     INTEGER     NOT NULL DEFAULT 0,
+        next_at      TIMESTAMPTZ NOT NULL,
+        lease_owner  TEXT,
+        lease_until  TIMESTAMPTZ,
+        last_status  INTEGER,
+        last_error   TEXT,
+        last_at      TIMESTAMPTZ,
+        delivered_at TIMESTAMPTZ,
+        PRIMARY KEY (webhook_id, event_id)
+    );
+    CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_at)
+        WHERE state IN ('pending', 'sending');
+    CREATE INDEX webhook_deliveries_open ON webhook_deliveries (webhook_id, resource, event_id)
+        WHERE state IN ('pending', 'sending');
+    CREATE INDEX webhook_deliveries_finished ON webhook_deliveries (last_at)
+        WHERE state IN ('delivered', 'failed');";
+
+/// A subscription's columns of the row `w`, as `subscription_from_row`
+/// reads them, its open deliveries counted (subscriptions are few).
+macro_rules! subscription_columns {
+    () => {
+        "w.id, w.url, w.kinds, w.sees_owner, w.creator, w.creator_name, w.state,
+         w.disabled_reason, w.created_at, w.fanned_out, w.secret, w.previous_secret,
+         w.previous_until, w.last_success_at, w.last_failure_at,
+         (SELECT count(*) FROM webhook_deliveries d
+          WHERE d.webhook_id = w.id AND d.state IN ('pending', 'sending'))"
+    };
+}
+
+/// "No earlier delivery of the same subscription and resource is open",
+/// for the delivery `d`: what keeps one resource's deliveries in event
+/// order. It also holds back a delivery whose earlier one another instance
+/// is claiming right now: that row's version before the claim still reads
+/// `pending`.
+macro_rules! none_open_before {
+    () => {
+        "NOT EXISTS (SELECT 1 FROM webhook_deliveries e
+                     WHERE e.webhook_id = d.webhook_id AND e.resource = d.resource
+                       AND e.event_id < d.event_id AND e.state IN ('pending', 'sending'))"
+    };
+}
+
+/// A new subscription, active, made now: its id and time.
+pub(super) const CREATE: &str = "
+    INSERT INTO webhooks (url, kinds, sees_owner, creator, creator_name, state, secret,
+                          fanned_out, created_at)
+    VALUES ($1, $2, $3, $4, $5, 'active', $6, $7, now())
+    RETURNING id, created_at";
+
+/// At most `$3` subscriptions after `$1`, in id order (`$2`'s when given).
+pub(super) const LIST: &str = concat!(
+    "SELECT ",
+    subscription_columns!(),
+    " FROM webhooks w
+      WHERE w.id > $1 AND ($2::bytea IS NULL OR w.creator = $2)
+      ORDER BY w.id LIMIT $3"
+);
+
+/// The subscription `$1` (`$2`'s when given).
+pub(super) const GET: &str = concat!(
+    "SELECT ",
+    subscription_columns!(),
+    " FROM webhooks w WHERE w.id = $1 AND ($2::bytea IS NULL OR w.creator = $2)"
+);
+
+/// Every active subscription.
+pub(super) const ACTIVE: &str = concat!(
+    "SELECT ",
+    subscription_columns!(),
+    " FROM webhooks w WHERE w.state = 'active' ORDER BY w.id"
+);
+
+/// The subscription `$1` (`$2`'s when given) with the secret `$4`, its
+/// current one kept until `$3`.
+pub(super) const ROTATE: &str = concat!(
+    "WITH w AS (
+         UPDATE webhooks SET previous_secret = secret, previous_until = $3, secret = $4
+         WHERE id = $1 AND ($2::bytea IS NULL OR creator = $2)
+         RETURNING *)
+     SELECT ",
+    subscription_columns!(),
+    " FROM w"
+);
+
+/// The deliveries of subscription `$1` (if it is `$2`'s when given),
+/// deleted before it: in the order a finish locks rows (a delivery, then
+/// its subscription), so that the two never deadlock.
+pub(super) const DELETE_DELIVERIES: &str = "
+    DELETE FROM webhook_deliveries d USING webhooks w
+    WHERE d.webhook_id = w.id AND w.id = $1 AND ($2::bytea IS NULL OR w.creator = $2)";
+
+/// The subscription `$1` (`$2`'s when given); deliveries stored since the
+/// statement above go with it.
+pub(super) const DELETE: &str =
+    "DELETE FROM webhooks WHERE id = $1 AND ($2::bytea IS NULL OR creator = $2)";
+
+/// Moves subscription `$1`'s cursor from `$2` to `$3` and stores the
+/// deliveries (`$4`… as columns), or, if the cursor is no longer at `$2`
+/// (another instance moved it; a concurrent move waits for the row and
+/// re-reads it), does neither. One row: 1 if it moved.
+pub(super) const FAN_OUT: &str = "
+    WITH moved AS (
+        UPDATE webhooks SET fanned_out = $3 WHERE id = $1 AND fanned_out = $2
+        RETURNING id),
+    stored AS (
+        INSERT INTO webhook_deliveries (webhook_id, event_id, kind, resource, body, state,
+                                        next_at)
+        SELECT moved.id, d.event_id, d.kind, d.resource, d.body, 'pending', now()
+        FROM moved
+        CROSS JOIN unnest($4::bigint[], $5::smallint[], $6::bigint[], $7::text[])
+            AS d (event_id, kind, resource, body)
+        ON CONFLICT DO NOTHING)
+    SELECT count(*) FROM moved";
+
+/// At most `$1` due deliveries (see `WebhookStorage::claim`) leased to
+/// `$2` for `$3` seconds, with what sending them needs. `SKIP LOCKED`:
+/// instances claiming at once take disjoint rows without waiting; a row
+/// another claim changed and committed meanwhile is re-checked (now
+/// `sending`, it is left out).
+pub(super) const CLAIM: &str = concat!(
+    "WITH next AS (
+         SELECT d.webhook_id, d.event_id, w.url, w.secret,
+                CASE WHEN w.previous_until > now() THEN w.previous_secret END AS previous
+         FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
+         WHERE w.state = 'active' AND d.next_at <= now()
+           AND (d.state = 'pending' OR (d.state = 'sending' AND d.lease_until < now()))
+           AND ",
+    none_open_before!(),
+    "
+         ORDER BY d.next_at, d.event_id
+         LIMIT $1
+         FOR UPDATE OF d SKIP LOCKED)
+     UPDATE webhook_deliveries d
+     SET state = 'sending', attempts = d.attempts + 1, lease_owner = $2,
+         lease_until = now() + make_interval(secs => $3)
+     FROM next
+     WHERE d.webhook_id = next.webhook_id AND d.event_id = next.event_id
+     RETURNING d.webhook_id, d.event_id, d.attempts, next.url, d.body, next.secret,
+               next.previous"
+);
+
+/// Records attempt `$4` of delivery (`$1`, `$2`) if `$3` still holds its
+/// lease: its state `$5`, next attempt `$6`, status `$7`, error `$8`, time
+/// `$9`; then on its subscription when it last succeeded or failed (the
+/// latest, in whatever order finishes come), and the reason `$10` it is
+/// disabled for, if any. One statement: the delivery's row is locked
+/// before its subscription's, as everywhere else. One row if it counted.
+pub(super) const FINISH: &str = "
+    WITH finished AS (
+        UPDATE webhook_deliveries
+        SET state = $5::text, next_at = coalesce($6::timestamptz, next_at),
+            lease_owner = NULL, lease_until = NULL, last_status = $7::integer,
+            last_error = $8::text, last_at = $9::timestamptz,
+            delivered_at = CASE WHEN $5::text = 'delivered' THEN $9::timestamptz END
+        WHERE webhook_id = $1 AND event_id = $2 AND state = 'sending'
+          AND lease_owner = $3 AND attempts = $4
+        RETURNING webhook_id)
+    UPDATE webhooks w SET
+        last_success_at = CASE WHEN $5::text = 'delivered'
+                          THEN greatest(w.last_success_at, $9::timestamptz)
+                          ELSE w.last_success_at END,
+        last_failure_at = CASE WHEN $5::text = 'delivered' THEN w.last_failure_at
+                          ELSE greatest(w.last_failure_at, $9::timestamptz) END,
+        state = CASE WHEN $10::text IS NULL THEN w.state ELSE 'disabled' END,
+        disabled_reason = coalesce($10::text, w.disabled_reason)
+    FROM finished WHERE w.id = finished.webhook_id";
+
+/// When a claim would next find a delivery (see `WebhookStorage::next_due`).
+pub(super) const NEXT_DUE: &str = concat!(
+    "SELECT min(CASE d.state WHEN 'sending' THEN d.lease_until ELSE d.next_at END)
+     FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
+     WHERE w.state = 'active' AND d.state IN ('pending', 'sending') AND ",
+    none_open_before!()
+);
+
+/// At most `$3` deliveries of subscription `$1` below event `$2`, newest
+/// first.
+pub(super) const LIST_DELIVERIES: &str = "
+    SELECT event_id, kind, state, attempts, last_status, last_error, last_at, next_at,
+           delivered_at
+    FROM webhook_deliveries
+    WHERE webhook_id = $1 AND event_id < $2
+    ORDER BY event_id DESC LIMIT $3";
+
+/// Stores the deliveries (`$2`… as columns, in event order) of
+/// subscription `$1`, if it exists, as pending, due now, no attempt made;
+/// those already stored are made so. Before the subscription is enabled:
+/// in the order a finish locks rows.
+pub(super) const REPLAY: &str = "
+    INSERT INTO webhook_deliveries (webhook_id, event_id, kind, resource, body, state, next_at)
+    SELECT w.id, d.event_id, d.kind, d.resource, d.body, 'pending', now()
+    FROM webhooks w
+    CROSS JOIN unnest($2::bigint[], $3::smallint[], $4::bigint[], $5::text[])
+        AS d (event_id, kind, resource, body)
+    WHERE w.id = $1
+    ORDER BY d.event_id
+    ON CONFLICT (webhook_id, event_id) DO UPDATE SET
+        state = 'pending', attempts = 0, next_at = excluded.next_at, lease_owner = NULL,
+        lease_until = NULL, delivered_at = NULL";
+
+/// Makes subscription `$1` active.
+pub(super) const ENABLE: &str =
+    "UPDATE webhooks SET state = 'active', disabled_reason = NULL WHERE id = $1";
+
+/// Deletes at most `$2` deliveries finished before `$1`; the condition is
+/// checked again on the rows deleted, so one replayed meanwhile stays.
+pub(super) const PURGE: &str = "
+    DELETE FROM webhook_deliveries
+    WHERE (webhook_id, event_id) IN (
+              SELECT webhook_id, event_id FROM webhook_deliveries
+              WHERE state IN ('delivered', 'failed') AND last_at < $1
+              LIMIT $2)
+      AND state IN ('delivered', 'failed') AND last_at < $1";
