@@ -15,6 +15,7 @@ use petstore_server::keys::ApiKeys;
 use petstore_server::logging::{self, LogFormat, LogSettings};
 use petstore_server::ratelimit::RateLimits;
 use petstore_server::storage::{self, DatabaseUrl, StoredKey};
+use petstore_server::webhooks::secrets::SealingKeys;
 use petstore_server::{
     EVENTS_RETENTION_DEFAULT, IDEMPOTENCY_RETENTION_MIN, RunningServer, ServerConfig,
     WebhookSettings,
@@ -596,6 +597,12 @@ impl TestServer {
 }
 
 async fn launch(database: &TestDatabase, log: &LogBuffer, options: Options) -> RunningServer {
+    let key_file = database.dir.path().join("webhook.key");
+    if !key_file.exists() {
+        SealingKeys::generate()
+            .and_then(|keys| keys.write_new(&key_file))
+            .expect("a webhook key file");
+    }
     let config = ServerConfig {
         bind: "127.0.0.1:0".parse().expect("an address"),
         database: database.url.clone(),
@@ -606,7 +613,7 @@ async fn launch(database: &TestDatabase, log: &LogBuffer, options: Options) -> R
         events_retention: options.events_retention,
         // Receivers in tests listen on loopback, over plain HTTP.
         webhooks: WebhookSettings {
-            key_file: Some(database.dir.path().join("webhook.key")),
+            key_file: Some(key_file),
             allow_private_targets: options.webhook_private_targets,
             retry_delays: options.webhook_retry_delays.to_vec(),
             timeout: options.webhook_timeout,

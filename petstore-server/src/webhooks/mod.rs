@@ -18,7 +18,7 @@
 //!
 //! What it stores is behind [`crate::storage::webhooks`].
 
-pub mod api;
+// pub mod api;
 pub mod deliverer;
 pub mod fanout;
 pub mod schedule;
@@ -190,5 +190,3 @@ pub fn start(
     let delivering = tokio::spawn(deliverer.run());
     Ok((webhooks, WebhookTasks(vec![fan_out, delivering])))
 }
-=======
->>>>>>> wh-core
