@@ -7,6 +7,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use petstore_server::keys::ApiKeys;
 use petstore_server::logging;
 use petstore_server::storage::{DatabaseUrl, FatalSender, StorageMetrics};
+use petstore_server::webhooks::secrets::SealingKeys;
 use petstore_server::{ServerConfig, WebhookSettings, storage};
 
 mod cli;
@@ -43,6 +44,19 @@ enum Command {
     Config(ConfigCommand),
     /// Print the OpenAPI document this server implements (JSON, as emitted from code).
     Openapi,
+    /// Webhooks' key file: the keys that seal signing secrets, outside the database.
+    #[command(subcommand)]
+    WebhookKey(WebhookKeyCommand),
+}
+
+#[derive(Subcommand)]
+enum WebhookKeyCommand {
+    /// Write a new key file (mode 0600; refused if the file exists). Give every instance the
+    /// same file with --webhook-key-file.
+    Create {
+        /// The file to write.
+        file: std::path::PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -80,6 +94,7 @@ fn main() -> ExitCode {
             }
             Command::Config(ConfigCommand::Check { file }) => config_check(file),
             Command::Openapi => print_openapi(),
+            Command::WebhookKey(WebhookKeyCommand::Create { file }) => create_webhook_key(&file),
         }
     });
     // Connections cut at the shutdown deadline still have tasks on the
@@ -89,6 +104,14 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(format!("{e:#}")),
     }
+}
+
+fn create_webhook_key(file: &std::path::Path) -> anyhow::Result<()> {
+    SealingKeys::generate()
+        .and_then(|keys| keys.write_new(file))
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    println!("{}", file.display());
+    Ok(())
 }
 
 fn fail(message: String) -> ExitCode {
