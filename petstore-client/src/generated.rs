@@ -3100,9 +3100,10 @@ Decisions where the interface specification is silent:
   request body that stops arriving is `408` (`request_timeout`); a body
   too large is `413` (`payload_too_large`).
 - **Invalid query parameters.** A `limit` outside 1..100 or not an integer, a
-  `status` that is not a `PetStatus` (an `OrderStatus` for orders), and an
-  `after` or `petId` that is not an int64, get `400` with code `bad_request`.
-  Unknown query parameters are ignored.
+  `status` that is not a `PetStatus` (an `OrderStatus` for orders), an
+  `after` or `petId` that is not an int64, a `before` that is not an event
+  `id` and a `previousValidFor` outside 0..604800 (since 1.7.0) get `400`
+  with code `bad_request`. Unknown query parameters are ignored.
 - **Invalid path parameter.** A `petId`, `orderId` or `webhookId` that is not
   an integer in the int64 range gets `400` with code `bad_request`. A
   well-formed one with no animal, order or webhook subscription gets `404`.
@@ -3253,9 +3254,11 @@ Decisions where the interface specification is silent:
   `https` and resolve only to public addresses. The tag `Webhooks` has
   the whole of the rules; a subscription belongs to the key that made
   it.
-- **Links (since 1.5.0).** `createPet`'s `201` links to `getPet`, and
-  `placeOrder`'s `201` to `getOrder` and `updateOrder`, each through the
-  created item's `id` (OpenAPI `links`).
+- **Links (since 1.5.0).** `createPet`'s `201` links to `getPet`,
+  `placeOrder`'s `201` to `getOrder` and `updateOrder`, and
+  `createWebhook`'s `201` (since 1.7.0) to `getWebhook`,
+  `listWebhookDeliveries`, `rotateWebhookSecret` and `deleteWebhook`,
+  each through the created item's `id` (OpenAPI `links`).
 
 
 Version: 1.7.0*/
