@@ -641,18 +641,37 @@ mod tests {
             [
                 "Error",
                 "Event",
+                "EventType",
                 "Inventory",
                 "NewOrder",
                 "NewPet",
+                "NewWebhook",
                 "Order",
                 "OrderInclude",
                 "OrderUpdate",
                 "OrderUpdateStatus",
                 "Pet",
+                "ReplayAccepted",
+                "ReplayRange",
+                "Webhook",
+                "WebhookCreated",
+                "WebhookDelivery",
+                "WebhookSecret",
             ]
         );
         let in_responses = in_responses(&spec);
         assert!(in_responses.contains("PetStatus") && in_responses.contains("OrderStatus"));
         assert!(!in_responses.contains("OrderUpdateStatus") && !in_responses.contains("NewPet"));
+        // Answers write event types as strings (`Event.type`, `Webhook.types`).
+        assert!(!in_responses.contains("EventType") && in_responses.contains("Webhook"));
+    }
+
+    /// The contract's `EventType` is the crate's own (`REPLACED`), never a
+    /// second, generated `types::EventType`.
+    #[test]
+    fn event_types_are_the_crate_s_own() {
+        let client = render(&contract().unwrap()).unwrap();
+        assert!(client.contains("pub types: ::std::vec::Vec<crate::EventType>"));
+        assert!(!client.contains("pub enum EventType"));
     }
 }
