@@ -22,8 +22,9 @@ pub struct ApiError {
     /// `insufficient_scope`, `not_found`, `method_not_allowed`,
     /// `request_timeout`, `idempotency_key_in_use`, `pet_not_available`,
     /// `invalid_transition`, `payload_too_large`, `idempotency_key_reused`,
-    /// `pet_not_found`, `cursor_expired`, `rate_limited`, `internal_error`
-    /// or `service_unavailable`.
+    /// `pet_not_found`, `cursor_expired`, `webhook_not_found`,
+    /// `webhook_target_refused`, `rate_limited`, `internal_error` or
+    /// `service_unavailable`.
     pub code: String,
     /// Human-readable description.
     pub message: String,
@@ -93,6 +94,10 @@ pub enum ErrorCode {
     PetNotFound,
     /// 410: the feed's cursor is older than its retention.
     CursorExpired,
+    /// 404: no webhook subscription of the key has the id.
+    WebhookNotFound,
+    /// 422: a webhook's `url` is no endpoint deliveries may be sent to.
+    WebhookTargetRefused,
     /// 429: the key (or, without one, the client address) is over its
     /// budget; `Retry-After` says when to try again.
     RateLimited,
@@ -234,6 +239,41 @@ impl ApiError {
         )
     }
 
+    /// 410 `cursor_expired` of a replay: its range starts at `from`, but
+    /// every event up to `floor` was purged.
+    pub fn replay_range_expired(from: i64, floor: i64) -> ApiError {
+        ApiError::new(
+            ErrorStatusCode::GONE,
+            ErrorCode::CursorExpired,
+            format!(
+                "the events up to {floor} were purged (the feed keeps events for its retention), \
+                 so a replay from {from} cannot be made; replay from an event after {floor}"
+            ),
+        )
+    }
+
+    /// 404 `webhook_not_found`: no webhook subscription has the id `id`,
+    /// or it is another key's (which is not said).
+    pub fn webhook_not_found(id: i64) -> ApiError {
+        ApiError::new(
+            ErrorStatusCode::NOT_FOUND,
+            ErrorCode::WebhookNotFound,
+            format!("no webhook subscription has id {id}"),
+        )
+    }
+
+    /// 422 `webhook_target_refused`: deliveries may not be sent to the
+    /// `url`; `reason` says why, for the client (`"it is not an https
+    /// URL"`, `"hooks.example.com resolves to 10.0.0.7, which is not a
+    /// public address"`).
+    pub fn webhook_target_refused(reason: &str) -> ApiError {
+        ApiError::new(
+            ErrorStatusCode::UNPROCESSABLE_ENTITY,
+            ErrorCode::WebhookTargetRefused,
+            format!("the webhook url is refused: {reason}"),
+        )
+    }
+
     /// 409 `invalid_transition`: an order cannot go from `from` to `to`.
     pub fn invalid_transition(order_id: i64, from: &str, to: &str) -> ApiError {
         ApiError::new(
@@ -255,6 +295,23 @@ impl ApiError {
             "the database is unavailable; retry later",
         );
         error.internal_message = format!("database unavailable: {}", chain(cause));
+        error.headers.get_or_insert_default().insert(
+            RETRY_AFTER,
+            HeaderValue::from(SERVICE_UNAVAILABLE_RETRY_AFTER_SECS),
+        );
+        error
+    }
+
+    /// 503 `service_unavailable` for a reason other than the database
+    /// (`message` says it to the client, and the log), with the same
+    /// `Retry-After` as every 503: a part of the service that is not
+    /// configured, or not there yet.
+    pub fn unavailable(message: impl Into<String>) -> ApiError {
+        let mut error = ApiError::new(
+            ErrorStatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::ServiceUnavailable,
+            message,
+        );
         error.headers.get_or_insert_default().insert(
             RETRY_AFTER,
             HeaderValue::from(SERVICE_UNAVAILABLE_RETRY_AFTER_SECS),
@@ -426,11 +483,52 @@ mod tests {
 
     #[test]
     fn a_503_says_when_to_retry() {
-        let error = ApiError::service_unavailable(&std::io::Error::other("down"));
+        for error in [
+            ApiError::service_unavailable(&std::io::Error::other("down")),
+            ApiError::unavailable("webhooks are not configured"),
+        ] {
+            assert_eq!(
+                error.headers().get(RETRY_AFTER),
+                Some(&HeaderValue::from(SERVICE_UNAVAILABLE_RETRY_AFTER_SECS))
+            );
+            assert_eq!(
+                (error.status, error.code.as_str()),
+                (503, "service_unavailable")
+            );
+        }
+    }
+
+    #[test]
+    fn webhook_errors_name_their_code_and_say_what_is_wrong() {
+        let error = ApiError::webhook_not_found(3);
         assert_eq!(
-            error.headers().get(RETRY_AFTER),
-            Some(&HeaderValue::from(SERVICE_UNAVAILABLE_RETRY_AFTER_SECS))
+            (error.status, error.code.as_str()),
+            (404, "webhook_not_found")
         );
+        assert_eq!(error.message, "no webhook subscription has id 3");
+        let error = ApiError::webhook_target_refused("it is not an https URL");
+        assert_eq!(
+            (error.status, error.code.as_str()),
+            (422, "webhook_target_refused")
+        );
+        assert_eq!(
+            error.message,
+            "the webhook url is refused: it is not an https URL"
+        );
+        let error = ApiError::replay_range_expired(7, 41);
+        assert_eq!((error.status, error.code.as_str()), (410, "cursor_expired"));
+        assert!(
+            error.message.contains("replay from an event after 41"),
+            "{}",
+            error.message
+        );
+        // An extractor naming the new codes keeps them.
+        let named = ErrorCode::WebhookNotFound.http_error(
+            ErrorStatusCode::NOT_FOUND,
+            "gone".into(),
+            "gone".into(),
+        );
+        assert_eq!(ApiError::from(named).code, "webhook_not_found");
     }
 
     #[derive(Debug, thiserror::Error)]

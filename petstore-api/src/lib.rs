@@ -6,8 +6,10 @@
 //! emits from [`PetstoreApi`] is compared with `openapi/petstore.yaml` by the
 //! drift check, so the doc comments here are written as the contract's text.
 //!
-//! - [`model`]: the contract's resources (`Pet`, `NewPet`, `PetStatus`, and
-//!   the Store's `Order`, `NewOrder`, `OrderUpdate`, `OrderInclude`, `Inventory`).
+//! - [`model`]: the contract's resources (`Pet`, `NewPet`, `PetStatus`; the
+//!   Store's `Order`, `NewOrder`, `OrderUpdate`, `OrderInclude`,
+//!   `Inventory`; the feed's `Event`; the webhook subscriptions' `Webhook`
+//!   and the rest).
 //! - [`params`], [`responses`]: the operations' parameters and response
 //!   shapes beyond the model.
 //! - [`error`]: `ApiError`, the one error body.
@@ -27,18 +29,26 @@ pub mod responses;
 pub mod scopes;
 
 use dropshot::{
-    HttpResponseCreated, HttpResponseHeaders, HttpResponseOk, Path, Query, RequestContext,
+    HttpResponseAccepted, HttpResponseCreated, HttpResponseDeleted, HttpResponseHeaders,
+    HttpResponseOk, Path, Query, RequestContext,
 };
 
 use crate::auth::Authenticated;
 use crate::body::StrictJson;
 use crate::error::ApiError;
 use crate::idempotency::{CreatedHeaders, IdempotencyKey};
-use crate::model::{Event, Inventory, NewOrder, NewPet, Order, OrderUpdate, Pet};
-use crate::params::{
-    GetOrderParams, ListEventsParams, ListOrdersParams, ListPetsParams, OrderPath, PetPath,
+use crate::model::{
+    Event, Inventory, NewOrder, NewPet, NewWebhook, Order, OrderUpdate, Pet, ReplayAccepted,
+    ReplayRange, Webhook, WebhookCreated, WebhookDelivery, WebhookSecret,
 };
-use crate::responses::{DeprecationHeaders, EventsPageHeaders, OrdersPageHeaders, PetsPage};
+use crate::params::{
+    GetOrderParams, ListDeliveriesParams, ListEventsParams, ListOrdersParams, ListPetsParams,
+    ListWebhooksParams, OrderPath, PetPath, RotateParams, WebhookPath,
+};
+use crate::responses::{
+    DeliveriesPageHeaders, DeprecationHeaders, EventsPageHeaders, OrdersPageHeaders, PetsPage,
+    WebhooksPageHeaders,
+};
 
 pub use petstore_api_mod::{api_description, stub_api_description};
 
@@ -50,7 +60,7 @@ pub const LIMIT_DEFAULT: i32 = 20;
 pub const REQUEST_BODY_MAX_BYTES: usize = 16 * 1024;
 
 /// The contract version this interface implements (`info.version`).
-pub const CONTRACT_VERSION: semver::Version = semver::Version::new(1, 6, 0);
+pub const CONTRACT_VERSION: semver::Version = semver::Version::new(1, 7, 0);
 
 /// The pet store API.
 #[dropshot::api_description]
@@ -249,6 +259,170 @@ pub trait PetstoreApi {
         auth: Authenticated,
         query: Query<ListEventsParams>,
     ) -> Result<HttpResponseHeaders<HttpResponseOk<Vec<Event>>, EventsPageHeaders>, ApiError>;
+
+    /// List webhook subscriptions
+    ///
+    /// Returns at most `limit` of the API key's webhook subscriptions (20
+    /// when `limit` is omitted) in ascending `id` order, as a plain JSON
+    /// array. When `after` is given, only subscriptions whose `id` is
+    /// greater than `after` are returned: to read the next page, pass the
+    /// last `id` of this one, or follow the `Link` header's `next` target.
+    /// No secret is ever shown here.
+    #[endpoint {
+        method = GET,
+        path = "/v1/webhooks",
+        operation_id = "listWebhooks",
+        tags = ["Webhooks"],
+    }]
+    async fn list_webhooks(
+        rqctx: RequestContext<Self::Context>,
+        auth: Authenticated,
+        query: Query<ListWebhooksParams>,
+    ) -> Result<HttpResponseHeaders<HttpResponseOk<Vec<Webhook>>, WebhooksPageHeaders>, ApiError>;
+
+    /// Subscribe an endpoint to events
+    ///
+    /// Subscribes `url` to the events of `types` (when `types` is omitted,
+    /// of every type the API key may see): from now on each such event is
+    /// delivered to it, signed, as the tag `Webhooks` describes, starting
+    /// with the first event committed after the subscription was made. The
+    /// `201` carries the subscription and its signing `secret`, which is
+    /// shown only here (and by `rotateWebhookSecret`): keep it, since it
+    /// cannot be read again.
+    ///
+    /// The `url` must be an absolute `https` URL whose host resolves only
+    /// to public addresses (unless the operator admits private ones); any
+    /// other is `422` (`webhook_target_refused`), and the message says why.
+    /// Asking for a type of event the key may not see is `403`
+    /// (`insufficient_scope`), and so is omitting `types` with a key that
+    /// may see none. This operation is not idempotent: a retry after a lost
+    /// answer may subscribe the `url` twice (`listWebhooks` shows it).
+    #[endpoint {
+        method = POST,
+        path = "/v1/webhooks",
+        operation_id = "createWebhook",
+        tags = ["Webhooks"],
+    }]
+    async fn create_webhook(
+        rqctx: RequestContext<Self::Context>,
+        auth: Authenticated,
+        body: StrictJson<NewWebhook>,
+    ) -> Result<HttpResponseCreated<WebhookCreated>, ApiError>;
+
+    /// Get a webhook subscription
+    ///
+    /// Returns the subscription with the given identifier, with how its
+    /// deliveries stand: its `state` (and why it is `disabled`), how many
+    /// deliveries are `pending`, and when a delivery last succeeded and an
+    /// attempt last failed. Its secret is never shown here.
+    #[endpoint {
+        method = GET,
+        path = "/v1/webhooks/{webhookId}",
+        operation_id = "getWebhook",
+        tags = ["Webhooks"],
+    }]
+    async fn get_webhook(
+        rqctx: RequestContext<Self::Context>,
+        auth: Authenticated,
+        path: Path<WebhookPath>,
+    ) -> Result<HttpResponseOk<Webhook>, ApiError>;
+
+    /// Delete a webhook subscription
+    ///
+    /// Deletes the subscription and its deliveries: nothing more is sent to
+    /// its `url`, except an attempt that was already under way. Deleting is
+    /// final, and a retried delete of the same subscription is `404`.
+    #[endpoint {
+        method = DELETE,
+        path = "/v1/webhooks/{webhookId}",
+        operation_id = "deleteWebhook",
+        tags = ["Webhooks"],
+    }]
+    async fn delete_webhook(
+        rqctx: RequestContext<Self::Context>,
+        auth: Authenticated,
+        path: Path<WebhookPath>,
+    ) -> Result<HttpResponseDeleted, ApiError>;
+
+    /// Rotate a webhook subscription's secret
+    ///
+    /// Gives the subscription a new signing secret, returned in the `200`
+    /// and never shown again. The secret it replaces stays valid for
+    /// `previousValidFor` seconds (24 hours when omitted, at most 7 days):
+    /// until `previousValidUntil`, every delivery is signed with both, so
+    /// the endpoint can move to the new secret at any moment meanwhile.
+    /// With `previousValidFor=0` the replaced secret is dropped at once:
+    /// that is how to retire a secret that may have leaked. A secret
+    /// replaced by an earlier rotation and still valid is dropped: at most
+    /// two secrets are ever valid.
+    #[endpoint {
+        method = POST,
+        path = "/v1/webhooks/{webhookId}/rotate",
+        operation_id = "rotateWebhookSecret",
+        tags = ["Webhooks"],
+    }]
+    async fn rotate_webhook_secret(
+        rqctx: RequestContext<Self::Context>,
+        auth: Authenticated,
+        path: Path<WebhookPath>,
+        query: Query<RotateParams>,
+    ) -> Result<HttpResponseOk<WebhookSecret>, ApiError>;
+
+    /// List a webhook subscription's deliveries
+    ///
+    /// Returns at most `limit` of the subscription's deliveries (20 when
+    /// `limit` is omitted), newest event first, as a plain JSON array: for
+    /// each event it is to receive, where its delivery stands, how many
+    /// attempts were made and how the last one ended. When `before` is
+    /// given, only deliveries of events before that one are returned: to
+    /// read the next page, pass the last `eventId` of this one, or follow
+    /// the `Link` header's `next` target. Deliveries that ended (delivered
+    /// or failed) are kept for a while, as the operator sets, and then
+    /// purged.
+    #[endpoint {
+        method = GET,
+        path = "/v1/webhooks/{webhookId}/deliveries",
+        operation_id = "listWebhookDeliveries",
+        tags = ["Webhooks"],
+    }]
+    async fn list_webhook_deliveries(
+        rqctx: RequestContext<Self::Context>,
+        auth: Authenticated,
+        path: Path<WebhookPath>,
+        query: Query<ListDeliveriesParams>,
+    ) -> Result<
+        HttpResponseHeaders<HttpResponseOk<Vec<WebhookDelivery>>, DeliveriesPageHeaders>,
+        ApiError,
+    >;
+
+    /// Deliver a range of events again
+    ///
+    /// Delivers again the events from `from` to `to` (event `id`s, both
+    /// included) that the subscription is to receive: each becomes a
+    /// pending delivery, due now, its attempts counted afresh, whether it
+    /// had been delivered, had failed or had never been made. A `disabled`
+    /// subscription becomes `active` again, and its waiting deliveries are
+    /// sent too. The deliveries are sent in the background, each
+    /// resource's in the feed's order as ever; the `202` says how many.
+    ///
+    /// One call examines at most 1,000 events, in the feed's order.
+    /// `through` is the last event `id` it examined, or `to` when it
+    /// examined the whole range: while `through` is less than `to`, call
+    /// again with `from` after `through`. A `from` greater than `to` is
+    /// `400`; a `from` older than the feed's retention (its events were
+    /// purged) is `410` (`cursor_expired`).
+    #[endpoint {
+        method = POST,
+        path = "/v1/webhooks/{webhookId}/replay",
+        operation_id = "replayWebhook",
+        tags = ["Webhooks"],
+    }]
+    async fn replay_webhook(
+        rqctx: RequestContext<Self::Context>,
+        auth: Authenticated,
+        path: Path<WebhookPath>,
+        body: StrictJson<ReplayRange>,
+    ) -> Result<HttpResponseAccepted<ReplayAccepted>, ApiError>;
 }
 
 /// The document the server emits, from the interface alone.

@@ -1,6 +1,8 @@
 //! The parameters of the operations: what the query and path extractors
 //! parse, with messages that name the parameter when a value is wrong.
 
+use std::time::Duration;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer};
 
@@ -165,13 +167,19 @@ impl EventTypes {
 }
 
 fn event_after_param<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<i64>, D::Error> {
+    event_id_param(deserializer, "after").map(Some)
+}
+
+/// A query parameter naming an event by its `id`: decimal digits, in the
+/// int64 range; the message names the parameter.
+fn event_id_param<'de, D: Deserializer<'de>>(deserializer: D, name: &str) -> Result<i64, D::Error> {
     let text = String::deserialize(deserializer)?;
     let id = Some(&text)
         .filter(|text| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()))
         .and_then(|text| text.parse::<i64>().ok());
-    id.map(Some).ok_or_else(|| {
+    id.ok_or_else(|| {
         serde::de::Error::custom(format!(
-            "after must be the id of an event (decimal digits), got {text:?}"
+            "{name} must be the id of an event (decimal digits), got {text:?}"
         ))
     })
 }
@@ -204,6 +212,80 @@ fn wait_param<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u32, D::Erro
         })
 }
 
+/// Query parameters of `GET /webhooks` (`listWebhooks`).
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ListWebhooksParams {
+    /// Maximum number of subscriptions returned (1 to 100, default 20).
+    #[serde(default, deserialize_with = "limit_param")]
+    #[schemars(with = "i32", range(min = 1, max = 100))]
+    pub limit: PageLimit,
+    /// Return only subscriptions whose `id` is greater than this one (the
+    /// last `id` of the previous page). Any int64: a value before the first
+    /// `id` gives the first page, one past the last an empty array.
+    #[serde(default, deserialize_with = "after_param")]
+    #[schemars(with = "i64")]
+    pub after: Option<i64>,
+}
+
+/// Query parameters of `GET /webhooks/{webhookId}/deliveries`
+/// (`listWebhookDeliveries`).
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ListDeliveriesParams {
+    /// Return only deliveries of events before this one: the `eventId` of
+    /// the last delivery of the previous page.
+    #[serde(default, deserialize_with = "event_before_param")]
+    #[schemars(with = "String", regex(pattern = r"^[0-9]{1,18}$"))]
+    pub before: Option<i64>,
+    /// Maximum number of deliveries returned (1 to 100, default 20).
+    #[serde(default, deserialize_with = "limit_param")]
+    #[schemars(with = "i32", range(min = 1, max = 100))]
+    pub limit: PageLimit,
+}
+
+fn event_before_param<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<i64>, D::Error> {
+    event_id_param(deserializer, "before").map(Some)
+}
+
+/// How long a rotated-out secret stays valid when `previousValidFor` is
+/// omitted: 24 hours, time for every receiver to take the new one.
+pub const PREVIOUS_SECRET_VALID_DEFAULT: Duration = Duration::from_secs(24 * 60 * 60);
+/// The longest a rotated-out secret may stay valid: 7 days.
+pub const PREVIOUS_SECRET_VALID_MAX: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+
+/// Query parameters of `POST /webhooks/{webhookId}/rotate`
+/// (`rotateWebhookSecret`).
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct RotateParams {
+    /// How many seconds the replaced secret stays valid beside the new one
+    /// (0 to 604800, that is 7 days; default 86400, 24 hours).
+    #[serde(
+        rename = "previousValidFor",
+        default = "previous_valid_default",
+        deserialize_with = "previous_valid_param"
+    )]
+    #[schemars(with = "i32", range(min = 0, max = 604800))]
+    pub previous_valid_for: Duration,
+}
+
+fn previous_valid_default() -> Duration {
+    PREVIOUS_SECRET_VALID_DEFAULT
+}
+
+fn previous_valid_param<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    let max = PREVIOUS_SECRET_VALID_MAX.as_secs();
+    let expected = format!("an integer number of seconds between 0 and {max}");
+    let seconds: i64 = integer_param(deserializer, "previousValidFor", &expected)?;
+    u64::try_from(seconds)
+        .ok()
+        .filter(|seconds| *seconds <= max)
+        .map(Duration::from_secs)
+        .ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "previousValidFor must be between 0 and {max} seconds (7 days), got {seconds}"
+            ))
+        })
+}
+
 /// Query parameters of `GET /store/orders/{orderId}`.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct GetOrderParams {
@@ -228,6 +310,15 @@ pub struct OrderPath {
     /// Identifier of the order.
     #[serde(rename = "orderId")]
     pub order_id: i64,
+}
+
+/// Path parameters of the operations on one webhook subscription
+/// (`/webhooks/{webhookId}` and below it).
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct WebhookPath {
+    /// Identifier of the webhook subscription.
+    #[serde(rename = "webhookId")]
+    pub webhook_id: i64,
 }
 
 #[cfg(test)]
@@ -303,6 +394,63 @@ mod tests {
             parse("wait=x")
                 .unwrap_err()
                 .contains("wait must be an integer")
+        );
+    }
+
+    #[test]
+    fn webhook_parameters_are_checked_and_name_what_is_wrong() {
+        let webhooks = |query: &str| {
+            serde_urlencoded::from_str::<ListWebhooksParams>(query).map_err(|e| e.to_string())
+        };
+        let params = webhooks("").unwrap();
+        assert_eq!((params.limit.get(), params.after), (20, None));
+        let params = webhooks("limit=100&after=-7").unwrap();
+        assert_eq!((params.limit.get(), params.after), (100, Some(-7)));
+        assert!(webhooks("limit=101").unwrap_err().contains("limit must be"));
+        assert!(webhooks("after=x").unwrap_err().contains("after must be"));
+
+        let deliveries = |query: &str| {
+            serde_urlencoded::from_str::<ListDeliveriesParams>(query).map_err(|e| e.to_string())
+        };
+        let params = deliveries("").unwrap();
+        assert_eq!((params.limit.get(), params.before), (20, None));
+        let params = deliveries("before=0042&limit=5").unwrap();
+        assert_eq!((params.limit.get(), params.before), (5, Some(42)));
+        for bad in [
+            "before=-1",
+            "before=",
+            "before=4x",
+            "before=99999999999999999999",
+        ] {
+            let error = deliveries(bad).unwrap_err();
+            assert!(
+                error.contains("before must be the id of an event"),
+                "{bad}: {error}"
+            );
+        }
+
+        let rotate = |query: &str| {
+            serde_urlencoded::from_str::<RotateParams>(query)
+                .map(|params| params.previous_valid_for)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(rotate(""), Ok(Duration::from_secs(86400)));
+        assert_eq!(rotate("previousValidFor=0"), Ok(Duration::ZERO));
+        assert_eq!(
+            rotate("previousValidFor=604800"),
+            Ok(Duration::from_secs(604800))
+        );
+        for bad in ["previousValidFor=604801", "previousValidFor=-1"] {
+            let error = rotate(bad).unwrap_err();
+            assert!(
+                error.contains("previousValidFor must be between 0 and 604800 seconds"),
+                "{bad}: {error}"
+            );
+        }
+        assert!(
+            rotate("previousValidFor=1d")
+                .unwrap_err()
+                .contains("previousValidFor must be an integer number of seconds")
         );
     }
 

@@ -1,5 +1,6 @@
-//! The responses' shapes beyond the model: the headers of a page and of a
-//! deprecated operation, and a page of animals already encoded.
+//! The responses' shapes beyond the model: the headers of a page (of
+//! animals, orders, events, webhook subscriptions and their deliveries) and
+//! of a deprecated operation, and a page of animals already encoded.
 
 use dropshot::{
     ApiEndpointResponse, Body, HttpError, HttpResponse, HttpResponseHeaders, HttpResponseOk,
@@ -95,6 +96,54 @@ impl EventsPageHeaders {
     }
 }
 
+/// The headers of a page of `listWebhooks`.
+#[derive(Debug, Default, Serialize, JsonSchema)]
+pub struct WebhooksPageHeaders {
+    /// Present when the page is full, since more subscriptions may follow:
+    /// the next page, as `</v1/webhooks?limit=L&after=ID>; rel="next"` (RFC
+    /// 8288), keeping the request's `limit`. Absent on a page with fewer
+    /// than `limit` subscriptions.
+    #[serde(rename = "Link", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
+    pub link: Option<String>,
+}
+
+impl WebhooksPageHeaders {
+    /// The `next` link after a full page that ended at `last_id`, keeping
+    /// the request's `limit`.
+    pub fn next(limit: u32, last_id: i64) -> WebhooksPageHeaders {
+        WebhooksPageHeaders {
+            link: Some(next_link("/v1/webhooks", limit, &[], last_id)),
+        }
+    }
+}
+
+/// The headers of a page of `listWebhookDeliveries`.
+#[derive(Debug, Default, Serialize, JsonSchema)]
+pub struct DeliveriesPageHeaders {
+    /// Present when the page is full, since more deliveries may follow: the
+    /// next page, as `</v1/webhooks/W/deliveries?limit=L&before=ID>;
+    /// rel="next"` (RFC 8288), keeping the request's `limit`, with `before`
+    /// the page's last `eventId`. Absent on a page with fewer than `limit`
+    /// deliveries.
+    #[serde(rename = "Link", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
+    pub link: Option<String>,
+}
+
+impl DeliveriesPageHeaders {
+    /// The `next` link after a full page of subscription `webhook_id`'s
+    /// deliveries whose last (oldest) event was `last_event_id`, keeping
+    /// the request's `limit`. Pages go from the newest event back.
+    pub fn next(webhook_id: i64, limit: u32, last_event_id: i64) -> DeliveriesPageHeaders {
+        let path = format!("/v1/webhooks/{webhook_id}/deliveries");
+        let cursor = ("before", last_event_id);
+        DeliveriesPageHeaders {
+            link: Some(next_link_with(&path, limit, &[], cursor)),
+        }
+    }
+}
+
 /// A `next` link (RFC 8288) to `path`, keeping `limit` and the filters that
 /// were given, after `last_id`. The values need no escaping: they are
 /// numbers and enum spellings.
@@ -104,6 +153,17 @@ fn next_link(
     filters: &[(&str, Option<&dyn Display>)],
     last_id: i64,
 ) -> String {
+    next_link_with(path, limit, filters, ("after", last_id))
+}
+
+/// [`next_link`] with the page's cursor named: `(name, id)`, the last
+/// query parameter (`after`, or `before` for pages that go back in time).
+fn next_link_with(
+    path: &str,
+    limit: u32,
+    filters: &[(&str, Option<&dyn Display>)],
+    (cursor, id): (&str, i64),
+) -> String {
     let mut link = format!("<{path}?limit={limit}");
     for (name, value) in filters {
         if let Some(value) = value {
@@ -111,7 +171,7 @@ fn next_link(
             let _ = write!(link, "&{name}={value}");
         }
     }
-    let _ = write!(link, "&after={last_id}>; rel=\"next\"");
+    let _ = write!(link, "&{cursor}={id}>; rel=\"next\"");
     link
 }
 
@@ -258,6 +318,18 @@ mod tests {
                 .link
                 .unwrap(),
             "</v1/store/orders?limit=2&include=placedBy&after=4>; rel=\"next\""
+        );
+    }
+
+    #[test]
+    fn next_webhook_links_keep_limit_and_deliveries_go_back_from_before() {
+        assert_eq!(
+            WebhooksPageHeaders::next(20, 40).link.unwrap(),
+            "</v1/webhooks?limit=20&after=40>; rel=\"next\""
+        );
+        assert_eq!(
+            DeliveriesPageHeaders::next(3, 5, 42).link.unwrap(),
+            "</v1/webhooks/3/deliveries?limit=5&before=42>; rel=\"next\""
         );
     }
 }

@@ -39,17 +39,23 @@ pub enum Scope {
     /// follows the key's other scopes.
     #[strum(serialize = "events:read")]
     EventsRead = 5,
+    /// `webhooks:manage`: subscribe to events, and manage the key's own
+    /// webhook subscriptions (since 1.7.0); which events follows the key's
+    /// other scopes, as for `events:read`.
+    #[strum(serialize = "webhooks:manage")]
+    WebhooksManage = 6,
 }
 
 impl Scope {
     /// Every scope, in the contract's order.
-    pub const ALL: [Scope; 6] = [
+    pub const ALL: [Scope; 7] = [
         Scope::PetsRead,
         Scope::PetsWrite,
         Scope::OrdersPlace,
         Scope::OrdersManage,
         Scope::InventoryRead,
         Scope::EventsRead,
+        Scope::WebhooksManage,
     ];
 
     /// The scope's name in the contract.
@@ -66,7 +72,7 @@ fn unknown_scope(name: &str) -> UnknownScope {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
     "{0:?} is not a scope; the scopes are pets:read, pets:write, orders:place, orders:manage, \
-     inventory:read, events:read (or all)"
+     inventory:read, events:read, webhooks:manage (or all)"
 )]
 pub struct UnknownScope(pub String);
 
@@ -154,6 +160,13 @@ pub fn admitting(operation_id: &str) -> &'static [Scope] {
         "listOrders" | "getOrder" | "updateOrder" => &[Scope::OrdersPlace, Scope::OrdersManage],
         "getInventory" => &[Scope::InventoryRead],
         "listEvents" => &[Scope::EventsRead],
+        "createWebhook"
+        | "listWebhooks"
+        | "getWebhook"
+        | "deleteWebhook"
+        | "rotateWebhookSecret"
+        | "listWebhookDeliveries"
+        | "replayWebhook" => &[Scope::WebhooksManage],
         _ => &[],
     }
 }
@@ -187,7 +200,7 @@ mod tests {
             .iter()
             .map(|&s| Scopes::NONE.with(s).bits())
             .collect();
-        assert_eq!(bits, [1, 2, 4, 8, 16, 32]);
+        assert_eq!(bits, [1, 2, 4, 8, 16, 32, 64]);
         assert_eq!(Scope::ALL.into_iter().collect::<Scopes>(), Scopes::ALL);
     }
 }

@@ -99,6 +99,25 @@ impl FromStr for EventType {
     }
 }
 
+/// Written as the contract spells it (`"order.placed"`): the type of
+/// `NewWebhook.types` (since contract 1.7.0), which a subscription's body
+/// carries.
+impl serde::Serialize for EventType {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+/// Read from the contract's spelling; a type this version does not know is
+/// an error that lists the known ones (a request names only known types;
+/// an answer's types are strings: see [`types::Event::event_type`]).
+impl<'de> serde::Deserialize<'de> for EventType {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<EventType, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        name.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 impl types::Event {
     /// The event's type, if this version of the crate knows it; `None` for a
     /// type added since, which the caller is to skip (its `type_` says what
@@ -156,7 +175,14 @@ mod tests {
         for known in KNOWN {
             assert_eq!(known.as_str().parse::<EventType>().unwrap(), *known);
             assert_eq!(known.to_string(), known.as_str());
+            assert_eq!(json!(known), json!(known.as_str()));
+            assert_eq!(
+                serde_json::from_value::<EventType>(json!(known.as_str())).unwrap(),
+                *known
+            );
         }
+        let unknown = serde_json::from_value::<EventType>(json!("pet.adopted")).unwrap_err();
+        assert!(unknown.to_string().contains("pet.created"), "{unknown}");
         let error = "pet.adopted".parse::<EventType>().unwrap_err();
         assert!(error.to_string().contains("order.cancelled"), "{error}");
     }

@@ -86,7 +86,8 @@ pub mod types {
 `insufficient_scope`, `not_found`, `method_not_allowed`,
 `request_timeout`, `idempotency_key_in_use`, `pet_not_available`,
 `invalid_transition`, `payload_too_large`, `idempotency_key_reused`,
-`pet_not_found`, `cursor_expired`, `rate_limited`,
+`pet_not_found`, `cursor_expired`, `webhook_not_found`,
+`webhook_target_refused`, `rate_limited`,
 `internal_error` or `service_unavailable`. More may be added in a minor version:
 treat an unknown code like the generic error of its HTTP status.
 */
@@ -308,6 +309,68 @@ version).
         }
     }
 
+    ///`ListWebhookDeliveriesBefore`
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct ListWebhookDeliveriesBefore(::std::string::String);
+    impl ::std::ops::Deref for ListWebhookDeliveriesBefore {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+
+    impl ::std::convert::From<ListWebhookDeliveriesBefore> for ::std::string::String {
+        fn from(value: ListWebhookDeliveriesBefore) -> Self {
+            value.0
+        }
+    }
+
+    impl ::std::str::FromStr for ListWebhookDeliveriesBefore {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
+            { ::regress::Regex::new("^[0-9]{1,18}$").unwrap() });
+            if PATTERN.find(value).is_none() {
+                return Err("doesn't match pattern \"^[0-9]{1,18}$\"".into());
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+
+    impl ::std::convert::TryFrom<&str> for ListWebhookDeliveriesBefore {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+
+    impl ::std::convert::TryFrom<::std::string::String> for ListWebhookDeliveriesBefore {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+
+    impl<'de> ::serde::Deserialize<'de> for ListWebhookDeliveriesBefore {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
+
     ///An order to place.
     #[non_exhaustive]
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
@@ -403,6 +466,90 @@ version).
     }
 
     impl<'de> ::serde::Deserialize<'de> for NewPetName {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
+
+    ///A webhook subscription to make (since 1.7.0).
+    #[non_exhaustive]
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[serde(deny_unknown_fields)]
+    pub struct NewWebhook {
+        /**The types of event to deliver (at least one). Omitted: every type
+the API key may see now. `null` is not accepted in its place.
+*/
+        #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
+        pub types: ::std::vec::Vec<crate::EventType>,
+        /**Where the events are delivered: an absolute `https` URL whose host
+resolves only to public addresses.
+*/
+        pub url: NewWebhookUrl,
+    }
+
+    impl NewWebhook {
+        pub fn builder() -> builder::NewWebhook {
+            Default::default()
+        }
+    }
+
+    /**Where the events are delivered: an absolute `https` URL whose host
+resolves only to public addresses.
+*/
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct NewWebhookUrl(::std::string::String);
+    impl ::std::ops::Deref for NewWebhookUrl {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+
+    impl ::std::convert::From<NewWebhookUrl> for ::std::string::String {
+        fn from(value: NewWebhookUrl) -> Self {
+            value.0
+        }
+    }
+
+    impl ::std::str::FromStr for NewWebhookUrl {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            if value.chars().count() > 2048usize {
+                return Err("longer than 2048 characters".into());
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+
+    impl ::std::convert::TryFrom<&str> for NewWebhookUrl {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+
+    impl ::std::convert::TryFrom<::std::string::String> for NewWebhookUrl {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+
+    impl<'de> ::serde::Deserialize<'de> for NewWebhookUrl {
         fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
         where
             D: ::serde::Deserializer<'de>,
@@ -867,6 +1014,386 @@ again).
                 .map_err(|e: self::error::ConversionError| {
                     <D::Error as ::serde::de::Error>::custom(e.to_string())
                 })
+        }
+    }
+
+    ///What a replay made pending (since 1.7.0).
+    #[non_exhaustive]
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    pub struct ReplayAccepted {
+        ///How many deliveries were made pending again (or made, where there were none).
+        pub deliveries: i64,
+        /**The last event `id` examined: `to` when the whole range was. While
+it is less than `to`, call again with `from` after it.
+*/
+        pub through: ::std::string::String,
+    }
+
+    impl ReplayAccepted {
+        pub fn builder() -> builder::ReplayAccepted {
+            Default::default()
+        }
+    }
+
+    /**The events to deliver again (since 1.7.0): from `from` to `to`, both
+included, event `id`s as the feed gives them.
+*/
+    #[non_exhaustive]
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[serde(deny_unknown_fields)]
+    pub struct ReplayRange {
+        ///The first event of the range (an event `id`).
+        pub from: ReplayRangeFrom,
+        ///The last event of the range (an event `id`), not less than `from`.
+        pub to: ReplayRangeTo,
+    }
+
+    impl ReplayRange {
+        pub fn builder() -> builder::ReplayRange {
+            Default::default()
+        }
+    }
+
+    ///The first event of the range (an event `id`).
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct ReplayRangeFrom(::std::string::String);
+    impl ::std::ops::Deref for ReplayRangeFrom {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+
+    impl ::std::convert::From<ReplayRangeFrom> for ::std::string::String {
+        fn from(value: ReplayRangeFrom) -> Self {
+            value.0
+        }
+    }
+
+    impl ::std::str::FromStr for ReplayRangeFrom {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
+            { ::regress::Regex::new("^[0-9]{1,18}$").unwrap() });
+            if PATTERN.find(value).is_none() {
+                return Err("doesn't match pattern \"^[0-9]{1,18}$\"".into());
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+
+    impl ::std::convert::TryFrom<&str> for ReplayRangeFrom {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+
+    impl ::std::convert::TryFrom<::std::string::String> for ReplayRangeFrom {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+
+    impl<'de> ::serde::Deserialize<'de> for ReplayRangeFrom {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
+
+    ///The last event of the range (an event `id`), not less than `from`.
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct ReplayRangeTo(::std::string::String);
+    impl ::std::ops::Deref for ReplayRangeTo {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+
+    impl ::std::convert::From<ReplayRangeTo> for ::std::string::String {
+        fn from(value: ReplayRangeTo) -> Self {
+            value.0
+        }
+    }
+
+    impl ::std::str::FromStr for ReplayRangeTo {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
+            { ::regress::Regex::new("^[0-9]{1,18}$").unwrap() });
+            if PATTERN.find(value).is_none() {
+                return Err("doesn't match pattern \"^[0-9]{1,18}$\"".into());
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+
+    impl ::std::convert::TryFrom<&str> for ReplayRangeTo {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+
+    impl ::std::convert::TryFrom<::std::string::String> for ReplayRangeTo {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+
+    impl<'de> ::serde::Deserialize<'de> for ReplayRangeTo {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
+
+    /**A webhook subscription (since 1.7.0): where events are delivered,
+which ones, and how its deliveries stand. Its secret is never shown
+here.
+*/
+    #[non_exhaustive]
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    pub struct Webhook {
+        ///When the subscription was made, in UTC, with six fractional digits.
+        #[serde(rename = "createdAt")]
+        pub created_at: ::chrono::DateTime<::chrono::offset::Utc>,
+        /**Present only when `state` is `disabled`: `gone` (the endpoint
+answered `410 Gone`) or `retries_exhausted` (a delivery failed on
+every attempt of the retry schedule). More values may be added in
+a minor version.
+*/
+        #[serde(
+            rename = "disabledReason",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub disabled_reason: ::std::option::Option<::std::string::String>,
+        ///Unique identifier assigned by the service when the subscription is made.
+        pub id: i64,
+        ///When an attempt last failed. Absent until one has.
+        #[serde(
+            rename = "lastFailureAt",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub last_failure_at: ::std::option::Option<
+            ::chrono::DateTime<::chrono::offset::Utc>,
+        >,
+        ///When a delivery last succeeded. Absent until one has.
+        #[serde(
+            rename = "lastSuccessAt",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub last_success_at: ::std::option::Option<
+            ::chrono::DateTime<::chrono::offset::Utc>,
+        >,
+        /**How many deliveries are neither delivered nor failed: waiting for
+their first attempt or for a retry, or being sent.
+*/
+        pub pending: i64,
+        /**`active` (deliveries are sent) or `disabled` (nothing is sent until
+`replayWebhook` makes it active again; `disabledReason` says why).
+A string, not an enum: more values may be added in a minor
+version.
+*/
+        pub state: ::std::string::String,
+        /**The types of event delivered: those asked for, or, when none were,
+every type the creating key could see then. Strings, not
+`EventType`: a minor version may add types, and a value a
+response holds may not be added within a major version.
+*/
+        pub types: ::std::vec::Vec<::std::string::String>,
+        ///Where the events are delivered.
+        pub url: ::std::string::String,
+    }
+
+    impl Webhook {
+        pub fn builder() -> builder::Webhook {
+            Default::default()
+        }
+    }
+
+    /**A webhook subscription just made (since 1.7.0): every field of
+`Webhook`, and its signing secret, which no other answer shows.
+*/
+    #[non_exhaustive]
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    pub struct WebhookCreated {
+        ///When the subscription was made, in UTC, with six fractional digits.
+        #[serde(rename = "createdAt")]
+        pub created_at: ::chrono::DateTime<::chrono::offset::Utc>,
+        /**Present only when `state` is `disabled`: `gone` (the endpoint
+answered `410 Gone`) or `retries_exhausted` (a delivery failed on
+every attempt of the retry schedule). More values may be added in
+a minor version.
+*/
+        #[serde(
+            rename = "disabledReason",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub disabled_reason: ::std::option::Option<::std::string::String>,
+        ///Unique identifier assigned by the service when the subscription is made.
+        pub id: i64,
+        ///When an attempt last failed. Absent until one has.
+        #[serde(
+            rename = "lastFailureAt",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub last_failure_at: ::std::option::Option<
+            ::chrono::DateTime<::chrono::offset::Utc>,
+        >,
+        ///When a delivery last succeeded. Absent until one has.
+        #[serde(
+            rename = "lastSuccessAt",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub last_success_at: ::std::option::Option<
+            ::chrono::DateTime<::chrono::offset::Utc>,
+        >,
+        /**How many deliveries are neither delivered nor failed: waiting for
+their first attempt or for a retry, or being sent.
+*/
+        pub pending: i64,
+        /**The signing secret: `whsec_` followed by the base64 of 32 random
+bytes. Shown only here and by `rotateWebhookSecret`: keep it.
+*/
+        pub secret: ::std::string::String,
+        /**`active` (deliveries are sent) or `disabled` (nothing is sent until
+`replayWebhook` makes it active again; `disabledReason` says why).
+A string, not an enum: more values may be added in a minor
+version.
+*/
+        pub state: ::std::string::String,
+        /**The types of event delivered: those asked for, or, when none were,
+every type the creating key could see then. Strings, not
+`EventType`: a minor version may add types, and a value a
+response holds may not be added within a major version.
+*/
+        pub types: ::std::vec::Vec<::std::string::String>,
+        ///Where the events are delivered.
+        pub url: ::std::string::String,
+    }
+
+    impl WebhookCreated {
+        pub fn builder() -> builder::WebhookCreated {
+            Default::default()
+        }
+    }
+
+    /**The delivery of one event to a webhook subscription (since 1.7.0):
+where it stands and how its last attempt ended.
+*/
+    #[non_exhaustive]
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    pub struct WebhookDelivery {
+        ///How many attempts were made (0 before the first).
+        pub attempts: i32,
+        ///When the endpoint acknowledged it, in UTC. Present only once `delivered`.
+        #[serde(
+            rename = "deliveredAt",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub delivered_at: ::std::option::Option<
+            ::chrono::DateTime<::chrono::offset::Utc>,
+        >,
+        ///The event's `id` (its `webhook-id`). Decimal digits.
+        #[serde(rename = "eventId")]
+        pub event_id: ::std::string::String,
+        ///When the last attempt was made, in UTC. Absent before the first.
+        #[serde(
+            rename = "lastAttemptAt",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub last_attempt_at: ::std::option::Option<
+            ::chrono::DateTime<::chrono::offset::Utc>,
+        >,
+        /**Why the last attempt failed (a status, a timeout, a connection or
+TLS error), as a short text. Absent when it did not fail.
+*/
+        #[serde(
+            rename = "lastError",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub last_error: ::std::option::Option<::std::string::String>,
+        ///The HTTP status the endpoint answered the last attempt with. Absent when it did not answer.
+        #[serde(
+            rename = "lastStatus",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub last_status: ::std::option::Option<i32>,
+        ///When the next attempt is due, in UTC. Present only while `pending`.
+        #[serde(
+            rename = "nextAttemptAt",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub next_attempt_at: ::std::option::Option<
+            ::chrono::DateTime<::chrono::offset::Utc>,
+        >,
+        /**`pending` (waiting for its first attempt or a retry, due at
+`nextAttemptAt`), `sending` (an attempt is under way), `delivered`
+(the endpoint answered `2xx`) or `failed` (every attempt of the
+schedule failed, or the endpoint answered `410 Gone`). A string,
+not an enum: more values may be added in a minor version.
+*/
+        pub state: ::std::string::String,
+        ///The event's type (more may be added in a minor version).
+        #[serde(rename = "type")]
+        pub type_: ::std::string::String,
+    }
+
+    impl WebhookDelivery {
+        pub fn builder() -> builder::WebhookDelivery {
+            Default::default()
+        }
+    }
+
+    ///A webhook subscription's new signing secret (since 1.7.0).
+    #[non_exhaustive]
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    pub struct WebhookSecret {
+        /**Until when the replaced secret stays valid beside the new one, in
+UTC (the time of the rotation when `previousValidFor` was 0).
+*/
+        #[serde(rename = "previousValidUntil")]
+        pub previous_valid_until: ::chrono::DateTime<::chrono::offset::Utc>,
+        /**The new signing secret: `whsec_` followed by the base64 of 32
+random bytes. Shown only here: keep it.
+*/
+        pub secret: ::std::string::String,
+    }
+
+    impl WebhookSecret {
+        pub fn builder() -> builder::WebhookSecret {
+            Default::default()
         }
     }
 
@@ -1352,6 +1879,72 @@ again).
         }
 
         #[derive(Clone, Debug)]
+        pub struct NewWebhook {
+            types: ::std::result::Result<
+                ::std::vec::Vec<crate::EventType>,
+                ::std::string::String,
+            >,
+            url: ::std::result::Result<super::NewWebhookUrl, ::std::string::String>,
+        }
+
+        impl ::std::default::Default for NewWebhook {
+            fn default() -> Self {
+                Self {
+                    types: Ok(Default::default()),
+                    url: Err("no value supplied for url".to_string()),
+                }
+            }
+        }
+
+        impl NewWebhook {
+            pub fn types<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<crate::EventType>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.types = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for types: {e}")
+                    });
+                self
+            }
+            pub fn url<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::NewWebhookUrl>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.url = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for url: {e}")
+                    });
+                self
+            }
+        }
+
+        impl ::std::convert::TryFrom<NewWebhook> for super::NewWebhook {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: NewWebhook,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    types: value.types?,
+                    url: value.url?,
+                })
+            }
+        }
+
+        impl ::std::convert::From<super::NewWebhook> for NewWebhook {
+            fn from(value: super::NewWebhook) -> Self {
+                Self {
+                    types: Ok(value.types),
+                    url: Ok(value.url),
+                }
+            }
+        }
+
+        #[derive(Clone, Debug)]
         pub struct Order {
             id: ::std::result::Result<i64, ::std::string::String>,
             pet_id: ::std::result::Result<i64, ::std::string::String>,
@@ -1607,6 +2200,815 @@ again).
                 }
             }
         }
+
+        #[derive(Clone, Debug)]
+        pub struct ReplayAccepted {
+            deliveries: ::std::result::Result<i64, ::std::string::String>,
+            through: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+
+        impl ::std::default::Default for ReplayAccepted {
+            fn default() -> Self {
+                Self {
+                    deliveries: Err("no value supplied for deliveries".to_string()),
+                    through: Err("no value supplied for through".to_string()),
+                }
+            }
+        }
+
+        impl ReplayAccepted {
+            pub fn deliveries<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.deliveries = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for deliveries: {e}")
+                    });
+                self
+            }
+            pub fn through<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.through = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for through: {e}")
+                    });
+                self
+            }
+        }
+
+        impl ::std::convert::TryFrom<ReplayAccepted> for super::ReplayAccepted {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ReplayAccepted,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    deliveries: value.deliveries?,
+                    through: value.through?,
+                })
+            }
+        }
+
+        impl ::std::convert::From<super::ReplayAccepted> for ReplayAccepted {
+            fn from(value: super::ReplayAccepted) -> Self {
+                Self {
+                    deliveries: Ok(value.deliveries),
+                    through: Ok(value.through),
+                }
+            }
+        }
+
+        #[derive(Clone, Debug)]
+        pub struct ReplayRange {
+            from: ::std::result::Result<super::ReplayRangeFrom, ::std::string::String>,
+            to: ::std::result::Result<super::ReplayRangeTo, ::std::string::String>,
+        }
+
+        impl ::std::default::Default for ReplayRange {
+            fn default() -> Self {
+                Self {
+                    from: Err("no value supplied for from".to_string()),
+                    to: Err("no value supplied for to".to_string()),
+                }
+            }
+        }
+
+        impl ReplayRange {
+            pub fn from<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::ReplayRangeFrom>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.from = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for from: {e}")
+                    });
+                self
+            }
+            pub fn to<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::ReplayRangeTo>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.to = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for to: {e}"));
+                self
+            }
+        }
+
+        impl ::std::convert::TryFrom<ReplayRange> for super::ReplayRange {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ReplayRange,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    from: value.from?,
+                    to: value.to?,
+                })
+            }
+        }
+
+        impl ::std::convert::From<super::ReplayRange> for ReplayRange {
+            fn from(value: super::ReplayRange) -> Self {
+                Self {
+                    from: Ok(value.from),
+                    to: Ok(value.to),
+                }
+            }
+        }
+
+        #[derive(Clone, Debug)]
+        pub struct Webhook {
+            created_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            disabled_reason: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            id: ::std::result::Result<i64, ::std::string::String>,
+            last_failure_at: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                ::std::string::String,
+            >,
+            last_success_at: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                ::std::string::String,
+            >,
+            pending: ::std::result::Result<i64, ::std::string::String>,
+            state: ::std::result::Result<::std::string::String, ::std::string::String>,
+            types: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            url: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+
+        impl ::std::default::Default for Webhook {
+            fn default() -> Self {
+                Self {
+                    created_at: Err("no value supplied for created_at".to_string()),
+                    disabled_reason: Ok(Default::default()),
+                    id: Err("no value supplied for id".to_string()),
+                    last_failure_at: Ok(Default::default()),
+                    last_success_at: Ok(Default::default()),
+                    pending: Err("no value supplied for pending".to_string()),
+                    state: Err("no value supplied for state".to_string()),
+                    types: Err("no value supplied for types".to_string()),
+                    url: Err("no value supplied for url".to_string()),
+                }
+            }
+        }
+
+        impl Webhook {
+            pub fn created_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.created_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for created_at: {e}")
+                    });
+                self
+            }
+            pub fn disabled_reason<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.disabled_reason = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for disabled_reason: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for id: {e}"));
+                self
+            }
+            pub fn last_failure_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.last_failure_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for last_failure_at: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn last_success_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.last_success_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for last_success_at: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn pending<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.pending = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for pending: {e}")
+                    });
+                self
+            }
+            pub fn state<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.state = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for state: {e}")
+                    });
+                self
+            }
+            pub fn types<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.types = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for types: {e}")
+                    });
+                self
+            }
+            pub fn url<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.url = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for url: {e}")
+                    });
+                self
+            }
+        }
+
+        impl ::std::convert::TryFrom<Webhook> for super::Webhook {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: Webhook,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    created_at: value.created_at?,
+                    disabled_reason: value.disabled_reason?,
+                    id: value.id?,
+                    last_failure_at: value.last_failure_at?,
+                    last_success_at: value.last_success_at?,
+                    pending: value.pending?,
+                    state: value.state?,
+                    types: value.types?,
+                    url: value.url?,
+                })
+            }
+        }
+
+        impl ::std::convert::From<super::Webhook> for Webhook {
+            fn from(value: super::Webhook) -> Self {
+                Self {
+                    created_at: Ok(value.created_at),
+                    disabled_reason: Ok(value.disabled_reason),
+                    id: Ok(value.id),
+                    last_failure_at: Ok(value.last_failure_at),
+                    last_success_at: Ok(value.last_success_at),
+                    pending: Ok(value.pending),
+                    state: Ok(value.state),
+                    types: Ok(value.types),
+                    url: Ok(value.url),
+                }
+            }
+        }
+
+        #[derive(Clone, Debug)]
+        pub struct WebhookCreated {
+            created_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            disabled_reason: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            id: ::std::result::Result<i64, ::std::string::String>,
+            last_failure_at: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                ::std::string::String,
+            >,
+            last_success_at: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                ::std::string::String,
+            >,
+            pending: ::std::result::Result<i64, ::std::string::String>,
+            secret: ::std::result::Result<::std::string::String, ::std::string::String>,
+            state: ::std::result::Result<::std::string::String, ::std::string::String>,
+            types: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            url: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+
+        impl ::std::default::Default for WebhookCreated {
+            fn default() -> Self {
+                Self {
+                    created_at: Err("no value supplied for created_at".to_string()),
+                    disabled_reason: Ok(Default::default()),
+                    id: Err("no value supplied for id".to_string()),
+                    last_failure_at: Ok(Default::default()),
+                    last_success_at: Ok(Default::default()),
+                    pending: Err("no value supplied for pending".to_string()),
+                    secret: Err("no value supplied for secret".to_string()),
+                    state: Err("no value supplied for state".to_string()),
+                    types: Err("no value supplied for types".to_string()),
+                    url: Err("no value supplied for url".to_string()),
+                }
+            }
+        }
+
+        impl WebhookCreated {
+            pub fn created_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.created_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for created_at: {e}")
+                    });
+                self
+            }
+            pub fn disabled_reason<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.disabled_reason = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for disabled_reason: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for id: {e}"));
+                self
+            }
+            pub fn last_failure_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.last_failure_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for last_failure_at: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn last_success_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.last_success_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for last_success_at: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn pending<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.pending = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for pending: {e}")
+                    });
+                self
+            }
+            pub fn secret<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.secret = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for secret: {e}")
+                    });
+                self
+            }
+            pub fn state<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.state = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for state: {e}")
+                    });
+                self
+            }
+            pub fn types<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.types = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for types: {e}")
+                    });
+                self
+            }
+            pub fn url<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.url = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for url: {e}")
+                    });
+                self
+            }
+        }
+
+        impl ::std::convert::TryFrom<WebhookCreated> for super::WebhookCreated {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: WebhookCreated,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    created_at: value.created_at?,
+                    disabled_reason: value.disabled_reason?,
+                    id: value.id?,
+                    last_failure_at: value.last_failure_at?,
+                    last_success_at: value.last_success_at?,
+                    pending: value.pending?,
+                    secret: value.secret?,
+                    state: value.state?,
+                    types: value.types?,
+                    url: value.url?,
+                })
+            }
+        }
+
+        impl ::std::convert::From<super::WebhookCreated> for WebhookCreated {
+            fn from(value: super::WebhookCreated) -> Self {
+                Self {
+                    created_at: Ok(value.created_at),
+                    disabled_reason: Ok(value.disabled_reason),
+                    id: Ok(value.id),
+                    last_failure_at: Ok(value.last_failure_at),
+                    last_success_at: Ok(value.last_success_at),
+                    pending: Ok(value.pending),
+                    secret: Ok(value.secret),
+                    state: Ok(value.state),
+                    types: Ok(value.types),
+                    url: Ok(value.url),
+                }
+            }
+        }
+
+        #[derive(Clone, Debug)]
+        pub struct WebhookDelivery {
+            attempts: ::std::result::Result<i32, ::std::string::String>,
+            delivered_at: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                ::std::string::String,
+            >,
+            event_id: ::std::result::Result<
+                ::std::string::String,
+                ::std::string::String,
+            >,
+            last_attempt_at: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                ::std::string::String,
+            >,
+            last_error: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            last_status: ::std::result::Result<
+                ::std::option::Option<i32>,
+                ::std::string::String,
+            >,
+            next_attempt_at: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                ::std::string::String,
+            >,
+            state: ::std::result::Result<::std::string::String, ::std::string::String>,
+            type_: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+
+        impl ::std::default::Default for WebhookDelivery {
+            fn default() -> Self {
+                Self {
+                    attempts: Err("no value supplied for attempts".to_string()),
+                    delivered_at: Ok(Default::default()),
+                    event_id: Err("no value supplied for event_id".to_string()),
+                    last_attempt_at: Ok(Default::default()),
+                    last_error: Ok(Default::default()),
+                    last_status: Ok(Default::default()),
+                    next_attempt_at: Ok(Default::default()),
+                    state: Err("no value supplied for state".to_string()),
+                    type_: Err("no value supplied for type_".to_string()),
+                }
+            }
+        }
+
+        impl WebhookDelivery {
+            pub fn attempts<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i32>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.attempts = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for attempts: {e}")
+                    });
+                self
+            }
+            pub fn delivered_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.delivered_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for delivered_at: {e}")
+                    });
+                self
+            }
+            pub fn event_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.event_id = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for event_id: {e}")
+                    });
+                self
+            }
+            pub fn last_attempt_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.last_attempt_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for last_attempt_at: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn last_error<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.last_error = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for last_error: {e}")
+                    });
+                self
+            }
+            pub fn last_status<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i32>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.last_status = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for last_status: {e}")
+                    });
+                self
+            }
+            pub fn next_attempt_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.next_attempt_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for next_attempt_at: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn state<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.state = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for state: {e}")
+                    });
+                self
+            }
+            pub fn type_<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.type_ = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for type_: {e}")
+                    });
+                self
+            }
+        }
+
+        impl ::std::convert::TryFrom<WebhookDelivery> for super::WebhookDelivery {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: WebhookDelivery,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    attempts: value.attempts?,
+                    delivered_at: value.delivered_at?,
+                    event_id: value.event_id?,
+                    last_attempt_at: value.last_attempt_at?,
+                    last_error: value.last_error?,
+                    last_status: value.last_status?,
+                    next_attempt_at: value.next_attempt_at?,
+                    state: value.state?,
+                    type_: value.type_?,
+                })
+            }
+        }
+
+        impl ::std::convert::From<super::WebhookDelivery> for WebhookDelivery {
+            fn from(value: super::WebhookDelivery) -> Self {
+                Self {
+                    attempts: Ok(value.attempts),
+                    delivered_at: Ok(value.delivered_at),
+                    event_id: Ok(value.event_id),
+                    last_attempt_at: Ok(value.last_attempt_at),
+                    last_error: Ok(value.last_error),
+                    last_status: Ok(value.last_status),
+                    next_attempt_at: Ok(value.next_attempt_at),
+                    state: Ok(value.state),
+                    type_: Ok(value.type_),
+                }
+            }
+        }
+
+        #[derive(Clone, Debug)]
+        pub struct WebhookSecret {
+            previous_valid_until: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            secret: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+
+        impl ::std::default::Default for WebhookSecret {
+            fn default() -> Self {
+                Self {
+                    previous_valid_until: Err(
+                        "no value supplied for previous_valid_until".to_string(),
+                    ),
+                    secret: Err("no value supplied for secret".to_string()),
+                }
+            }
+        }
+
+        impl WebhookSecret {
+            pub fn previous_valid_until<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.previous_valid_until = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for previous_valid_until: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn secret<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.secret = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for secret: {e}")
+                    });
+                self
+            }
+        }
+
+        impl ::std::convert::TryFrom<WebhookSecret> for super::WebhookSecret {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: WebhookSecret,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    previous_valid_until: value.previous_valid_until?,
+                    secret: value.secret?,
+                })
+            }
+        }
+
+        impl ::std::convert::From<super::WebhookSecret> for WebhookSecret {
+            fn from(value: super::WebhookSecret) -> Self {
+                Self {
+                    previous_valid_until: Ok(value.previous_valid_until),
+                    secret: Ok(value.secret),
+                }
+            }
+        }
     }
 
     /// Error types.
@@ -1659,7 +3061,8 @@ read the inventory of animals by status. Each API key may do what its
 scopes allow (since 1.4.0), and a customer's key sees only its own orders.
 Each API key has a rate limit, announced on every response (since 1.5.0).
 Every change is an event, read in commit order from a feed that clients
-follow with a cursor and long polls (since 1.6.0).
+follow with a cursor and long polls (since 1.6.0), or have pushed to an
+endpoint of theirs, signed, by a webhook subscription (since 1.7.0).
 
 This document is hand-written and is the source of truth for the service. The
 server re-emits its own document from code and CI compares the two.
@@ -1685,7 +3088,8 @@ Decisions where the interface specification is silent:
   `idempotency_key_in_use` (409),
   `pet_not_available` (409), `invalid_transition` (409),
   `payload_too_large` (413), `idempotency_key_reused` (422),
-  `cursor_expired` (410), `pet_not_found` (422), `rate_limited` (429),
+  `cursor_expired` (410), `pet_not_found` (422), `webhook_not_found`
+  (404), `webhook_target_refused` (422), `rate_limited` (429),
   `internal_error` (500) and `service_unavailable` (503). Clients should
   treat an unknown code like the generic error of its HTTP status.
 - **Requests outside the paths of this document (since 1.5.0).** They are
@@ -1696,12 +3100,13 @@ Decisions where the interface specification is silent:
   request body that stops arriving is `408` (`request_timeout`); a body
   too large is `413` (`payload_too_large`).
 - **Invalid query parameters.** A `limit` outside 1..100 or not an integer, a
-  `status` that is not a `PetStatus` (an `OrderStatus` for orders), and an
-  `after` or `petId` that is not an int64, get `400` with code `bad_request`.
-  Unknown query parameters are ignored.
-- **Invalid path parameter.** A `petId` or `orderId` that is not an integer in
-  the int64 range gets `400` with code `bad_request`. A well-formed one with no
-  animal or order gets `404`.
+  `status` that is not a `PetStatus` (an `OrderStatus` for orders), an
+  `after` or `petId` that is not an int64, a `before` that is not an event
+  `id` and a `previousValidFor` outside 0..604800 (since 1.7.0) get `400`
+  with code `bad_request`. Unknown query parameters are ignored.
+- **Invalid path parameter.** A `petId`, `orderId` or `webhookId` that is not
+  an integer in the int64 range gets `400` with code `bad_request`. A
+  well-formed one with no animal, order or webhook subscription gets `404`.
 - **List order and pagination.** `GET /pets` returns animals in ascending `id`
   order, which is creation order, as a plain JSON array. Pages are walked with
   the `after` cursor (keyset pagination, since 1.1.0): a page holds only animals
@@ -1768,8 +3173,10 @@ Decisions where the interface specification is silent:
   (add animals), `orders:place` (a customer: place orders, list and read the
   orders placed with the same key, cancel such an order while it is
   `placed`), `orders:manage` (staff: list and read every order, deliver or
-  cancel any order), `inventory:read` (read the inventory) and
-  `events:read` (read the feed of events, since 1.6.0). Each
+  cancel any order), `inventory:read` (read the inventory),
+  `events:read` (read the feed of events, since 1.6.0) and
+  `webhooks:manage` (subscribe to events and manage the key's own
+  webhook subscriptions, since 1.7.0). Each
   operation names the scopes that admit it in its description and in its
   `x-petstore-scopes` extension: any one of them suffices. A request whose
   key has none of them is `403` with code `insufficient_scope`, whose
@@ -1833,12 +3240,28 @@ Decisions where the interface specification is silent:
   retention (30 days unless configured); a cursor older than that is
   `410` (`cursor_expired`): start again without `after`. Who sees what
   follows the scopes: see `listEvents`.
-- **Links (since 1.5.0).** `createPet`'s `201` links to `getPet`, and
-  `placeOrder`'s `201` to `getOrder` and `updateOrder`, each through the
-  created item's `id` (OpenAPI `links`).
+- **Webhooks (since 1.7.0).** A webhook subscription (`createWebhook`,
+  scope `webhooks:manage`) has the events of the types it names pushed
+  to an `https` endpoint as they happen: each event the key that made it
+  could read with `listEvents`, as `listEvents` answers it, in a `POST`
+  signed as Standard Webhooks 1.0 says (`webhook-id`,
+  `webhook-timestamp`, `webhook-signature`: HMAC-SHA256 with the
+  subscription's secret, which is shown once). A delivery that fails is
+  retried on a schedule, for about three days; `410 Gone`, or every
+  attempt failing, disables the subscription until it is replayed.
+  Deliveries are at least once (de-duplicate on `webhook-id`), in the
+  feed's order for each animal and each order. Endpoints must be
+  `https` and resolve only to public addresses. The tag `Webhooks` has
+  the whole of the rules; a subscription belongs to the key that made
+  it.
+- **Links (since 1.5.0).** `createPet`'s `201` links to `getPet`,
+  `placeOrder`'s `201` to `getOrder` and `updateOrder`, and
+  `createWebhook`'s `201` (since 1.7.0) to `getWebhook`,
+  `listWebhookDeliveries`, `rotateWebhookSecret` and `deleteWebhook`,
+  each through the created item's `id` (OpenAPI `links`).
 
 
-Version: 1.6.0*/
+Version: 1.7.0*/
 pub struct Client {
     pub(crate) baseurl: String,
     pub(crate) client: reqwest::Client,
@@ -1878,7 +3301,7 @@ impl Client {
 
 impl ClientInfo<()> for Client {
     fn api_version() -> &'static str {
-        "1.6.0"
+        "1.7.0"
     }
 
     fn baseurl(&self) -> &str {
@@ -1985,7 +3408,7 @@ let response = client.get_pet()
     .await;
 ```*/
     #[deprecated(
-        since = "1.6.0",
+        since = "1.7.0",
         note = "this operation will be removed on 5 December 2030; use list_pets with the status filter instead"
     )]
     #[allow(deprecated)]
@@ -2196,6 +3619,230 @@ let response = client.list_events()
 ```*/
     pub fn list_events(&self) -> builder::ListEvents<'_> {
         builder::ListEvents::new(self)
+    }
+
+    /**List webhook subscriptions
+
+Returns at most `limit` of the API key's webhook subscriptions (20
+when `limit` is omitted) in ascending `id` order, as a plain JSON
+array. When `after` is given, only subscriptions whose `id` is
+greater than `after` are returned: to read the next page, pass the
+last `id` of this one, or follow the `Link` header's `next` target.
+No secret is ever shown here.
+
+Scope: `webhooks:manage`. Only the subscriptions made with the same
+API key are listed.
+
+
+Sends a `GET` request to `/webhooks`
+
+Arguments:
+- `after`: Return only subscriptions whose `id` is greater than this one (the
+last `id` of the previous page). Any int64: a value before the
+first `id` gives the first page, one past the last an empty array.
+
+- `limit`: Maximum number of subscriptions returned (1 to 100, default 20).
+```ignore
+let response = client.list_webhooks()
+    .after(after)
+    .limit(limit)
+    .send()
+    .await;
+```*/
+    pub fn list_webhooks(&self) -> builder::ListWebhooks<'_> {
+        builder::ListWebhooks::new(self)
+    }
+
+    /**Subscribe an endpoint to events
+
+Subscribes `url` to the events of `types` (when `types` is omitted,
+of every type the API key may see): from now on each such event is
+delivered to it, signed, as the tag `Webhooks` describes, starting
+with the first event committed after the subscription was made. The
+`201` carries the subscription and its signing `secret`, which is
+shown only here (and by `rotateWebhookSecret`): keep it, since it
+cannot be read again.
+
+The `url` must be an absolute `https` URL whose host resolves only
+to public addresses (unless the operator admits private ones);
+any other is `422` (`webhook_target_refused`), and the message says
+why. Asking for a type of event the key may not see is `403`
+(`insufficient_scope`), and so is omitting `types` with a key that
+may see none. This operation is not idempotent: a retry after a
+lost answer may subscribe the `url` twice (`listWebhooks` shows it).
+
+Scope: `webhooks:manage`. The types a key may see follow its other
+scopes, as in `listEvents`: `pet.*` with `pets:read`; `order.*`
+with `orders:manage` (every order), or with `orders:place` (only the
+events of the orders placed with the same key).
+
+
+Sends a `POST` request to `/webhooks`
+
+```ignore
+let response = client.create_webhook()
+    .body(body)
+    .send()
+    .await;
+```*/
+    pub fn create_webhook(&self) -> builder::CreateWebhook<'_> {
+        builder::CreateWebhook::new(self)
+    }
+
+    /**Get a webhook subscription
+
+Returns the subscription with the given identifier, with how its
+deliveries stand: its `state` (and why it is `disabled`), how many
+deliveries are `pending`, and when a delivery last succeeded and
+an attempt last failed. Its secret is never shown here.
+
+Scope: `webhooks:manage`, for a subscription made with the same API
+key (any other is `404`, as if it did not exist).
+
+
+Sends a `GET` request to `/webhooks/{webhookId}`
+
+Arguments:
+- `webhook_id`: Identifier of the webhook subscription.
+```ignore
+let response = client.get_webhook()
+    .webhook_id(webhook_id)
+    .send()
+    .await;
+```*/
+    pub fn get_webhook(&self) -> builder::GetWebhook<'_> {
+        builder::GetWebhook::new(self)
+    }
+
+    /**Delete a webhook subscription
+
+Deletes the subscription and its deliveries: nothing more is sent to
+its `url`, except an attempt that was already under way. Deleting
+is final, and a retried delete of the same subscription is `404`.
+
+Scope: `webhooks:manage`, for a subscription made with the same API
+key (any other is `404`, as if it did not exist).
+
+
+Sends a `DELETE` request to `/webhooks/{webhookId}`
+
+Arguments:
+- `webhook_id`: Identifier of the webhook subscription.
+```ignore
+let response = client.delete_webhook()
+    .webhook_id(webhook_id)
+    .send()
+    .await;
+```*/
+    pub fn delete_webhook(&self) -> builder::DeleteWebhook<'_> {
+        builder::DeleteWebhook::new(self)
+    }
+
+    /**Rotate a webhook subscription's secret
+
+Gives the subscription a new signing secret, returned in the `200`
+and never shown again. The secret it replaces stays valid for
+`previousValidFor` seconds (24 hours when omitted, at most 7 days):
+until `previousValidUntil`, every delivery is signed with both, so
+the endpoint can move to the new secret at any moment meanwhile.
+With `previousValidFor=0` the replaced secret is dropped at once:
+that is how to retire a secret that may have leaked. A secret
+replaced by an earlier rotation and still valid is dropped: at most
+two secrets are ever valid.
+
+Scope: `webhooks:manage`, for a subscription made with the same API
+key (any other is `404`, as if it did not exist).
+
+
+Sends a `POST` request to `/webhooks/{webhookId}/rotate`
+
+Arguments:
+- `webhook_id`: Identifier of the webhook subscription.
+- `previous_valid_for`: How many seconds the replaced secret stays valid beside the new
+one (0 to 604800, that is 7 days; default 86400, 24 hours).
+
+```ignore
+let response = client.rotate_webhook_secret()
+    .webhook_id(webhook_id)
+    .previous_valid_for(previous_valid_for)
+    .send()
+    .await;
+```*/
+    pub fn rotate_webhook_secret(&self) -> builder::RotateWebhookSecret<'_> {
+        builder::RotateWebhookSecret::new(self)
+    }
+
+    /**List a webhook subscription's deliveries
+
+Returns at most `limit` of the subscription's deliveries (20 when
+`limit` is omitted), newest event first, as a plain JSON array: for
+each event it is to receive, where its delivery stands, how many
+attempts were made and how the last one ended. When `before` is
+given, only deliveries of events before that one are returned: to
+read the next page, pass the last `eventId` of this one, or follow
+the `Link` header's `next` target. Deliveries that ended (delivered
+or failed) are kept for a while, as the operator sets, and then
+purged.
+
+Scope: `webhooks:manage`, for a subscription made with the same API
+key (any other is `404`, as if it did not exist).
+
+
+Sends a `GET` request to `/webhooks/{webhookId}/deliveries`
+
+Arguments:
+- `webhook_id`: Identifier of the webhook subscription.
+- `before`: Return only deliveries of events before this one: the `eventId`
+of the last delivery of the previous page.
+
+- `limit`: Maximum number of deliveries returned (1 to 100, default 20).
+```ignore
+let response = client.list_webhook_deliveries()
+    .webhook_id(webhook_id)
+    .before(before)
+    .limit(limit)
+    .send()
+    .await;
+```*/
+    pub fn list_webhook_deliveries(&self) -> builder::ListWebhookDeliveries<'_> {
+        builder::ListWebhookDeliveries::new(self)
+    }
+
+    /**Deliver a range of events again
+
+Delivers again the events from `from` to `to` (event `id`s, both
+included) that the subscription is to receive: each becomes a
+pending delivery, due now, its attempts counted afresh, whether it
+had been delivered, had failed or had never been made. A `disabled`
+subscription becomes `active` again, and its waiting deliveries are
+sent too. The deliveries are sent in the background, each
+resource's in the feed's order as ever; the `202` says how many.
+
+One call examines at most 1,000 events, in the feed's order.
+`through` is the last event `id` it examined, or `to` when it
+examined the whole range: while `through` is less than `to`, call
+again with `from` after `through`. A `from` greater than `to` is
+`400`; a `from` older than the feed's retention (its events were
+purged) is `410` (`cursor_expired`).
+
+Scope: `webhooks:manage`, for a subscription made with the same API
+key (any other is `404`, as if it did not exist).
+
+
+Sends a `POST` request to `/webhooks/{webhookId}/replay`
+
+Arguments:
+- `webhook_id`: Identifier of the webhook subscription.
+- `body`
+```ignore
+let response = client.replay_webhook()
+    .webhook_id(webhook_id)
+    .body(body)
+    .send()
+    .await;
+```*/
+    pub fn replay_webhook(&self) -> builder::ReplayWebhook<'_> {
+        builder::ReplayWebhook::new(self)
     }
 }
 
@@ -2519,7 +4166,7 @@ pub mod builder {
 [`Client::get_pet`]: super::Client::get_pet*/
     #[derive(Debug, Clone)]
     #[deprecated(
-        since = "1.6.0",
+        since = "1.7.0",
         note = "this operation will be removed on 5 December 2030; use list_pets with the status filter instead"
     )]
     pub struct GetPet<'a> {
@@ -3495,6 +5142,967 @@ pub mod builder {
                     )
                 }
                 410u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                429u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+
+    /**Builder for [`Client::list_webhooks`]
+
+[`Client::list_webhooks`]: super::Client::list_webhooks*/
+    #[derive(Debug, Clone)]
+    pub struct ListWebhooks<'a> {
+        client: &'a super::Client,
+        after: Result<Option<i64>, String>,
+        limit: Result<Option<::std::num::NonZeroU32>, String>,
+    }
+
+    impl<'a> ListWebhooks<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                after: Ok(None),
+                limit: Ok(None),
+            }
+        }
+
+        pub fn after<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<i64>,
+        {
+            self.after = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| "conversion to `i64` for after failed".to_string());
+            self
+        }
+
+        pub fn limit<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::num::NonZeroU32>,
+        {
+            self.limit = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: num :: NonZeroU32` for limit failed"
+                        .to_string()
+                });
+            self
+        }
+
+        ///Sends a `GET` request to `/webhooks`
+        pub async fn send(
+            self,
+        ) -> Result<
+            ResponseValue<::std::vec::Vec<types::Webhook>>,
+            Error<types::Error>,
+        > {
+            let Self { client, after, limit } = self;
+            let after = after.map_err(Error::InvalidRequest)?;
+            let limit = limit.map_err(Error::InvalidRequest)?;
+            let url = format!("{}/webhooks", client.baseurl,);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .get(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .query(&progenitor_client::QueryParam::new("after", &after))
+                .query(&progenitor_client::QueryParam::new("limit", &limit))
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "list_webhooks",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                429u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+
+    /**Builder for [`Client::create_webhook`]
+
+[`Client::create_webhook`]: super::Client::create_webhook*/
+    #[derive(Debug, Clone)]
+    pub struct CreateWebhook<'a> {
+        client: &'a super::Client,
+        body: Result<types::builder::NewWebhook, String>,
+    }
+
+    impl<'a> CreateWebhook<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                body: Ok(::std::default::Default::default()),
+            }
+        }
+
+        pub fn body<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::NewWebhook>,
+            <V as std::convert::TryInto<types::NewWebhook>>::Error: std::fmt::Display,
+        {
+            self.body = value
+                .try_into()
+                .map(From::from)
+                .map_err(|s| {
+                    format!("conversion to `NewWebhook` for body failed: {}", s)
+                });
+            self
+        }
+
+        pub fn body_map<F>(mut self, f: F) -> Self
+        where
+            F: std::ops::FnOnce(
+                types::builder::NewWebhook,
+            ) -> types::builder::NewWebhook,
+        {
+            self.body = self.body.map(f);
+            self
+        }
+
+        ///Sends a `POST` request to `/webhooks`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<types::WebhookCreated>, Error<types::Error>> {
+            let Self { client, body } = self;
+            let body = body
+                .and_then(|v| types::NewWebhook::try_from(v).map_err(|e| e.to_string()))
+                .map_err(Error::InvalidRequest)?;
+            let url = format!("{}/webhooks", client.baseurl,);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .post(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .json(&body)
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "create_webhook",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                201u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                413u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                422u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                429u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+
+    /**Builder for [`Client::get_webhook`]
+
+[`Client::get_webhook`]: super::Client::get_webhook*/
+    #[derive(Debug, Clone)]
+    pub struct GetWebhook<'a> {
+        client: &'a super::Client,
+        webhook_id: Result<i64, String>,
+    }
+
+    impl<'a> GetWebhook<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                webhook_id: Err("webhook_id was not initialized".to_string()),
+            }
+        }
+
+        pub fn webhook_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<i64>,
+        {
+            self.webhook_id = value
+                .try_into()
+                .map_err(|_| "conversion to `i64` for webhook_id failed".to_string());
+            self
+        }
+
+        ///Sends a `GET` request to `/webhooks/{webhookId}`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<types::Webhook>, Error<types::Error>> {
+            let Self { client, webhook_id } = self;
+            let webhook_id = webhook_id.map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/webhooks/{}", client.baseurl, encode_path(& webhook_id.to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .get(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "get_webhook",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                429u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+
+    /**Builder for [`Client::delete_webhook`]
+
+[`Client::delete_webhook`]: super::Client::delete_webhook*/
+    #[derive(Debug, Clone)]
+    pub struct DeleteWebhook<'a> {
+        client: &'a super::Client,
+        webhook_id: Result<i64, String>,
+    }
+
+    impl<'a> DeleteWebhook<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                webhook_id: Err("webhook_id was not initialized".to_string()),
+            }
+        }
+
+        pub fn webhook_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<i64>,
+        {
+            self.webhook_id = value
+                .try_into()
+                .map_err(|_| "conversion to `i64` for webhook_id failed".to_string());
+            self
+        }
+
+        ///Sends a `DELETE` request to `/webhooks/{webhookId}`
+        pub async fn send(self) -> Result<ResponseValue<()>, Error<types::Error>> {
+            let Self { client, webhook_id } = self;
+            let webhook_id = webhook_id.map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/webhooks/{}", client.baseurl, encode_path(& webhook_id.to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .delete(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "delete_webhook",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                204u16 => Ok(ResponseValue::empty(response)),
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                429u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+
+    /**Builder for [`Client::rotate_webhook_secret`]
+
+[`Client::rotate_webhook_secret`]: super::Client::rotate_webhook_secret*/
+    #[derive(Debug, Clone)]
+    pub struct RotateWebhookSecret<'a> {
+        client: &'a super::Client,
+        webhook_id: Result<i64, String>,
+        previous_valid_for: Result<Option<i32>, String>,
+    }
+
+    impl<'a> RotateWebhookSecret<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                webhook_id: Err("webhook_id was not initialized".to_string()),
+                previous_valid_for: Ok(None),
+            }
+        }
+
+        pub fn webhook_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<i64>,
+        {
+            self.webhook_id = value
+                .try_into()
+                .map_err(|_| "conversion to `i64` for webhook_id failed".to_string());
+            self
+        }
+
+        pub fn previous_valid_for<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<i32>,
+        {
+            self.previous_valid_for = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `i32` for previous_valid_for failed".to_string()
+                });
+            self
+        }
+
+        ///Sends a `POST` request to `/webhooks/{webhookId}/rotate`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<types::WebhookSecret>, Error<types::Error>> {
+            let Self { client, webhook_id, previous_valid_for } = self;
+            let webhook_id = webhook_id.map_err(Error::InvalidRequest)?;
+            let previous_valid_for = previous_valid_for.map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/webhooks/{}/rotate", client.baseurl, encode_path(& webhook_id
+                .to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .post(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .query(
+                    &progenitor_client::QueryParam::new(
+                        "previousValidFor",
+                        &previous_valid_for,
+                    ),
+                )
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "rotate_webhook_secret",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                429u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+
+    /**Builder for [`Client::list_webhook_deliveries`]
+
+[`Client::list_webhook_deliveries`]: super::Client::list_webhook_deliveries*/
+    #[derive(Debug, Clone)]
+    pub struct ListWebhookDeliveries<'a> {
+        client: &'a super::Client,
+        webhook_id: Result<i64, String>,
+        before: Result<Option<types::ListWebhookDeliveriesBefore>, String>,
+        limit: Result<Option<::std::num::NonZeroU32>, String>,
+    }
+
+    impl<'a> ListWebhookDeliveries<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                webhook_id: Err("webhook_id was not initialized".to_string()),
+                before: Ok(None),
+                limit: Ok(None),
+            }
+        }
+
+        pub fn webhook_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<i64>,
+        {
+            self.webhook_id = value
+                .try_into()
+                .map_err(|_| "conversion to `i64` for webhook_id failed".to_string());
+            self
+        }
+
+        pub fn before<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::ListWebhookDeliveriesBefore>,
+        {
+            self.before = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `ListWebhookDeliveriesBefore` for before failed"
+                        .to_string()
+                });
+            self
+        }
+
+        pub fn limit<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::num::NonZeroU32>,
+        {
+            self.limit = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: num :: NonZeroU32` for limit failed"
+                        .to_string()
+                });
+            self
+        }
+
+        ///Sends a `GET` request to `/webhooks/{webhookId}/deliveries`
+        pub async fn send(
+            self,
+        ) -> Result<
+            ResponseValue<::std::vec::Vec<types::WebhookDelivery>>,
+            Error<types::Error>,
+        > {
+            let Self { client, webhook_id, before, limit } = self;
+            let webhook_id = webhook_id.map_err(Error::InvalidRequest)?;
+            let before = before.map_err(Error::InvalidRequest)?;
+            let limit = limit.map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/webhooks/{}/deliveries", client.baseurl, encode_path(& webhook_id
+                .to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .get(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .query(&progenitor_client::QueryParam::new("before", &before))
+                .query(&progenitor_client::QueryParam::new("limit", &limit))
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "list_webhook_deliveries",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                429u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+
+    /**Builder for [`Client::replay_webhook`]
+
+[`Client::replay_webhook`]: super::Client::replay_webhook*/
+    #[derive(Debug, Clone)]
+    pub struct ReplayWebhook<'a> {
+        client: &'a super::Client,
+        webhook_id: Result<i64, String>,
+        body: Result<types::builder::ReplayRange, String>,
+    }
+
+    impl<'a> ReplayWebhook<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                webhook_id: Err("webhook_id was not initialized".to_string()),
+                body: Ok(::std::default::Default::default()),
+            }
+        }
+
+        pub fn webhook_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<i64>,
+        {
+            self.webhook_id = value
+                .try_into()
+                .map_err(|_| "conversion to `i64` for webhook_id failed".to_string());
+            self
+        }
+
+        pub fn body<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::ReplayRange>,
+            <V as std::convert::TryInto<types::ReplayRange>>::Error: std::fmt::Display,
+        {
+            self.body = value
+                .try_into()
+                .map(From::from)
+                .map_err(|s| {
+                    format!("conversion to `ReplayRange` for body failed: {}", s)
+                });
+            self
+        }
+
+        pub fn body_map<F>(mut self, f: F) -> Self
+        where
+            F: std::ops::FnOnce(
+                types::builder::ReplayRange,
+            ) -> types::builder::ReplayRange,
+        {
+            self.body = self.body.map(f);
+            self
+        }
+
+        ///Sends a `POST` request to `/webhooks/{webhookId}/replay`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<types::ReplayAccepted>, Error<types::Error>> {
+            let Self { client, webhook_id, body } = self;
+            let webhook_id = webhook_id.map_err(Error::InvalidRequest)?;
+            let body = body
+                .and_then(|v| types::ReplayRange::try_from(v).map_err(|e| e.to_string()))
+                .map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/webhooks/{}/replay", client.baseurl, encode_path(& webhook_id
+                .to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .post(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .json(&body)
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "replay_webhook",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                202u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                410u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                413u16 => {
                     Err(
                         Error::ErrorResponse(
                             ResponseValue::from_response(response).await?,

@@ -167,8 +167,11 @@
 //! error of its status. So is an event's `type` ([`types::Event`]): a minor
 //! version may add one; [`EventType`] is `#[non_exhaustive]`, and an event
 //! of a type this version does not know has none
-//! ([`Event::event_type`](types::Event::event_type) is `None`). The crate's
-//! CHANGELOG.md has the whole policy.
+//! ([`Event::event_type`](types::Event::event_type) is `None`). A webhook
+//! subscription names the types it wants as `EventType`s
+//! ([`NewWebhook`]`.types`, since contract 1.7.0), while answers write them
+//! as strings, as they do states. The crate's CHANGELOG.md has the whole
+//! policy.
 
 use std::time::Duration;
 

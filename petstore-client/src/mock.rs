@@ -1177,6 +1177,863 @@ pub mod operations {
             )
         }
     }
+
+    pub struct ListWebhooksWhen(::httpmock::When);
+    impl ListWebhooksWhen {
+        pub fn new(inner: ::httpmock::When) -> Self {
+            Self(
+                inner
+                    .method(::httpmock::Method::GET)
+                    .path_matches(regex::Regex::new("^/webhooks$").unwrap()),
+            )
+        }
+
+        pub fn into_inner(self) -> ::httpmock::When {
+            self.0
+        }
+
+        pub fn after<T>(self, value: T) -> Self
+        where
+            T: Into<Option<i64>>,
+        {
+            if let Some(value) = value.into() {
+                Self(self.0.query_param("after", value.to_string()))
+            } else {
+                Self(self.0.query_param_missing("after"))
+            }
+        }
+
+        pub fn limit<T>(self, value: T) -> Self
+        where
+            T: Into<Option<::std::num::NonZeroU32>>,
+        {
+            if let Some(value) = value.into() {
+                Self(self.0.query_param("limit", value.to_string()))
+            } else {
+                Self(self.0.query_param_missing("limit"))
+            }
+        }
+    }
+
+    pub struct ListWebhooksThen(::httpmock::Then);
+    impl ListWebhooksThen {
+        pub fn new(inner: ::httpmock::Then) -> Self {
+            Self(inner)
+        }
+
+        pub fn into_inner(self) -> ::httpmock::Then {
+            self.0
+        }
+
+        pub fn ok(self, value: &::std::vec::Vec<types::Webhook>) -> Self {
+            Self(
+                self
+                    .0
+                    .status(200u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn bad_request(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(400u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn unauthorized(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(401u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn forbidden(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(403u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn too_many_requests(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(429u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn internal_server_error(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(500u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn service_unavailable(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(503u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+    }
+
+    pub struct CreateWebhookWhen(::httpmock::When);
+    impl CreateWebhookWhen {
+        pub fn new(inner: ::httpmock::When) -> Self {
+            Self(
+                inner
+                    .method(::httpmock::Method::POST)
+                    .path_matches(regex::Regex::new("^/webhooks$").unwrap()),
+            )
+        }
+
+        pub fn into_inner(self) -> ::httpmock::When {
+            self.0
+        }
+
+        pub fn body(self, value: &types::NewWebhook) -> Self {
+            Self(self.0.json_body_obj(value))
+        }
+    }
+
+    pub struct CreateWebhookThen(::httpmock::Then);
+    impl CreateWebhookThen {
+        pub fn new(inner: ::httpmock::Then) -> Self {
+            Self(inner)
+        }
+
+        pub fn into_inner(self) -> ::httpmock::Then {
+            self.0
+        }
+
+        pub fn created(self, value: &types::WebhookCreated) -> Self {
+            Self(
+                self
+                    .0
+                    .status(201u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn bad_request(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(400u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn unauthorized(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(401u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn forbidden(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(403u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn payload_too_large(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(413u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn unprocessable_entity(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(422u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn too_many_requests(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(429u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn internal_server_error(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(500u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn service_unavailable(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(503u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+    }
+
+    pub struct GetWebhookWhen(::httpmock::When);
+    impl GetWebhookWhen {
+        pub fn new(inner: ::httpmock::When) -> Self {
+            Self(
+                inner
+                    .method(::httpmock::Method::GET)
+                    .path_matches(regex::Regex::new("^/webhooks/[^/]*$").unwrap()),
+            )
+        }
+
+        pub fn into_inner(self) -> ::httpmock::When {
+            self.0
+        }
+
+        pub fn webhook_id(self, value: i64) -> Self {
+            let re = regex::Regex::new(&format!("^/webhooks/{}$", value.to_string()))
+                .unwrap();
+            Self(self.0.path_matches(re))
+        }
+    }
+
+    pub struct GetWebhookThen(::httpmock::Then);
+    impl GetWebhookThen {
+        pub fn new(inner: ::httpmock::Then) -> Self {
+            Self(inner)
+        }
+
+        pub fn into_inner(self) -> ::httpmock::Then {
+            self.0
+        }
+
+        pub fn ok(self, value: &types::Webhook) -> Self {
+            Self(
+                self
+                    .0
+                    .status(200u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn bad_request(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(400u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn unauthorized(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(401u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn forbidden(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(403u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn not_found(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(404u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn too_many_requests(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(429u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn internal_server_error(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(500u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn service_unavailable(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(503u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+    }
+
+    pub struct DeleteWebhookWhen(::httpmock::When);
+    impl DeleteWebhookWhen {
+        pub fn new(inner: ::httpmock::When) -> Self {
+            Self(
+                inner
+                    .method(::httpmock::Method::DELETE)
+                    .path_matches(regex::Regex::new("^/webhooks/[^/]*$").unwrap()),
+            )
+        }
+
+        pub fn into_inner(self) -> ::httpmock::When {
+            self.0
+        }
+
+        pub fn webhook_id(self, value: i64) -> Self {
+            let re = regex::Regex::new(&format!("^/webhooks/{}$", value.to_string()))
+                .unwrap();
+            Self(self.0.path_matches(re))
+        }
+    }
+
+    pub struct DeleteWebhookThen(::httpmock::Then);
+    impl DeleteWebhookThen {
+        pub fn new(inner: ::httpmock::Then) -> Self {
+            Self(inner)
+        }
+
+        pub fn into_inner(self) -> ::httpmock::Then {
+            self.0
+        }
+
+        pub fn no_content(self) -> Self {
+            Self(self.0.status(204u16))
+        }
+
+        pub fn bad_request(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(400u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn unauthorized(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(401u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn forbidden(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(403u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn not_found(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(404u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn too_many_requests(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(429u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn internal_server_error(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(500u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn service_unavailable(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(503u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+    }
+
+    pub struct RotateWebhookSecretWhen(::httpmock::When);
+    impl RotateWebhookSecretWhen {
+        pub fn new(inner: ::httpmock::When) -> Self {
+            Self(
+                inner
+                    .method(::httpmock::Method::POST)
+                    .path_matches(regex::Regex::new("^/webhooks/[^/]*/rotate$").unwrap()),
+            )
+        }
+
+        pub fn into_inner(self) -> ::httpmock::When {
+            self.0
+        }
+
+        pub fn webhook_id(self, value: i64) -> Self {
+            let re = regex::Regex::new(
+                    &format!("^/webhooks/{}/rotate$", value.to_string()),
+                )
+                .unwrap();
+            Self(self.0.path_matches(re))
+        }
+
+        pub fn previous_valid_for<T>(self, value: T) -> Self
+        where
+            T: Into<Option<i32>>,
+        {
+            if let Some(value) = value.into() {
+                Self(self.0.query_param("previousValidFor", value.to_string()))
+            } else {
+                Self(self.0.query_param_missing("previousValidFor"))
+            }
+        }
+    }
+
+    pub struct RotateWebhookSecretThen(::httpmock::Then);
+    impl RotateWebhookSecretThen {
+        pub fn new(inner: ::httpmock::Then) -> Self {
+            Self(inner)
+        }
+
+        pub fn into_inner(self) -> ::httpmock::Then {
+            self.0
+        }
+
+        pub fn ok(self, value: &types::WebhookSecret) -> Self {
+            Self(
+                self
+                    .0
+                    .status(200u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn bad_request(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(400u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn unauthorized(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(401u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn forbidden(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(403u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn not_found(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(404u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn too_many_requests(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(429u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn internal_server_error(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(500u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn service_unavailable(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(503u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+    }
+
+    pub struct ListWebhookDeliveriesWhen(::httpmock::When);
+    impl ListWebhookDeliveriesWhen {
+        pub fn new(inner: ::httpmock::When) -> Self {
+            Self(
+                inner
+                    .method(::httpmock::Method::GET)
+                    .path_matches(
+                        regex::Regex::new("^/webhooks/[^/]*/deliveries$").unwrap(),
+                    ),
+            )
+        }
+
+        pub fn into_inner(self) -> ::httpmock::When {
+            self.0
+        }
+
+        pub fn webhook_id(self, value: i64) -> Self {
+            let re = regex::Regex::new(
+                    &format!("^/webhooks/{}/deliveries$", value.to_string()),
+                )
+                .unwrap();
+            Self(self.0.path_matches(re))
+        }
+
+        pub fn before<'a, T>(self, value: T) -> Self
+        where
+            T: Into<Option<&'a types::ListWebhookDeliveriesBefore>>,
+        {
+            if let Some(value) = value.into() {
+                Self(self.0.query_param("before", value.to_string()))
+            } else {
+                Self(self.0.query_param_missing("before"))
+            }
+        }
+
+        pub fn limit<T>(self, value: T) -> Self
+        where
+            T: Into<Option<::std::num::NonZeroU32>>,
+        {
+            if let Some(value) = value.into() {
+                Self(self.0.query_param("limit", value.to_string()))
+            } else {
+                Self(self.0.query_param_missing("limit"))
+            }
+        }
+    }
+
+    pub struct ListWebhookDeliveriesThen(::httpmock::Then);
+    impl ListWebhookDeliveriesThen {
+        pub fn new(inner: ::httpmock::Then) -> Self {
+            Self(inner)
+        }
+
+        pub fn into_inner(self) -> ::httpmock::Then {
+            self.0
+        }
+
+        pub fn ok(self, value: &::std::vec::Vec<types::WebhookDelivery>) -> Self {
+            Self(
+                self
+                    .0
+                    .status(200u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn bad_request(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(400u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn unauthorized(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(401u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn forbidden(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(403u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn not_found(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(404u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn too_many_requests(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(429u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn internal_server_error(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(500u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn service_unavailable(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(503u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+    }
+
+    pub struct ReplayWebhookWhen(::httpmock::When);
+    impl ReplayWebhookWhen {
+        pub fn new(inner: ::httpmock::When) -> Self {
+            Self(
+                inner
+                    .method(::httpmock::Method::POST)
+                    .path_matches(regex::Regex::new("^/webhooks/[^/]*/replay$").unwrap()),
+            )
+        }
+
+        pub fn into_inner(self) -> ::httpmock::When {
+            self.0
+        }
+
+        pub fn webhook_id(self, value: i64) -> Self {
+            let re = regex::Regex::new(
+                    &format!("^/webhooks/{}/replay$", value.to_string()),
+                )
+                .unwrap();
+            Self(self.0.path_matches(re))
+        }
+
+        pub fn body(self, value: &types::ReplayRange) -> Self {
+            Self(self.0.json_body_obj(value))
+        }
+    }
+
+    pub struct ReplayWebhookThen(::httpmock::Then);
+    impl ReplayWebhookThen {
+        pub fn new(inner: ::httpmock::Then) -> Self {
+            Self(inner)
+        }
+
+        pub fn into_inner(self) -> ::httpmock::Then {
+            self.0
+        }
+
+        pub fn accepted(self, value: &types::ReplayAccepted) -> Self {
+            Self(
+                self
+                    .0
+                    .status(202u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn bad_request(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(400u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn unauthorized(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(401u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn forbidden(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(403u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn not_found(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(404u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn gone(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(410u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn payload_too_large(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(413u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn too_many_requests(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(429u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn internal_server_error(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(500u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
+        pub fn service_unavailable(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(503u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+    }
 }
 
 /// An extension trait for [`MockServer`](::httpmock::MockServer) that
@@ -1210,6 +2067,33 @@ pub trait MockServerExt: sealed::Sealed {
     fn list_events<F>(&self, config_fn: F) -> ::httpmock::Mock<'_>
     where
         F: FnOnce(operations::ListEventsWhen, operations::ListEventsThen);
+    fn list_webhooks<F>(&self, config_fn: F) -> ::httpmock::Mock<'_>
+    where
+        F: FnOnce(operations::ListWebhooksWhen, operations::ListWebhooksThen);
+    fn create_webhook<F>(&self, config_fn: F) -> ::httpmock::Mock<'_>
+    where
+        F: FnOnce(operations::CreateWebhookWhen, operations::CreateWebhookThen);
+    fn get_webhook<F>(&self, config_fn: F) -> ::httpmock::Mock<'_>
+    where
+        F: FnOnce(operations::GetWebhookWhen, operations::GetWebhookThen);
+    fn delete_webhook<F>(&self, config_fn: F) -> ::httpmock::Mock<'_>
+    where
+        F: FnOnce(operations::DeleteWebhookWhen, operations::DeleteWebhookThen);
+    fn rotate_webhook_secret<F>(&self, config_fn: F) -> ::httpmock::Mock<'_>
+    where
+        F: FnOnce(
+            operations::RotateWebhookSecretWhen,
+            operations::RotateWebhookSecretThen,
+        );
+    fn list_webhook_deliveries<F>(&self, config_fn: F) -> ::httpmock::Mock<'_>
+    where
+        F: FnOnce(
+            operations::ListWebhookDeliveriesWhen,
+            operations::ListWebhookDeliveriesThen,
+        );
+    fn replay_webhook<F>(&self, config_fn: F) -> ::httpmock::Mock<'_>
+    where
+        F: FnOnce(operations::ReplayWebhookWhen, operations::ReplayWebhookThen);
 }
 
 impl MockServerExt for ::httpmock::MockServer {
@@ -1317,6 +2201,96 @@ impl MockServerExt for ::httpmock::MockServer {
             config_fn(
                 operations::ListEventsWhen::new(when),
                 operations::ListEventsThen::new(then),
+            )
+        })
+    }
+
+    fn list_webhooks<F>(&self, config_fn: F) -> ::httpmock::Mock<'_>
+    where
+        F: FnOnce(operations::ListWebhooksWhen, operations::ListWebhooksThen),
+    {
+        self.mock(|when, then| {
+            config_fn(
+                operations::ListWebhooksWhen::new(when),
+                operations::ListWebhooksThen::new(then),
+            )
+        })
+    }
+
+    fn create_webhook<F>(&self, config_fn: F) -> ::httpmock::Mock<'_>
+    where
+        F: FnOnce(operations::CreateWebhookWhen, operations::CreateWebhookThen),
+    {
+        self.mock(|when, then| {
+            config_fn(
+                operations::CreateWebhookWhen::new(when),
+                operations::CreateWebhookThen::new(then),
+            )
+        })
+    }
+
+    fn get_webhook<F>(&self, config_fn: F) -> ::httpmock::Mock<'_>
+    where
+        F: FnOnce(operations::GetWebhookWhen, operations::GetWebhookThen),
+    {
+        self.mock(|when, then| {
+            config_fn(
+                operations::GetWebhookWhen::new(when),
+                operations::GetWebhookThen::new(then),
+            )
+        })
+    }
+
+    fn delete_webhook<F>(&self, config_fn: F) -> ::httpmock::Mock<'_>
+    where
+        F: FnOnce(operations::DeleteWebhookWhen, operations::DeleteWebhookThen),
+    {
+        self.mock(|when, then| {
+            config_fn(
+                operations::DeleteWebhookWhen::new(when),
+                operations::DeleteWebhookThen::new(then),
+            )
+        })
+    }
+
+    fn rotate_webhook_secret<F>(&self, config_fn: F) -> ::httpmock::Mock<'_>
+    where
+        F: FnOnce(
+            operations::RotateWebhookSecretWhen,
+            operations::RotateWebhookSecretThen,
+        ),
+    {
+        self.mock(|when, then| {
+            config_fn(
+                operations::RotateWebhookSecretWhen::new(when),
+                operations::RotateWebhookSecretThen::new(then),
+            )
+        })
+    }
+
+    fn list_webhook_deliveries<F>(&self, config_fn: F) -> ::httpmock::Mock<'_>
+    where
+        F: FnOnce(
+            operations::ListWebhookDeliveriesWhen,
+            operations::ListWebhookDeliveriesThen,
+        ),
+    {
+        self.mock(|when, then| {
+            config_fn(
+                operations::ListWebhookDeliveriesWhen::new(when),
+                operations::ListWebhookDeliveriesThen::new(then),
+            )
+        })
+    }
+
+    fn replay_webhook<F>(&self, config_fn: F) -> ::httpmock::Mock<'_>
+    where
+        F: FnOnce(operations::ReplayWebhookWhen, operations::ReplayWebhookThen),
+    {
+        self.mock(|when, then| {
+            config_fn(
+                operations::ReplayWebhookWhen::new(when),
+                operations::ReplayWebhookThen::new(then),
             )
         })
     }

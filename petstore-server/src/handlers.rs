@@ -2,7 +2,8 @@
 //! storage. The server that runs it is in `server.rs`.
 
 use dropshot::{
-    HttpResponseCreated, HttpResponseHeaders, HttpResponseOk, Path, Query, RequestContext,
+    HttpResponseAccepted, HttpResponseCreated, HttpResponseDeleted, HttpResponseHeaders,
+    HttpResponseOk, Path, Query, RequestContext,
 };
 
 use petstore_api::auth::{ApiContext, Authenticated};
@@ -10,15 +11,17 @@ use petstore_api::body::StrictJson;
 use petstore_api::error::{ApiError, Keyed};
 use petstore_api::idempotency::{CreatedHeaders, IdempotencyKey};
 use petstore_api::model::{
-    Event, Inventory, NewOrder, NewPet, Order, OrderInclude, OrderStatus, OrderUpdate,
-    OrderUpdateStatus, Pet, PetStatus,
+    Event, Inventory, NewOrder, NewPet, NewWebhook, Order, OrderInclude, OrderStatus, OrderUpdate,
+    OrderUpdateStatus, Pet, PetStatus, ReplayAccepted, ReplayRange, Webhook, WebhookCreated,
+    WebhookDelivery, WebhookSecret,
 };
 use petstore_api::params::{
-    EventTypes, GetOrderParams, ListEventsParams, ListOrdersParams, ListPetsParams, OrderPath,
-    PetPath,
+    EventTypes, GetOrderParams, ListDeliveriesParams, ListEventsParams, ListOrdersParams,
+    ListPetsParams, ListWebhooksParams, OrderPath, PetPath, RotateParams, WebhookPath,
 };
 use petstore_api::responses::{
-    DeprecationHeaders, EventsPageHeaders, OrdersPageHeaders, PageHeaders, PetsPage,
+    DeliveriesPageHeaders, DeprecationHeaders, EventsPageHeaders, OrdersPageHeaders, PageHeaders,
+    PetsPage, WebhooksPageHeaders,
 };
 use petstore_api::scopes::Scope;
 use petstore_api::{LIMIT_MAX, PetstoreApi};
@@ -129,6 +132,15 @@ async fn feed_page(
 /// The 404 of an order that does not exist, or is another customer's.
 fn no_such_order(id: i64) -> ApiError {
     ApiError::not_found(format!("no order has id {id}"))
+}
+
+/// The answer of every webhook operation until the webhooks subsystem is
+/// built: `503`, which the contract declares for each of them.
+// BRANCH ONLY (wh-contract): the contract 1.7.0 lands with real handlers;
+// these stand in for them so that the interface, the client and the checks
+// can be built first. Not to be merged as they are.
+fn unimplemented_webhooks() -> ApiError {
+    ApiError::unavailable("webhooks are being built")
 }
 
 /// The server's state in a request's context. It is always there (the
@@ -465,5 +477,73 @@ impl PetstoreApi for PetstoreImpl {
             .map(StoredEvent::into_contract)
             .collect();
         Ok(HttpResponseHeaders::new(HttpResponseOk(events), headers))
+    }
+
+    // ----- Webhooks (contract 1.7.0): stand-ins, BRANCH ONLY. -----
+    // Each answers `unimplemented_webhooks()` (503) until the webhooks
+    // subsystem's handlers replace this block; the scope `webhooks:manage`
+    // is already checked before them, by the `Authenticated` extractor.
+
+    async fn list_webhooks(
+        _rqctx: RequestContext<ApiContext>,
+        _auth: Authenticated,
+        _query: Query<ListWebhooksParams>,
+    ) -> Result<HttpResponseHeaders<HttpResponseOk<Vec<Webhook>>, WebhooksPageHeaders>, ApiError>
+    {
+        Err(unimplemented_webhooks())
+    }
+
+    async fn create_webhook(
+        _rqctx: RequestContext<ApiContext>,
+        _auth: Authenticated,
+        _body: StrictJson<NewWebhook>,
+    ) -> Result<HttpResponseCreated<WebhookCreated>, ApiError> {
+        Err(unimplemented_webhooks())
+    }
+
+    async fn get_webhook(
+        _rqctx: RequestContext<ApiContext>,
+        _auth: Authenticated,
+        _path: Path<WebhookPath>,
+    ) -> Result<HttpResponseOk<Webhook>, ApiError> {
+        Err(unimplemented_webhooks())
+    }
+
+    async fn delete_webhook(
+        _rqctx: RequestContext<ApiContext>,
+        _auth: Authenticated,
+        _path: Path<WebhookPath>,
+    ) -> Result<HttpResponseDeleted, ApiError> {
+        Err(unimplemented_webhooks())
+    }
+
+    async fn rotate_webhook_secret(
+        _rqctx: RequestContext<ApiContext>,
+        _auth: Authenticated,
+        _path: Path<WebhookPath>,
+        _query: Query<RotateParams>,
+    ) -> Result<HttpResponseOk<WebhookSecret>, ApiError> {
+        Err(unimplemented_webhooks())
+    }
+
+    async fn list_webhook_deliveries(
+        _rqctx: RequestContext<ApiContext>,
+        _auth: Authenticated,
+        _path: Path<WebhookPath>,
+        _query: Query<ListDeliveriesParams>,
+    ) -> Result<
+        HttpResponseHeaders<HttpResponseOk<Vec<WebhookDelivery>>, DeliveriesPageHeaders>,
+        ApiError,
+    > {
+        Err(unimplemented_webhooks())
+    }
+
+    async fn replay_webhook(
+        _rqctx: RequestContext<ApiContext>,
+        _auth: Authenticated,
+        _path: Path<WebhookPath>,
+        _body: StrictJson<ReplayRange>,
+    ) -> Result<HttpResponseAccepted<ReplayAccepted>, ApiError> {
+        Err(unimplemented_webhooks())
     }
 }

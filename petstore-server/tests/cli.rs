@@ -183,13 +183,20 @@ fn openapi_prints_the_emitted_document() {
     operation_ids.sort_unstable();
     let expected = [
         "createPet",
+        "createWebhook",
+        "deleteWebhook",
         "getInventory",
         "getOrder",
         "getPet",
+        "getWebhook",
         "listEvents",
         "listOrders",
         "listPets",
+        "listWebhookDeliveries",
+        "listWebhooks",
         "placeOrder",
+        "replayWebhook",
+        "rotateWebhookSecret",
         "updateOrder",
     ];
     assert_eq!(operation_ids, expected);

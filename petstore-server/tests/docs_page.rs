@@ -250,6 +250,19 @@ async fn a_reader_tries_list_pets_from_the_docs_page_and_gets_200() {
             .await;
     }
     browser.find("#operations-Events-listEvents").await;
+    for operation in [
+        "listWebhooks",
+        "createWebhook",
+        "getWebhook",
+        "deleteWebhook",
+        "rotateWebhookSecret",
+        "listWebhookDeliveries",
+        "replayWebhook",
+    ] {
+        browser
+            .find(&format!("#operations-Webhooks-{operation}"))
+            .await;
+    }
 
     // The reader types the key into "Authorize".
     browser.click(".auth-wrapper .authorize").await;

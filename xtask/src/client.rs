@@ -28,7 +28,7 @@ use anyhow::{Context, bail};
 // As progenitor names the `Client` methods (snake case) and builders (upper camel case).
 use heck::{ToSnakeCase, ToUpperCamelCase};
 use openapiv3::{OpenAPI, Operation, SchemaKind};
-use progenitor::{GenerationSettings, Generator, InterfaceStyle, TagStyle, TypePatch};
+use progenitor::{GenerationSettings, Generator, InterfaceStyle, TagStyle, TypeImpl, TypePatch};
 use serde_json::Value;
 use syn::visit_mut::{self, VisitMut};
 use syn::{
@@ -136,8 +136,23 @@ fn generator(spec: &OpenAPI) -> Generator {
     for name in non_exhaustive(spec) {
         settings.with_patch(name, &patch);
     }
+    for (schema, rust, impls) in REPLACED {
+        settings.with_replacement(schema, rust, impls.iter().copied());
+    }
     Generator::new(&settings)
 }
+
+/// Component schemas the crate writes by hand instead of generating, the
+/// Rust path that stands for each, and the traits it has beside serde's:
+/// `EventType` (since contract 1.7.0, `NewWebhook.types`) is the crate's
+/// own `petstore_client::EventType`, written for the feed in 2.1.0, so
+/// that one type names an event type everywhere (a generated
+/// `types::EventType` beside it would be a second, with the same variants).
+const REPLACED: &[(&str, &str, &[TypeImpl])] = &[(
+    "EventType",
+    "crate::EventType",
+    &[TypeImpl::Display, TypeImpl::FromStr],
+)];
 
 /// The component schemas whose types are `#[non_exhaustive]`, so that what
 /// a minor version of the contract may add to them is not a breaking change
@@ -626,18 +641,37 @@ mod tests {
             [
                 "Error",
                 "Event",
+                "EventType",
                 "Inventory",
                 "NewOrder",
                 "NewPet",
+                "NewWebhook",
                 "Order",
                 "OrderInclude",
                 "OrderUpdate",
                 "OrderUpdateStatus",
                 "Pet",
+                "ReplayAccepted",
+                "ReplayRange",
+                "Webhook",
+                "WebhookCreated",
+                "WebhookDelivery",
+                "WebhookSecret",
             ]
         );
         let in_responses = in_responses(&spec);
         assert!(in_responses.contains("PetStatus") && in_responses.contains("OrderStatus"));
         assert!(!in_responses.contains("OrderUpdateStatus") && !in_responses.contains("NewPet"));
+        // Answers write event types as strings (`Event.type`, `Webhook.types`).
+        assert!(!in_responses.contains("EventType") && in_responses.contains("Webhook"));
+    }
+
+    /// The contract's `EventType` is the crate's own (`REPLACED`), never a
+    /// second, generated `types::EventType`.
+    #[test]
+    fn event_types_are_the_crate_s_own() {
+        let client = render(&contract().unwrap()).unwrap();
+        assert!(client.contains("pub types: ::std::vec::Vec<crate::EventType>"));
+        assert!(!client.contains("pub enum EventType"));
     }
 }

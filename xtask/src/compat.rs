@@ -380,6 +380,10 @@ mod tests {
             "petstore-1.6.0.yaml",
             "a0f483760d2e6bc6ccd7946a1e2d9e4ef074221a1488b5e36701e0d7aea6eb2e",
         ),
+        (
+            "petstore-1.7.0.yaml",
+            "41bd44b6315e87daa764631d54e306e0c41be49582a9094e5e38cfe946629a38",
+        ),
     ];
 
     fn sha256(path: &Path) -> String {

@@ -1,5 +1,6 @@
 //! The events (since 1.6.0): what changed in the store, as CloudEvents 1.0
-//! in their JSON format, read from the feed (`listEvents`).
+//! in their JSON format, read from the feed (`listEvents`) and delivered
+//! by webhooks (since 1.7.0).
 
 use chrono::{DateTime, Utc};
 use schemars::JsonSchema;
@@ -8,8 +9,13 @@ use serde::{Deserialize, Serialize};
 use super::order::rfc3339_micros;
 use super::{Order, Pet, PetStatus};
 
-/// What an event says happened. Its wire spelling is a plain string in
-/// the contract (`Event.type`), so that a minor version may add types.
+/// A type of event, as a request names it (since 1.7.0): `pet.created`,
+/// `pet.status_changed`, `order.placed`, `order.delivered` or
+/// `order.cancelled`. Only requests hold it, so a minor version may add a
+/// value; answers write a type as a plain string (`Event.type`,
+/// `Webhook.types`).
+// The variants carry plain comments, not doc comments: documented variants
+// would make schemars emit a `oneOf` instead of the contract's plain `enum`.
 #[derive(
     Clone,
     Copy,
@@ -21,28 +27,30 @@ use super::{Order, Pet, PetStatus};
     Ord,
     Serialize,
     Deserialize,
+    JsonSchema,
     strum::IntoStaticStr,
     strum::EnumString,
     strum::VariantArray,
 )]
+#[allow(missing_docs)]
 pub enum EventType {
-    /// An animal was added to the catalogue.
+    // An animal was added to the catalogue.
     #[serde(rename = "pet.created")]
     #[strum(serialize = "pet.created")]
     PetCreated,
-    /// An animal's status changed (ordered, sold, or available again).
+    // An animal's status changed (ordered, sold, or available again).
     #[serde(rename = "pet.status_changed")]
     #[strum(serialize = "pet.status_changed")]
     PetStatusChanged,
-    /// An order was placed.
+    // An order was placed.
     #[serde(rename = "order.placed")]
     #[strum(serialize = "order.placed")]
     OrderPlaced,
-    /// An order was delivered.
+    // An order was delivered.
     #[serde(rename = "order.delivered")]
     #[strum(serialize = "order.delivered")]
     OrderDelivered,
-    /// An order was cancelled.
+    // An order was cancelled.
     #[serde(rename = "order.cancelled")]
     #[strum(serialize = "order.cancelled")]
     OrderCancelled,

@@ -1,5 +1,8 @@
-//! The resources of the contract: `Pet`, `NewPet`, `PetStatus`, and the
-//! Store's: `Order`, `NewOrder`, `OrderStatus`, `OrderUpdate`, `Inventory`.
+//! The resources of the contract: `Pet`, `NewPet`, `PetStatus`; the
+//! Store's: `Order`, `NewOrder`, `OrderStatus`, `OrderUpdate`, `Inventory`;
+//! the feed's `Event` and `EventType`; and the webhook subscriptions'
+//! (`NewWebhook`, `Webhook`, `WebhookCreated`, `WebhookSecret`,
+//! `WebhookDelivery`, `ReplayRange`, `ReplayAccepted`).
 //!
 //! These types are the boundary between the wire and the storage layer. Their
 //! doc comments and `schemars` attributes become the emitted OpenAPI document,
@@ -8,6 +11,7 @@
 mod encoded;
 mod event;
 mod order;
+mod webhook;
 
 pub use encoded::{EncodedPets, PetArrayWriter};
 pub use event::{
@@ -15,6 +19,11 @@ pub use event::{
 };
 pub use order::{
     Inventory, NewOrder, Order, OrderInclude, OrderStatus, OrderUpdate, OrderUpdateStatus,
+};
+pub use webhook::{
+    NewWebhook, REPLAY_EVENTS_MAX, ReplayAccepted, ReplayRange, SigningSecret,
+    WEBHOOK_URL_MAX_CHARS, Webhook, WebhookCreated, WebhookDelivery, WebhookDeliveryState,
+    WebhookDisabledReason, WebhookSecret, WebhookState,
 };
 
 use schemars::JsonSchema;

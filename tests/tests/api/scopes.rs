@@ -460,5 +460,5 @@ fn the_contract_names_the_scopes_the_server_checks() {
             operations += 1;
         }
     }
-    assert_eq!(operations, 9);
+    assert_eq!(operations, 16);
 }

@@ -12,13 +12,18 @@
 //!
 //! - **query defaults**: dropshot cannot write a parameter's `default` into
 //!   the emitted document, and schemathesis does not check what an omitted
-//!   parameter means. An integer default of an operation answering an array
-//!   is checked by counting, after seeding more items than it through the
-//!   collection's create operation (a `POST` with a body to the list's
-//!   path); any other default is noted as not probed. Seeded items carry
-//!   the first value of each optional enum, and an integer property named
-//!   `xId` names a distinct seeded item of the collection `…/xs`, so that
-//!   one collection's items can refer to another's.
+//!   parameter means. A page size's default (an integer of at least 1, of
+//!   an operation answering an array) is checked by counting, after seeding
+//!   more items than it through the collection's create operation (a `POST`
+//!   with a body to the list's own path); any other default is noted as not
+//!   probed, and so is one whose collection the probe cannot fill: a list
+//!   below an item (`/webhooks/{id}/deliveries`), or a collection whose
+//!   every create was refused with a status the YAML declares for it (a
+//!   webhook's `url` must be a public `https` endpoint, which the probe
+//!   has none of). Seeded items carry the first value of each optional
+//!   enum, and an integer property named `xId` names a distinct seeded item
+//!   of the collection `…/xs`, so that one collection's items can refer to
+//!   another's.
 //! - **an open operation**: the emitted document has no security, and
 //!   schemathesis takes a 401 as a fair answer to any request; an operation
 //!   the YAML leaves open must answer without a key.
@@ -85,6 +90,7 @@ pub async fn run(yaml: &Side<'_>, prefix: &str, report: &mut Report) -> anyhow::
         key,
         unknown_key: petstore_support::generate_key("unknown").context("generating a key")?,
         items: BTreeMap::new(),
+        unfillable: BTreeMap::new(),
         tried: BTreeMap::new(),
         sent: Cell::new(0),
         report,
@@ -276,6 +282,10 @@ struct Prober<'a, 'r> {
     /// Items created while seeding, by collection (the create's path):
     /// path parameters that must exist name them.
     items: BTreeMap<String, Vec<Value>>,
+    /// Collections (the create's path) of which no item could be created,
+    /// every create being refused with a status the YAML declares for it:
+    /// those statuses.
+    unfillable: BTreeMap<String, BTreeSet<u16>>,
     /// The statuses each operation was made to answer.
     tried: BTreeMap<String, BTreeSet<u16>>,
     sent: Cell<usize>,
@@ -536,8 +546,10 @@ impl Prober<'_, '_> {
     /// a path without parameters. Collections whose items refer to others
     /// are seeded after those.
     async fn seed(&mut self, operations: &[Op<'_>]) {
-        let defaults = operations.iter().flat_map(|op| op.params.iter());
-        let defaults = defaults.filter_map(|p| self.default(p)?.as_u64());
+        let defaults = operations
+            .iter()
+            .flat_map(|op| op.params.iter().map(move |param| (op, param)));
+        let defaults = defaults.filter_map(|(op, param)| self.page_size_default(op, param));
         let count = defaults.max().unwrap_or(0).min(1000) as usize + 3;
         let creates: Vec<&Op> = operations
             .iter()
@@ -558,9 +570,23 @@ impl Prober<'_, '_> {
                 .buffer_unordered(16)
                 .collect()
                 .await;
-            // A failing create shows as too few items to count.
+            // A failing create shows as too few items to count, unless the
+            // contract itself refuses every create the probe can make.
+            let refused: BTreeSet<u16> = answers
+                .iter()
+                .flatten()
+                .map(|a| a.status)
+                .filter(|status| *status >= 300)
+                .collect();
+            let failed = answers.iter().any(Result::is_err);
             let created = answers.into_iter().flatten().filter(|a| a.status < 300);
-            let items = created.filter_map(|a| a.json).collect();
+            let items: Vec<Value> = created.filter_map(|a| a.json).collect();
+            let declared = refused
+                .iter()
+                .all(|status| create.declared(*status).is_some());
+            if items.is_empty() && !failed && declared {
+                self.unfillable.insert(create.path.clone(), refused);
+            }
             self.items.insert(create.path.clone(), items);
         }
     }
@@ -632,6 +658,15 @@ impl Prober<'_, '_> {
             .cloned()
     }
 
+    /// The default of `param` if it is a page size: an integer of at least
+    /// 1, in the query of an operation answering an array.
+    fn page_size_default(&self, op: &Op<'_>, param: &Parameter) -> Option<u64> {
+        let array = op.success.is_some_and(|(_, array)| array);
+        let page_size = self.minimum(param).is_some_and(|minimum| minimum >= 1.0);
+        let default = self.default(param)?.as_u64()?;
+        (array && page_size).then_some(default)
+    }
+
     /// The `minimum` of a parameter's schema, if it has one.
     fn minimum(&self, param: &Parameter) -> Option<f64> {
         let format = &param.parameter_data_ref().format;
@@ -648,22 +683,34 @@ impl Prober<'_, '_> {
             };
             let name = &param.parameter_data_ref().name;
             let location = format!("{}.parameters.{name}", op.location);
-            let collection = self.collection(&op.path);
+            // Only the list of the very collection a create operation adds
+            // to can be filled (the feed of events has none, and a webhook's
+            // deliveries are not created: their tests check their defaults).
+            let collection = self.items.get(&op.path);
             let existing = collection.map_or(0, Vec::len);
-            let array = op.success.is_some_and(|(_, array)| array);
-            // A page size is at least 1 (`wait`'s 0 is no page size), and
-            // only a collection with a create operation can be filled (the
-            // feed of events has none: its tests check its default).
-            let page_size = self.minimum(param).is_some_and(|minimum| minimum >= 1.0);
-            let Some(default) = default.as_u64().filter(|_| {
-                array && page_size && collection.is_some() && !param.parameter_data_ref().required
-            }) else {
+            // A page size is at least 1 (`wait`'s 0 is no page size).
+            let Some(default) = self
+                .page_size_default(op, param)
+                .filter(|_| collection.is_some() && !param.parameter_data_ref().required)
+            else {
                 let why = "only integer page sizes of list operations, with a create operation to fill them, can be";
                 self.report.notes.push(format!(
                     "{location}: default {default} declared, not probed ({why})"
                 ));
                 continue;
             };
+            if let Some(refused) = self.unfillable.get(&op.path) {
+                let refused: Vec<String> = refused.iter().map(u16::to_string).collect();
+                let why = format!(
+                    "every create of {} was refused ({}), as the yaml allows",
+                    op.path,
+                    refused.join(", ")
+                );
+                self.report.notes.push(format!(
+                    "{location}: default {default} declared, not probed ({why})"
+                ));
+                continue;
+            }
             if existing as u64 <= default {
                 let why =
                     format!("only {existing} items could be created (need more than {default})");

@@ -26,6 +26,13 @@ impl<T: CliConfig> Cli<T> {
             CliCommand::UpdateOrder => Self::cli_update_order(),
             CliCommand::GetInventory => Self::cli_get_inventory(),
             CliCommand::ListEvents => Self::cli_list_events(),
+            CliCommand::ListWebhooks => Self::cli_list_webhooks(),
+            CliCommand::CreateWebhook => Self::cli_create_webhook(),
+            CliCommand::GetWebhook => Self::cli_get_webhook(),
+            CliCommand::DeleteWebhook => Self::cli_delete_webhook(),
+            CliCommand::RotateWebhookSecret => Self::cli_rotate_webhook_secret(),
+            CliCommand::ListWebhookDeliveries => Self::cli_list_webhook_deliveries(),
+            CliCommand::ReplayWebhook => Self::cli_replay_webhook(),
         }
     }
 
@@ -342,6 +349,178 @@ impl<T: CliConfig> Cli<T> {
             )
     }
 
+    pub fn cli_list_webhooks() -> ::clap::Command {
+        ::clap::Command::new("")
+            .arg(
+                ::clap::Arg::new("after")
+                    .long("after")
+                    .value_parser(::clap::value_parser!(i64))
+                    .required(false)
+                    .help(
+                        "Return only subscriptions whose `id` is greater than this one (the\nlast `id` of the previous page). Any int64: a value before the\nfirst `id` gives the first page, one past the last an empty array.\n",
+                    ),
+            )
+            .arg(
+                ::clap::Arg::new("limit")
+                    .long("limit")
+                    .value_parser(::clap::value_parser!(::std::num::NonZeroU32))
+                    .required(false)
+                    .help(
+                        "Maximum number of subscriptions returned (1 to 100, default 20).",
+                    ),
+            )
+            .about(
+                "List webhook subscriptions\n\nReturns at most `limit` of the API key's webhook subscriptions (20\nwhen `limit` is omitted) in ascending `id` order, as a plain JSON\narray. When `after` is given, only subscriptions whose `id` is\ngreater than `after` are returned: to read the next page, pass the\nlast `id` of this one, or follow the `Link` header's `next` target.\nNo secret is ever shown here.\n\nScope: `webhooks:manage`. Only the subscriptions made with the same\nAPI key are listed.\n",
+            )
+    }
+
+    pub fn cli_create_webhook() -> ::clap::Command {
+        ::clap::Command::new("")
+            .arg(
+                ::clap::Arg::new("url")
+                    .long("url")
+                    .value_parser(::clap::value_parser!(types::NewWebhookUrl))
+                    .required_unless_present("json-body")
+                    .help(
+                        "Where the events are delivered: an absolute `https` URL whose host\nresolves only to public addresses.\n",
+                    ),
+            )
+            .arg(
+                ::clap::Arg::new("json-body")
+                    .long("json-body")
+                    .value_name("JSON-FILE")
+                    .required(false)
+                    .value_parser(::clap::value_parser!(std::path::PathBuf))
+                    .help("Path to a file that contains the full json body."),
+            )
+            .about(
+                "Subscribe an endpoint to events\n\nSubscribes `url` to the events of `types` (when `types` is omitted,\nof every type the API key may see): from now on each such event is\ndelivered to it, signed, as the tag `Webhooks` describes, starting\nwith the first event committed after the subscription was made. The\n`201` carries the subscription and its signing `secret`, which is\nshown only here (and by `rotateWebhookSecret`): keep it, since it\ncannot be read again.\n\nThe `url` must be an absolute `https` URL whose host resolves only\nto public addresses (unless the operator admits private ones);\nany other is `422` (`webhook_target_refused`), and the message says\nwhy. Asking for a type of event the key may not see is `403`\n(`insufficient_scope`), and so is omitting `types` with a key that\nmay see none. This operation is not idempotent: a retry after a\nlost answer may subscribe the `url` twice (`listWebhooks` shows it).\n\nScope: `webhooks:manage`. The types a key may see follow its other\nscopes, as in `listEvents`: `pet.*` with `pets:read`; `order.*`\nwith `orders:manage` (every order), or with `orders:place` (only the\nevents of the orders placed with the same key).\n",
+            )
+    }
+
+    pub fn cli_get_webhook() -> ::clap::Command {
+        ::clap::Command::new("")
+            .arg(
+                ::clap::Arg::new("webhook-id")
+                    .long("webhook-id")
+                    .value_parser(::clap::value_parser!(i64))
+                    .required(true)
+                    .help("Identifier of the webhook subscription."),
+            )
+            .about(
+                "Get a webhook subscription\n\nReturns the subscription with the given identifier, with how its\ndeliveries stand: its `state` (and why it is `disabled`), how many\ndeliveries are `pending`, and when a delivery last succeeded and\nan attempt last failed. Its secret is never shown here.\n\nScope: `webhooks:manage`, for a subscription made with the same API\nkey (any other is `404`, as if it did not exist).\n",
+            )
+    }
+
+    pub fn cli_delete_webhook() -> ::clap::Command {
+        ::clap::Command::new("")
+            .arg(
+                ::clap::Arg::new("webhook-id")
+                    .long("webhook-id")
+                    .value_parser(::clap::value_parser!(i64))
+                    .required(true)
+                    .help("Identifier of the webhook subscription."),
+            )
+            .about(
+                "Delete a webhook subscription\n\nDeletes the subscription and its deliveries: nothing more is sent to\nits `url`, except an attempt that was already under way. Deleting\nis final, and a retried delete of the same subscription is `404`.\n\nScope: `webhooks:manage`, for a subscription made with the same API\nkey (any other is `404`, as if it did not exist).\n",
+            )
+    }
+
+    pub fn cli_rotate_webhook_secret() -> ::clap::Command {
+        ::clap::Command::new("")
+            .arg(
+                ::clap::Arg::new("previous-valid-for")
+                    .long("previous-valid-for")
+                    .value_parser(::clap::value_parser!(i32))
+                    .required(false)
+                    .help(
+                        "How many seconds the replaced secret stays valid beside the new\none (0 to 604800, that is 7 days; default 86400, 24 hours).\n",
+                    ),
+            )
+            .arg(
+                ::clap::Arg::new("webhook-id")
+                    .long("webhook-id")
+                    .value_parser(::clap::value_parser!(i64))
+                    .required(true)
+                    .help("Identifier of the webhook subscription."),
+            )
+            .about(
+                "Rotate a webhook subscription's secret\n\nGives the subscription a new signing secret, returned in the `200`\nand never shown again. The secret it replaces stays valid for\n`previousValidFor` seconds (24 hours when omitted, at most 7 days):\nuntil `previousValidUntil`, every delivery is signed with both, so\nthe endpoint can move to the new secret at any moment meanwhile.\nWith `previousValidFor=0` the replaced secret is dropped at once:\nthat is how to retire a secret that may have leaked. A secret\nreplaced by an earlier rotation and still valid is dropped: at most\ntwo secrets are ever valid.\n\nScope: `webhooks:manage`, for a subscription made with the same API\nkey (any other is `404`, as if it did not exist).\n",
+            )
+    }
+
+    pub fn cli_list_webhook_deliveries() -> ::clap::Command {
+        ::clap::Command::new("")
+            .arg(
+                ::clap::Arg::new("before")
+                    .long("before")
+                    .value_parser(
+                        ::clap::value_parser!(types::ListWebhookDeliveriesBefore),
+                    )
+                    .required(false)
+                    .help(
+                        "Return only deliveries of events before this one: the `eventId`\nof the last delivery of the previous page.\n",
+                    ),
+            )
+            .arg(
+                ::clap::Arg::new("limit")
+                    .long("limit")
+                    .value_parser(::clap::value_parser!(::std::num::NonZeroU32))
+                    .required(false)
+                    .help(
+                        "Maximum number of deliveries returned (1 to 100, default 20).",
+                    ),
+            )
+            .arg(
+                ::clap::Arg::new("webhook-id")
+                    .long("webhook-id")
+                    .value_parser(::clap::value_parser!(i64))
+                    .required(true)
+                    .help("Identifier of the webhook subscription."),
+            )
+            .about(
+                "List a webhook subscription's deliveries\n\nReturns at most `limit` of the subscription's deliveries (20 when\n`limit` is omitted), newest event first, as a plain JSON array: for\neach event it is to receive, where its delivery stands, how many\nattempts were made and how the last one ended. When `before` is\ngiven, only deliveries of events before that one are returned: to\nread the next page, pass the last `eventId` of this one, or follow\nthe `Link` header's `next` target. Deliveries that ended (delivered\nor failed) are kept for a while, as the operator sets, and then\npurged.\n\nScope: `webhooks:manage`, for a subscription made with the same API\nkey (any other is `404`, as if it did not exist).\n",
+            )
+    }
+
+    pub fn cli_replay_webhook() -> ::clap::Command {
+        ::clap::Command::new("")
+            .arg(
+                ::clap::Arg::new("from")
+                    .long("from")
+                    .value_parser(::clap::value_parser!(types::ReplayRangeFrom))
+                    .required_unless_present("json-body")
+                    .help("The first event of the range (an event `id`)."),
+            )
+            .arg(
+                ::clap::Arg::new("to")
+                    .long("to")
+                    .value_parser(::clap::value_parser!(types::ReplayRangeTo))
+                    .required_unless_present("json-body")
+                    .help(
+                        "The last event of the range (an event `id`), not less than `from`.",
+                    ),
+            )
+            .arg(
+                ::clap::Arg::new("webhook-id")
+                    .long("webhook-id")
+                    .value_parser(::clap::value_parser!(i64))
+                    .required(true)
+                    .help("Identifier of the webhook subscription."),
+            )
+            .arg(
+                ::clap::Arg::new("json-body")
+                    .long("json-body")
+                    .value_name("JSON-FILE")
+                    .required(false)
+                    .value_parser(::clap::value_parser!(std::path::PathBuf))
+                    .help("Path to a file that contains the full json body."),
+            )
+            .about(
+                "Deliver a range of events again\n\nDelivers again the events from `from` to `to` (event `id`s, both\nincluded) that the subscription is to receive: each becomes a\npending delivery, due now, its attempts counted afresh, whether it\nhad been delivered, had failed or had never been made. A `disabled`\nsubscription becomes `active` again, and its waiting deliveries are\nsent too. The deliveries are sent in the background, each\nresource's in the feed's order as ever; the `202` says how many.\n\nOne call examines at most 1,000 events, in the feed's order.\n`through` is the last event `id` it examined, or `to` when it\nexamined the whole range: while `through` is less than `to`, call\nagain with `from` after `through`. A `from` greater than `to` is\n`400`; a `from` older than the feed's retention (its events were\npurged) is `410` (`cursor_expired`).\n\nScope: `webhooks:manage`, for a subscription made with the same API\nkey (any other is `404`, as if it did not exist).\n",
+            )
+    }
+
     pub async fn execute(
         &self,
         cmd: CliCommand,
@@ -357,6 +536,17 @@ impl<T: CliConfig> Cli<T> {
             CliCommand::UpdateOrder => self.execute_update_order(matches).await,
             CliCommand::GetInventory => self.execute_get_inventory(matches).await,
             CliCommand::ListEvents => self.execute_list_events(matches).await,
+            CliCommand::ListWebhooks => self.execute_list_webhooks(matches).await,
+            CliCommand::CreateWebhook => self.execute_create_webhook(matches).await,
+            CliCommand::GetWebhook => self.execute_get_webhook(matches).await,
+            CliCommand::DeleteWebhook => self.execute_delete_webhook(matches).await,
+            CliCommand::RotateWebhookSecret => {
+                self.execute_rotate_webhook_secret(matches).await
+            }
+            CliCommand::ListWebhookDeliveries => {
+                self.execute_list_webhook_deliveries(matches).await
+            }
+            CliCommand::ReplayWebhook => self.execute_replay_webhook(matches).await,
         }
     }
 
@@ -650,6 +840,209 @@ impl<T: CliConfig> Cli<T> {
             }
         }
     }
+
+    pub async fn execute_list_webhooks(
+        &self,
+        matches: &::clap::ArgMatches,
+    ) -> anyhow::Result<()> {
+        let mut request = self.client.list_webhooks();
+        if let Some(value) = matches.get_one::<i64>("after") {
+            request = request.after(value.clone());
+        }
+
+        if let Some(value) = matches.get_one::<::std::num::NonZeroU32>("limit") {
+            request = request.limit(value.clone());
+        }
+
+        self.config.execute_list_webhooks(matches, &mut request)?;
+        let result = request.send().await;
+        match result {
+            Ok(r) => {
+                self.config.success_item(&r);
+                Ok(())
+            }
+            Err(r) => {
+                self.config.error(&r);
+                Err(anyhow::Error::new(r))
+            }
+        }
+    }
+
+    pub async fn execute_create_webhook(
+        &self,
+        matches: &::clap::ArgMatches,
+    ) -> anyhow::Result<()> {
+        let mut request = self.client.create_webhook();
+        if let Some(value) = matches.get_one::<types::NewWebhookUrl>("url") {
+            request = request.body_map(|body| { body.url(value.clone()) });
+        }
+
+        if let Some(value) = matches.get_one::<std::path::PathBuf>("json-body") {
+            let body_txt = std::fs::read_to_string(value)
+                .with_context(|| format!("failed to read {}", value.display()))?;
+            let body_value = serde_json::from_str::<types::NewWebhook>(&body_txt)
+                .with_context(|| format!("failed to parse {}", value.display()))?;
+            request = request.body(body_value);
+        }
+
+        self.config.execute_create_webhook(matches, &mut request)?;
+        let result = request.send().await;
+        match result {
+            Ok(r) => {
+                self.config.success_item(&r);
+                Ok(())
+            }
+            Err(r) => {
+                self.config.error(&r);
+                Err(anyhow::Error::new(r))
+            }
+        }
+    }
+
+    pub async fn execute_get_webhook(
+        &self,
+        matches: &::clap::ArgMatches,
+    ) -> anyhow::Result<()> {
+        let mut request = self.client.get_webhook();
+        if let Some(value) = matches.get_one::<i64>("webhook-id") {
+            request = request.webhook_id(value.clone());
+        }
+
+        self.config.execute_get_webhook(matches, &mut request)?;
+        let result = request.send().await;
+        match result {
+            Ok(r) => {
+                self.config.success_item(&r);
+                Ok(())
+            }
+            Err(r) => {
+                self.config.error(&r);
+                Err(anyhow::Error::new(r))
+            }
+        }
+    }
+
+    pub async fn execute_delete_webhook(
+        &self,
+        matches: &::clap::ArgMatches,
+    ) -> anyhow::Result<()> {
+        let mut request = self.client.delete_webhook();
+        if let Some(value) = matches.get_one::<i64>("webhook-id") {
+            request = request.webhook_id(value.clone());
+        }
+
+        self.config.execute_delete_webhook(matches, &mut request)?;
+        let result = request.send().await;
+        match result {
+            Ok(r) => {
+                self.config.success_no_item(&r);
+                Ok(())
+            }
+            Err(r) => {
+                self.config.error(&r);
+                Err(anyhow::Error::new(r))
+            }
+        }
+    }
+
+    pub async fn execute_rotate_webhook_secret(
+        &self,
+        matches: &::clap::ArgMatches,
+    ) -> anyhow::Result<()> {
+        let mut request = self.client.rotate_webhook_secret();
+        if let Some(value) = matches.get_one::<i32>("previous-valid-for") {
+            request = request.previous_valid_for(value.clone());
+        }
+
+        if let Some(value) = matches.get_one::<i64>("webhook-id") {
+            request = request.webhook_id(value.clone());
+        }
+
+        self.config.execute_rotate_webhook_secret(matches, &mut request)?;
+        let result = request.send().await;
+        match result {
+            Ok(r) => {
+                self.config.success_item(&r);
+                Ok(())
+            }
+            Err(r) => {
+                self.config.error(&r);
+                Err(anyhow::Error::new(r))
+            }
+        }
+    }
+
+    pub async fn execute_list_webhook_deliveries(
+        &self,
+        matches: &::clap::ArgMatches,
+    ) -> anyhow::Result<()> {
+        let mut request = self.client.list_webhook_deliveries();
+        if let Some(value) = matches
+            .get_one::<types::ListWebhookDeliveriesBefore>("before")
+        {
+            request = request.before(value.clone());
+        }
+
+        if let Some(value) = matches.get_one::<::std::num::NonZeroU32>("limit") {
+            request = request.limit(value.clone());
+        }
+
+        if let Some(value) = matches.get_one::<i64>("webhook-id") {
+            request = request.webhook_id(value.clone());
+        }
+
+        self.config.execute_list_webhook_deliveries(matches, &mut request)?;
+        let result = request.send().await;
+        match result {
+            Ok(r) => {
+                self.config.success_item(&r);
+                Ok(())
+            }
+            Err(r) => {
+                self.config.error(&r);
+                Err(anyhow::Error::new(r))
+            }
+        }
+    }
+
+    pub async fn execute_replay_webhook(
+        &self,
+        matches: &::clap::ArgMatches,
+    ) -> anyhow::Result<()> {
+        let mut request = self.client.replay_webhook();
+        if let Some(value) = matches.get_one::<types::ReplayRangeFrom>("from") {
+            request = request.body_map(|body| { body.from(value.clone()) });
+        }
+
+        if let Some(value) = matches.get_one::<types::ReplayRangeTo>("to") {
+            request = request.body_map(|body| { body.to(value.clone()) });
+        }
+
+        if let Some(value) = matches.get_one::<i64>("webhook-id") {
+            request = request.webhook_id(value.clone());
+        }
+
+        if let Some(value) = matches.get_one::<std::path::PathBuf>("json-body") {
+            let body_txt = std::fs::read_to_string(value)
+                .with_context(|| format!("failed to read {}", value.display()))?;
+            let body_value = serde_json::from_str::<types::ReplayRange>(&body_txt)
+                .with_context(|| format!("failed to parse {}", value.display()))?;
+            request = request.body(body_value);
+        }
+
+        self.config.execute_replay_webhook(matches, &mut request)?;
+        let result = request.send().await;
+        match result {
+            Ok(r) => {
+                self.config.success_item(&r);
+                Ok(())
+            }
+            Err(r) => {
+                self.config.error(&r);
+                Err(anyhow::Error::new(r))
+            }
+        }
+    }
 }
 
 pub trait CliConfig {
@@ -743,6 +1136,62 @@ pub trait CliConfig {
     ) -> anyhow::Result<()> {
         Ok(())
     }
+
+    fn execute_list_webhooks(
+        &self,
+        matches: &::clap::ArgMatches,
+        request: &mut builder::ListWebhooks,
+    ) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    fn execute_create_webhook(
+        &self,
+        matches: &::clap::ArgMatches,
+        request: &mut builder::CreateWebhook,
+    ) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    fn execute_get_webhook(
+        &self,
+        matches: &::clap::ArgMatches,
+        request: &mut builder::GetWebhook,
+    ) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    fn execute_delete_webhook(
+        &self,
+        matches: &::clap::ArgMatches,
+        request: &mut builder::DeleteWebhook,
+    ) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    fn execute_rotate_webhook_secret(
+        &self,
+        matches: &::clap::ArgMatches,
+        request: &mut builder::RotateWebhookSecret,
+    ) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    fn execute_list_webhook_deliveries(
+        &self,
+        matches: &::clap::ArgMatches,
+        request: &mut builder::ListWebhookDeliveries,
+    ) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    fn execute_replay_webhook(
+        &self,
+        matches: &::clap::ArgMatches,
+        request: &mut builder::ReplayWebhook,
+    ) -> anyhow::Result<()> {
+        Ok(())
+    }
 }
 
 #[derive(Copy, Clone, Debug)]
@@ -756,6 +1205,13 @@ pub enum CliCommand {
     UpdateOrder,
     GetInventory,
     ListEvents,
+    ListWebhooks,
+    CreateWebhook,
+    GetWebhook,
+    DeleteWebhook,
+    RotateWebhookSecret,
+    ListWebhookDeliveries,
+    ReplayWebhook,
 }
 
 impl CliCommand {
@@ -764,6 +1220,9 @@ impl CliCommand {
             CliCommand::ListPets, CliCommand::CreatePet, CliCommand::GetPet,
             CliCommand::ListOrders, CliCommand::PlaceOrder, CliCommand::GetOrder,
             CliCommand::UpdateOrder, CliCommand::GetInventory, CliCommand::ListEvents,
+            CliCommand::ListWebhooks, CliCommand::CreateWebhook, CliCommand::GetWebhook,
+            CliCommand::DeleteWebhook, CliCommand::RotateWebhookSecret,
+            CliCommand::ListWebhookDeliveries, CliCommand::ReplayWebhook,
         ]
             .into_iter()
     }
@@ -779,6 +1238,13 @@ impl CliCommand {
             CliCommand::UpdateOrder => "update_order",
             CliCommand::GetInventory => "get_inventory",
             CliCommand::ListEvents => "list_events",
+            CliCommand::ListWebhooks => "list_webhooks",
+            CliCommand::CreateWebhook => "create_webhook",
+            CliCommand::GetWebhook => "get_webhook",
+            CliCommand::DeleteWebhook => "delete_webhook",
+            CliCommand::RotateWebhookSecret => "rotate_webhook_secret",
+            CliCommand::ListWebhookDeliveries => "list_webhook_deliveries",
+            CliCommand::ReplayWebhook => "replay_webhook",
         }
     }
 }
@@ -800,6 +1266,13 @@ impl CliCommand {
             CliCommand::UpdateOrder => None,
             CliCommand::GetInventory => None,
             CliCommand::ListEvents => None,
+            CliCommand::ListWebhooks => None,
+            CliCommand::CreateWebhook => None,
+            CliCommand::GetWebhook => None,
+            CliCommand::DeleteWebhook => None,
+            CliCommand::RotateWebhookSecret => None,
+            CliCommand::ListWebhookDeliveries => None,
+            CliCommand::ReplayWebhook => None,
         }
     }
 }

@@ -3,11 +3,12 @@
 //! The commands, their flags and their help are progenitor's CLI generator
 //! output for the contract (`generated.rs`, written by `cargo xtask client
 //! generate`). This file only arranges them as `petstore pets <command>`,
-//! `petstore orders <command>`, `petstore events <command>` and `petstore
-//! inventory`, adds what the contract cannot say (where the service is, the
-//! key, `--all`, `orders deliver` and `orders cancel` for `updateOrder`'s two
-//! changes, `events tail` to follow `listEvents` live) and turns answers into
-//! output and exit codes.
+//! `petstore orders <command>`, `petstore events <command>`, `petstore
+//! webhooks <command>` and `petstore inventory`, adds what the contract
+//! cannot say (where the service is, the key, `--all`, `orders deliver` and
+//! `orders cancel` for `updateOrder`'s two changes, `events tail` to follow
+//! `listEvents` live, `webhooks add --types`) and turns answers into output
+//! and exit codes.
 
 #[rustfmt::skip]
 #[allow(deprecated, missing_docs, unused, clippy::all)]
@@ -35,24 +36,34 @@ const API_KEY_VARIABLE: &str = "PETSTORE_API_KEY";
 /// The service's address when neither `--url` nor `PETSTORE_URL` gives one.
 const DEFAULT_URL: &str = "http://127.0.0.1:8080";
 
+/// The id of the global `--url` argument: where the service is.
+const SERVICE_URL: &str = "service-url";
+
 /// The contract's path prefix, added to a URL that has no path.
 const API_PREFIX: &str = "/v1";
 
-/// Where a command sits: under `pets`, under `orders`, or on its own.
+/// Where a command sits: under `pets`, `orders`, `events` or `webhooks`, or
+/// on its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Group {
     Pets,
     Orders,
     Events,
+    Webhooks,
     Top,
 }
 
 impl Group {
     /// The groups of commands, and what each is about.
-    const NESTED: [(Group, &str, &str); 3] = [
+    const NESTED: [(Group, &str, &str); 4] = [
         (Group::Pets, "pets", "The catalogue of animals"),
         (Group::Orders, "orders", "The store: orders of animals"),
         (Group::Events, "events", "The feed of what changed"),
+        (
+            Group::Webhooks,
+            "webhooks",
+            "Webhook subscriptions: the feed's events pushed to an endpoint, signed",
+        ),
     ];
 
     fn name(self) -> Option<&'static str> {
@@ -117,6 +128,13 @@ fn places(operation: CliCommand) -> &'static [Place] {
         CliCommand::ListEvents => {
             const { &[place(Group::Events, "list"), place(Group::Events, "tail")] }
         }
+        CliCommand::ListWebhooks => const { &[place(Group::Webhooks, "list")] },
+        CliCommand::CreateWebhook => const { &[place(Group::Webhooks, "add")] },
+        CliCommand::GetWebhook => const { &[place(Group::Webhooks, "get")] },
+        CliCommand::DeleteWebhook => const { &[place(Group::Webhooks, "remove")] },
+        CliCommand::RotateWebhookSecret => const { &[place(Group::Webhooks, "rotate")] },
+        CliCommand::ListWebhookDeliveries => const { &[place(Group::Webhooks, "deliveries")] },
+        CliCommand::ReplayWebhook => const { &[place(Group::Webhooks, "replay")] },
     }
 }
 
@@ -157,7 +175,9 @@ fn command() -> Command {
         ))
         .about("The pet store service from the command line: every answer is printed as JSON")
         .arg(
-            Arg::new("url")
+            // Not the id `url`: `webhooks add` has an argument of that id
+            // (the endpoint's URL), and a global one would take its value.
+            Arg::new(SERVICE_URL)
                 .long("url")
                 .env("PETSTORE_URL")
                 // It may hold a password.
@@ -255,6 +275,45 @@ fn adapt(operation: CliCommand, place: &Place, command: Command) -> Command {
                 wait.value_name("SECONDS").value_parser(wait_seconds)
             }),
         CliCommand::ListEvents => tail_command(place),
+        CliCommand::ListWebhooks => paged(command),
+        // `petstore webhooks add https://hooks.example/x`: the endpoint is
+        // positional, `--url` being where the service is.
+        CliCommand::CreateWebhook => command
+            .mut_arg("url", |url| url.long(None).value_name("URL"))
+            .arg(
+                Arg::new("types")
+                    .long("types")
+                    .value_name("TYPE,...")
+                    .value_delimiter(',')
+                    .value_parser(|value: &str| value.parse::<EventType>())
+                    .help(
+                        "Deliver only events of these types, comma-separated, e.g. \
+                         order.placed,order.delivered (default: every type the key may see)",
+                    ),
+            )
+            // The file is the whole body: flags beside it would be ignored.
+            .mut_arg("json-body", |body| {
+                body.conflicts_with_all(["url", "types"])
+            }),
+        CliCommand::GetWebhook | CliCommand::DeleteWebhook => {
+            command.mut_arg("webhook-id", positional)
+        }
+        CliCommand::RotateWebhookSecret => command
+            .mut_arg("webhook-id", positional)
+            .mut_arg("previous-valid-for", |seconds| {
+                seconds.value_name("SECONDS")
+            }),
+        CliCommand::ListWebhookDeliveries => command
+            .mut_arg("webhook-id", positional)
+            .mut_arg("limit", |limit| {
+                limit.value_name("N").value_parser(page_size)
+            })
+            .mut_arg("before", |before| before.value_name("ID")),
+        CliCommand::ReplayWebhook => command
+            .mut_arg("webhook-id", positional)
+            .mut_arg("from", |from| from.value_name("ID"))
+            .mut_arg("to", |to| to.value_name("ID"))
+            .mut_arg("json-body", |body| body.conflicts_with_all(["from", "to"])),
     }
 }
 
@@ -365,7 +424,7 @@ async fn run(
     }
     // An empty `PETSTORE_URL` counts as unset.
     let url = matches
-        .get_one::<String>("url")
+        .get_one::<String>(SERVICE_URL)
         .filter(|url| !url.is_empty())
         .map_or(DEFAULT_URL, String::as_str);
     let base_url = match base_url(url) {

@@ -6,7 +6,8 @@ use std::fmt::Debug;
 use std::io::Write;
 use std::process::ExitCode;
 
-use petstore_client::{Error, ResponseValue, types};
+use clap::ArgMatches;
+use petstore_client::{Error, EventType, ResponseValue, builder, types};
 use serde::Serialize;
 
 use crate::API_KEY_VARIABLE;
@@ -29,6 +30,20 @@ impl CliConfig for Json {
     }
 
     fn success_no_item(&self, _: &ResponseValue<()>) {}
+
+    /// `webhooks add --types a,b`: the body's `types`, which progenitor
+    /// makes no flag of (it is an array).
+    fn execute_create_webhook(
+        &self,
+        matches: &ArgMatches,
+        request: &mut builder::CreateWebhook,
+    ) -> anyhow::Result<()> {
+        if let Some(types) = matches.get_many::<EventType>("types") {
+            let types: Vec<EventType> = types.copied().collect();
+            *request = request.clone().body_map(|body| body.types(types));
+        }
+        Ok(())
+    }
 
     /// Errors are reported by [`Outcome`], with the exit status.
     fn error<T>(&self, _: &Error<T>)
