@@ -29,6 +29,7 @@ use petstore_api::{LIMIT_MAX, PetstoreApi};
 use crate::context::Service;
 use crate::keyring::unix_now;
 use crate::metrics::KeyedOutcome;
+use crate::webhooks::api::{delivery_view, owner_filter, webhook_of};
 use crate::storage::idempotency::{fingerprint, order_fingerprint};
 use crate::storage::{
     self, CreateOutcome, EventKind, EventPage, EventQuery, EventsOutcome, Idempotency, ListQuery,
@@ -132,15 +133,6 @@ async fn feed_page(
 /// The 404 of an order that does not exist, or is another customer's.
 fn no_such_order(id: i64) -> ApiError {
     ApiError::not_found(format!("no order has id {id}"))
-}
-
-/// The answer of every webhook operation until the webhooks subsystem is
-/// built: `503`, which the contract declares for each of them.
-// BRANCH ONLY (wh-contract): the contract 1.7.0 lands with real handlers;
-// these stand in for them so that the interface, the client and the checks
-// can be built first. Not to be merged as they are.
-fn unimplemented_webhooks() -> ApiError {
-    ApiError::unavailable("webhooks are being built")
 }
 
 /// The server's state in a request's context. It is always there (the
@@ -479,71 +471,152 @@ impl PetstoreApi for PetstoreImpl {
         Ok(HttpResponseHeaders::new(HttpResponseOk(events), headers))
     }
 
-    // ----- Webhooks (contract 1.7.0): stand-ins, BRANCH ONLY. -----
-    // Each answers `unimplemented_webhooks()` (503) until the webhooks
-    // subsystem's handlers replace this block; the scope `webhooks:manage`
-    // is already checked before them, by the `Authenticated` extractor.
+    // Webhooks (contract 1.7.0): the decisions are `webhooks::api`'s; the
+    // scope `webhooks:manage` is checked before them, by `Authenticated`.
 
     async fn list_webhooks(
-        _rqctx: RequestContext<ApiContext>,
-        _auth: Authenticated,
-        _query: Query<ListWebhooksParams>,
+        rqctx: RequestContext<ApiContext>,
+        auth: Authenticated,
+        query: Query<ListWebhooksParams>,
     ) -> Result<HttpResponseHeaders<HttpResponseOk<Vec<Webhook>>, WebhooksPageHeaders>, ApiError>
     {
-        Err(unimplemented_webhooks())
+        let params = query.into_inner();
+        let limit = params.limit.get();
+        let context = service(&rqctx)?;
+        let stored = context
+            .webhooks
+            .store
+            .list_subscriptions(owner_filter(&auth), params.after, limit)
+            .await
+            .map_err(storage_failure(context))?;
+        let headers = match stored.last() {
+            Some(last) if stored.len() == limit as usize => WebhooksPageHeaders::next(limit, last.id),
+            _ => WebhooksPageHeaders::default(),
+        };
+        let webhooks = stored.into_iter().map(webhook_of).collect();
+        Ok(HttpResponseHeaders::new(HttpResponseOk(webhooks), headers))
     }
 
     async fn create_webhook(
-        _rqctx: RequestContext<ApiContext>,
-        _auth: Authenticated,
-        _body: StrictJson<NewWebhook>,
+        rqctx: RequestContext<ApiContext>,
+        auth: Authenticated,
+        body: StrictJson<NewWebhook>,
     ) -> Result<HttpResponseCreated<WebhookCreated>, ApiError> {
-        Err(unimplemented_webhooks())
+        let context = service(&rqctx)?;
+        let created = context
+            .webhooks
+            .create(&auth, &*context.storage, body.into_inner())
+            .await
+            .map_err(storage_failure(context))??;
+        Ok(HttpResponseCreated(created))
     }
 
     async fn get_webhook(
-        _rqctx: RequestContext<ApiContext>,
-        _auth: Authenticated,
-        _path: Path<WebhookPath>,
+        rqctx: RequestContext<ApiContext>,
+        auth: Authenticated,
+        path: Path<WebhookPath>,
     ) -> Result<HttpResponseOk<Webhook>, ApiError> {
-        Err(unimplemented_webhooks())
+        let id = path.into_inner().webhook_id;
+        let context = service(&rqctx)?;
+        match context
+            .webhooks
+            .store
+            .get_subscription(id, owner_filter(&auth))
+            .await
+            .map_err(storage_failure(context))?
+        {
+            Some(stored) => Ok(HttpResponseOk(webhook_of(stored))),
+            None => Err(ApiError::webhook_not_found(id)),
+        }
     }
 
     async fn delete_webhook(
-        _rqctx: RequestContext<ApiContext>,
-        _auth: Authenticated,
-        _path: Path<WebhookPath>,
+        rqctx: RequestContext<ApiContext>,
+        auth: Authenticated,
+        path: Path<WebhookPath>,
     ) -> Result<HttpResponseDeleted, ApiError> {
-        Err(unimplemented_webhooks())
+        let id = path.into_inner().webhook_id;
+        let context = service(&rqctx)?;
+        let deleted = context
+            .webhooks
+            .store
+            .delete_subscription(id, owner_filter(&auth))
+            .await
+            .map_err(storage_failure(context))?;
+        if deleted {
+            Ok(HttpResponseDeleted())
+        } else {
+            Err(ApiError::webhook_not_found(id))
+        }
     }
 
     async fn rotate_webhook_secret(
-        _rqctx: RequestContext<ApiContext>,
-        _auth: Authenticated,
-        _path: Path<WebhookPath>,
-        _query: Query<RotateParams>,
+        rqctx: RequestContext<ApiContext>,
+        auth: Authenticated,
+        path: Path<WebhookPath>,
+        query: Query<RotateParams>,
     ) -> Result<HttpResponseOk<WebhookSecret>, ApiError> {
-        Err(unimplemented_webhooks())
+        let id = path.into_inner().webhook_id;
+        let keep = query.into_inner().previous_valid_for;
+        let context = service(&rqctx)?;
+        let rotated = context
+            .webhooks
+            .rotate(&auth, id, keep)
+            .await
+            .map_err(storage_failure(context))??;
+        Ok(HttpResponseOk(rotated))
     }
 
     async fn list_webhook_deliveries(
-        _rqctx: RequestContext<ApiContext>,
-        _auth: Authenticated,
-        _path: Path<WebhookPath>,
-        _query: Query<ListDeliveriesParams>,
+        rqctx: RequestContext<ApiContext>,
+        auth: Authenticated,
+        path: Path<WebhookPath>,
+        query: Query<ListDeliveriesParams>,
     ) -> Result<
         HttpResponseHeaders<HttpResponseOk<Vec<WebhookDelivery>>, DeliveriesPageHeaders>,
         ApiError,
     > {
-        Err(unimplemented_webhooks())
+        let id = path.into_inner().webhook_id;
+        let params = query.into_inner();
+        let limit = params.limit.get();
+        let context = service(&rqctx)?;
+        let store = &context.webhooks.store;
+        let failure = storage_failure(context);
+        if store
+            .get_subscription(id, owner_filter(&auth))
+            .await
+            .map_err(&failure)?
+            .is_none()
+        {
+            return Err(ApiError::webhook_not_found(id));
+        }
+        let stored = store
+            .list_deliveries(id, params.before, limit)
+            .await
+            .map_err(failure)?;
+        let headers = match stored.last() {
+            Some(last) if stored.len() == limit as usize => {
+                DeliveriesPageHeaders::next(id, limit, last.event_id)
+            }
+            _ => DeliveriesPageHeaders::default(),
+        };
+        let deliveries = stored.into_iter().map(delivery_view).collect();
+        Ok(HttpResponseHeaders::new(HttpResponseOk(deliveries), headers))
     }
 
     async fn replay_webhook(
-        _rqctx: RequestContext<ApiContext>,
-        _auth: Authenticated,
-        _path: Path<WebhookPath>,
-        _body: StrictJson<ReplayRange>,
+        rqctx: RequestContext<ApiContext>,
+        auth: Authenticated,
+        path: Path<WebhookPath>,
+        body: StrictJson<ReplayRange>,
     ) -> Result<HttpResponseAccepted<ReplayAccepted>, ApiError> {
-        Err(unimplemented_webhooks())
+        let id = path.into_inner().webhook_id;
+        let context = service(&rqctx)?;
+        let accepted = context
+            .webhooks
+            .replay(&auth, &*context.storage, id, body.into_inner())
+            .await
+            .map_err(storage_failure(context))??;
+        Ok(HttpResponseAccepted(accepted))
     }
 }

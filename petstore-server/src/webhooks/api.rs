@@ -8,8 +8,8 @@ use enumset::EnumSet;
 use petstore_api::auth::Authenticated;
 use petstore_api::error::ApiError;
 use petstore_api::model::{
-    EventType, NewWebhook, ReplayAccepted, ReplayRange, Webhook, WebhookCreated, WebhookDelivery,
-    WebhookSecret,
+    self, EventType, NewWebhook, ReplayAccepted, ReplayRange, Webhook, WebhookCreated,
+    WebhookDelivery, WebhookDeliveryState, WebhookDisabledReason, WebhookSecret, WebhookState,
 };
 use petstore_api::scopes::Scope;
 use strum::VariantArray;
@@ -19,17 +19,15 @@ use super::fanout::delivery_of;
 use super::secrets::{SealingKeys, SigningSecret};
 use super::target::TargetRefused;
 use crate::storage::webhooks::{
-    NewSubscription, SealedSecret, StoredDelivery, StoredSubscription, SubscriptionOwner, SubscriptionState,
+    DeliveryState, DisabledReason, NewSubscription, SealedSecret, StoredDelivery,
+    StoredSubscription, SubscriptionOwner, SubscriptionState,
 };
 use crate::storage::{EventKind, EventQuery, EventsOutcome, LIST_MAX, OwnerId, Storage, StorageError};
 
-/// At most this many events are examined by one replay.
-pub const REPLAY_MAX: usize = 1000;
-
-/// Whose subscriptions a key sees: staff (`orders:manage`, who sees every
-/// order anyway) every one; any other key its own.
+/// Whose subscriptions a key sees: its own, those it made (another key's
+/// is no subscription at all: `404`).
 pub fn owner_filter(auth: &Authenticated) -> SubscriptionOwner {
-    (!auth.may(Scope::OrdersManage)).then(|| OwnerId::of(auth.identity()))
+    Some(OwnerId::of(auth.identity()))
 }
 
 /// Whose orders' events a key's subscription carries: every order's for
@@ -81,7 +79,12 @@ impl Webhooks {
     fn keys(&self) -> Result<&SealingKeys, ApiError> {
         self.keys
             .as_deref()
-            .ok_or_else(ApiError::webhooks_not_configured)
+            .ok_or_else(|| {
+                ApiError::unavailable(
+                    "webhooks are not configured on this server: every instance needs the same \
+                     --webhook-key-file",
+                )
+            })
     }
 
     /// `createWebhook`: checks the target, makes the secret, stores the
@@ -119,7 +122,10 @@ impl Webhooks {
             })
             .await?;
         self.changed.notify_one();
-        Ok(Ok(WebhookCreated::new(webhook_of(stored), secret.to_whsec())))
+        Ok(Ok(WebhookCreated {
+            webhook: webhook_of(stored),
+            secret: model::SigningSecret::new(secret.to_whsec()),
+        }))
     }
 
     /// `rotateWebhookSecret`.
@@ -145,7 +151,7 @@ impl Webhooks {
             .await?;
         Ok(match rotated {
             Some(_) => Ok(WebhookSecret {
-                secret: secret.to_whsec(),
+                secret: model::SigningSecret::new(secret.to_whsec()),
                 previous_valid_until: until,
             }),
             None => Err(ApiError::webhook_not_found(id)),
@@ -161,17 +167,14 @@ impl Webhooks {
         id: i64,
         range: ReplayRange,
     ) -> Result<Result<ReplayAccepted, ApiError>, StorageError> {
-        let (from, to) = match parse_range(&range) {
-            Ok(bounds) => bounds,
-            Err(bad) => return Ok(Err(bad)),
-        };
+        let (from, to) = (range.from, range.to);
         let Some(subscription) = self.store.get_subscription(id, owner_filter(auth)).await? else {
             return Ok(Err(ApiError::webhook_not_found(id)));
         };
         let mut deliveries = Vec::new();
         let mut after = from - 1;
         let mut examined = 0;
-        while after < to && examined < REPLAY_MAX {
+        while after < to && examined < model::REPLAY_EVENTS_MAX {
             let query = EventQuery {
                 after: Some(after),
                 limit: LIST_MAX,
@@ -181,7 +184,7 @@ impl Webhooks {
             let page = match storage.events(query).await? {
                 EventsOutcome::Page(page) => page,
                 EventsOutcome::Expired { floor } => {
-                    return Ok(Err(ApiError::cursor_expired(after, floor)));
+                    return Ok(Err(ApiError::replay_range_expired(from, floor)));
                 }
             };
             let moved = page.next_after > after;
@@ -201,8 +204,8 @@ impl Webhooks {
         self.due.notify_one();
         self.changed.notify_one();
         Ok(Ok(ReplayAccepted {
-            deliveries: replayed as i64,
-            through: after.max(from - 1).to_string(),
+            deliveries: replayed,
+            through: after.max(from - 1),
         }))
     }
 }
@@ -215,46 +218,33 @@ fn new_secret(keys: &SealingKeys) -> Result<(SigningSecret, SealedSecret), ApiEr
     Ok((secret, sealed))
 }
 
-/// A replay's bounds: event ids, `from` ≤ `to`.
-fn parse_range(range: &ReplayRange) -> Result<(i64, i64), ApiError> {
-    let id = |text: &str, name: &str| {
-        text.parse::<i64>()
-            .ok()
-            .filter(|id| *id >= 1 && text.bytes().all(|b| b.is_ascii_digit()))
-            .ok_or_else(|| {
-                ApiError::bad_request(format!("{name} must be an event id (digits), not {text:?}"))
-            })
-    };
-    let from = id(&range.from, "from")?;
-    let to = id(&range.to, "to")?;
-    if from > to {
-        return Err(ApiError::bad_request(format!(
-            "from ({from}) is after to ({to})"
-        )));
-    }
-    Ok((from, to))
-}
-
 /// A subscription as the contract shows it (never its secret).
 pub fn webhook_of(stored: StoredSubscription) -> Webhook {
     let (state, disabled_reason) = match stored.state {
-        SubscriptionState::Active => ("active", None),
-        SubscriptionState::Disabled(reason) => ("disabled", Some(<&str>::from(reason).to_owned())),
+        SubscriptionState::Active => (WebhookState::Active, None),
+        SubscriptionState::Disabled(reason) => (
+            WebhookState::Disabled,
+            Some(match reason {
+                DisabledReason::Gone => WebhookDisabledReason::Gone,
+                DisabledReason::RetriesExhausted => WebhookDisabledReason::RetriesExhausted,
+            }),
+        ),
     };
-    let mut types: Vec<String> = stored
+    let mut types: Vec<EventType> = stored
         .kinds
         .iter()
-        .map(|kind| kind.event_type().as_str().to_owned())
+        .map(EventKind::event_type)
         .collect();
+    types.sort_unstable();
     types.dedup();
     Webhook {
         id: stored.id,
         url: stored.url,
         types,
-        state: state.to_owned(),
+        state,
         disabled_reason,
         created_at: stored.created_at,
-        pending: stored.pending as i64,
+        pending: stored.pending,
         last_success_at: stored.last_success_at,
         last_failure_at: stored.last_failure_at,
     }
@@ -263,15 +253,19 @@ pub fn webhook_of(stored: StoredSubscription) -> Webhook {
 /// A delivery as the contract shows it.
 pub fn delivery_view(stored: StoredDelivery) -> WebhookDelivery {
     WebhookDelivery {
-        event_id: stored.event_id.to_string(),
-        event_type: stored.kind.event_type().as_str().to_owned(),
-        state: <&str>::from(stored.state).to_owned(),
-        attempts: stored.attempts as i32,
-        last_status: stored.last_status.map(i32::from),
+        event_id: stored.event_id,
+        event_type: stored.kind.event_type(),
+        state: match stored.state {
+            DeliveryState::Pending => WebhookDeliveryState::Pending,
+            DeliveryState::Sending => WebhookDeliveryState::Sending,
+            DeliveryState::Delivered => WebhookDeliveryState::Delivered,
+            DeliveryState::Failed => WebhookDeliveryState::Failed,
+        },
+        attempts: stored.attempts,
+        last_status: stored.last_status,
         last_error: stored.last_error,
         last_attempt_at: stored.last_attempt_at,
         next_attempt_at: stored.next_attempt_at,
         delivered_at: stored.delivered_at,
     }
 }
-

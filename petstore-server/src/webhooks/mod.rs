@@ -18,7 +18,7 @@
 //!
 //! What it stores is behind [`crate::storage::webhooks`].
 
-// pub mod api;
+pub mod api;
 pub mod deliverer;
 pub mod fanout;
 pub mod schedule;
