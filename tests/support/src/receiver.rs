@@ -21,8 +21,8 @@ pub struct Received {
     pub body: Bytes,
     /// When it arrived.
     pub at: SystemTime,
-    /// The status it was answered (a hang is recorded as its status after
-    /// the hang, which the sender no longer waited for).
+    /// The status it was answered; 0 for a hang (the sender gives up
+    /// before the answer).
     pub answered: u16,
 }
 
@@ -157,7 +157,7 @@ async fn answer(
         let answer = script(&request, before);
         request.answered = match answer {
             Answer::Status(status) | Answer::RetryAfter(status, _) => status,
-            Answer::Hang(_) => 200,
+            Answer::Hang(_) => 0,
         };
         received.push(request);
         answer
