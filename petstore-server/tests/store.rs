@@ -5,8 +5,9 @@
 //! order, and the inventory. Then the same under faults: the server killed
 //! with SIGKILL, and PostgreSQL restarted, under 16 clients that order,
 //! deliver and cancel, retrying until answered; afterwards an invariant
-//! checker compares the store with what every client was told, and the
-//! feed of events with the store.
+//! checker compares the store with what every client was told, the feed
+//! of events with the store, and what a flaky webhook receiver got with
+//! the feed.
 
 mod common;
 
@@ -20,6 +21,8 @@ use common::{
     restart_postgres_under, serve, stop,
 };
 use petstore_client::{Client, Error, types};
+use petstore_server::webhooks::secrets::SealingKeys;
+use petstore_support::receiver::{Answer, Receiver};
 use petstore_support::{FaultProxy, blocking, eventually_some, eventually_within, within};
 use serde_json::{Value, json};
 use sha2::Digest;
@@ -519,6 +522,108 @@ async fn check_feed(served: &Served, told: &Shopped) {
     }
 }
 
+/// Flags that let served instances deliver webhooks to a receiver on
+/// loopback, with retries compressed to seconds and a 1 s timeout, sealing
+/// secrets with the key file `key_file` (made here when missing; every
+/// instance of a database shares it).
+fn webhook_flags(key_file: &std::path::Path) -> Vec<String> {
+    if !key_file.exists() {
+        SealingKeys::generate()
+            .and_then(|keys| keys.write_new(key_file))
+            .unwrap();
+    }
+    [
+        "--webhook-key-file",
+        key_file.to_str().unwrap(),
+        "--webhook-allow-private-targets",
+        "on",
+        "--webhook-retry-schedule",
+        "100ms,200ms,400ms,800ms,1s,2s,2s,5s,5s,5s,5s,5s,5s,5s,5s",
+        "--webhook-timeout",
+        "1s",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+/// A receiver that fails some first attempts: `500` for every fifth event,
+/// `429` with `Retry-After: 1` for every seventh, a hang past the sender's
+/// timeout for every eleventh; `200` otherwise and on every retry.
+async fn flaky_receiver() -> Receiver {
+    Receiver::start(|received, before| {
+        let id: u64 = received.id().parse().unwrap_or(0);
+        match (before, id) {
+            (0, id) if id % 5 == 0 => Answer::Status(500),
+            (0, id) if id % 7 == 0 => Answer::RetryAfter(429, 1),
+            (0, id) if id % 11 == 0 => Answer::Hang(Duration::from_millis(1500)),
+            _ => Answer::Status(200),
+        }
+    })
+    .await
+}
+
+/// Subscribes `receiver` to every event on `served`; returns the secret.
+async fn subscribe(served: &Served, receiver: &Receiver) -> String {
+    let response = reqwest::Client::new()
+        .post(format!("{}/webhooks", served.base_url()))
+        .bearer_auth(KEY)
+        .json(&json!({ "url": receiver.url("/hook") }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    let webhook: Value = response.json().await.unwrap();
+    webhook["secret"].as_str().unwrap().to_owned()
+}
+
+/// The receiver against the feed: every event (the subscription was made
+/// before the first) has been answered `200` at least once; every request
+/// is signed with the secret and carries exactly the feed's event under
+/// its id (so a duplicate only ever repeats a `webhook-id` and its body);
+/// and each resource's events were first delivered in the feed's order.
+async fn check_webhooks(served: &Served, receiver: &Receiver, secret: &str) {
+    let events = whole_feed(served).await;
+    let by_id: HashMap<&str, &Value> = events
+        .iter()
+        .map(|event| (event["id"].as_str().unwrap(), event))
+        .collect();
+    let got = eventually_some(
+        "every event delivered to the receiver",
+        THROUGH_A_RESTART,
+        || async {
+            let got = receiver.received();
+            let delivered: std::collections::HashSet<&str> = got
+                .iter()
+                .filter(|r| r.answered == 200)
+                .map(|r| r.id())
+                .collect();
+            let all = by_id.keys().all(|id| delivered.contains(id));
+            drop(delivered);
+            all.then_some(got)
+        },
+    )
+    .await;
+    let mut first_by_subject: HashMap<String, i64> = HashMap::new();
+    let mut seen = std::collections::HashSet::new();
+    for received in &got {
+        let event = petstore_client::verify_webhook(secret, &received.headers, &received.body)
+            .unwrap_or_else(|e| panic!("a delivery that does not verify: {e}"));
+        let id = received.id();
+        let expected = by_id
+            .get(id)
+            .unwrap_or_else(|| panic!("a delivery of no event in the feed: {id}"));
+        assert_eq!(received.json(), **expected, "webhook-id {id} carries its event");
+        assert_eq!(event.id, id);
+        if received.answered == 200 && seen.insert(id.to_owned()) {
+            let number: i64 = id.parse().unwrap();
+            let subject = expected["subject"].as_str().unwrap().to_owned();
+            if let Some(last) = first_by_subject.insert(subject.clone(), number) {
+                assert!(last < number, "{subject}: event {number} delivered after {last}");
+            }
+        }
+    }
+}
+
 /// What every shopper was told, once each is done (retrying through the
 /// fault, within [`THROUGH_A_RESTART`]).
 async fn all_told(shoppers: Vec<tokio::task::JoinHandle<Shopped>>) -> Shopped {
@@ -544,8 +649,12 @@ async fn killed_under_shoppers_keeps_the_invariants(backend: Backend) {
     let Some(database) = fresh_database(backend).await else {
         return;
     };
-    let args = ["--database", database.url.as_str()];
+    let mut args = vec!["--database".to_owned(), database.url.clone()];
+    args.extend(webhook_flags(&database.dir.path().join("webhook.key")));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let served = serve(database.dir.path(), &args).await;
+    let receiver = flaky_receiver().await;
+    let secret = subscribe(&served, &receiver).await;
     stock(&served.base_url()).await;
     // The clients keep one address across the restart.
     let proxy = FaultProxy::start(served.address.parse().unwrap())
@@ -564,6 +673,7 @@ async fn killed_under_shoppers_keeps_the_invariants(backend: Backend) {
     let told = all_told(shoppers).await;
     check_invariants(&served, &told.orders).await;
     check_feed(&served, &told).await;
+    check_webhooks(&served, &receiver, &secret).await;
     // And after a clean restart, from what was stored.
     let (status, log) = stop(served).await;
     assert!(status.success(), "{log}");
@@ -591,7 +701,12 @@ async fn postgres_restarted_under_16_shoppers_keeps_every_invariant() {
         return;
     };
     let database = Database::on_postgres(cluster.fresh_database().await);
-    let served = serve(database.dir.path(), &["--database", &database.url]).await;
+    let mut args = vec!["--database".to_owned(), database.url.clone()];
+    args.extend(webhook_flags(&database.dir.path().join("webhook.key")));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let served = serve(database.dir.path(), &args).await;
+    let receiver = flaky_receiver().await;
+    let secret = subscribe(&served, &receiver).await;
     stock(&served.base_url()).await;
     let placed = Arc::new(AtomicUsize::new(0));
     let shoppers = shoppers(&served.base_url(), &placed);
@@ -603,6 +718,7 @@ async fn postgres_restarted_under_16_shoppers_keeps_every_invariant() {
     let told = all_told(shoppers).await;
     check_invariants(&served, &told.orders).await;
     check_feed(&served, &told).await;
+    check_webhooks(&served, &receiver, &secret).await;
     let (status, log) = stop(served).await;
     assert!(status.success(), "{log}");
 }
@@ -617,10 +733,14 @@ async fn postgres_two_instances_one_killed_then_the_database_restarted_keep_ever
         return;
     };
     let database = Database::on_postgres(cluster.fresh_database().await);
-    let args = ["--database", database.url.as_str()];
+    let mut args = vec!["--database".to_owned(), database.url.clone()];
+    args.extend(webhook_flags(&database.dir.path().join("webhook.key")));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let other_dir = tempfile::tempdir().unwrap();
     let one = serve(database.dir.path(), &args).await;
     let two = serve(other_dir.path(), &args).await;
+    let receiver = flaky_receiver().await;
+    let secret = subscribe(&one, &receiver).await;
     stock(&one.base_url()).await;
     let proxy = FaultProxy::start(one.address.parse().unwrap())
         .await
@@ -641,6 +761,7 @@ async fn postgres_two_instances_one_killed_then_the_database_restarted_keep_ever
     check_invariants(&one, &told.orders).await;
     check_feed(&one, &told).await;
     check_feed(&two, &told).await;
+    check_webhooks(&two, &receiver, &secret).await;
     assert_eq!(
         whole_feed(&one).await,
         whole_feed(&two).await,

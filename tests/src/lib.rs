@@ -163,6 +163,9 @@ pub const WEBHOOK_RETRY_DELAYS: &[Duration] = &[
     Duration::from_millis(1600),
 ];
 
+/// The webhook key file of a test server, in its database's directory.
+const WEBHOOK_KEY_FILE: &str = "webhook.key";
+
 /// How long test servers' webhook deliveries may take.
 pub const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -262,6 +265,12 @@ impl TestServer {
             dir: tempfile::tempdir().expect("temporary directory"),
             _postgres: None,
         };
+        // Every instance seals and opens webhook secrets with the same keys.
+        std::fs::copy(
+            self.database.dir.path().join(WEBHOOK_KEY_FILE),
+            database.dir.path().join(WEBHOOK_KEY_FILE),
+        )
+        .expect("the webhook key file copied");
         TestServer::start_configured(database, self.options).await
     }
 
@@ -597,7 +606,7 @@ impl TestServer {
 }
 
 async fn launch(database: &TestDatabase, log: &LogBuffer, options: Options) -> RunningServer {
-    let key_file = database.dir.path().join("webhook.key");
+    let key_file = database.dir.path().join(WEBHOOK_KEY_FILE);
     if !key_file.exists() {
         SealingKeys::generate()
             .and_then(|keys| keys.write_new(&key_file))

@@ -29,6 +29,11 @@ const IN_FLIGHT: usize = 64;
 /// out) without a wake-up.
 const IDLE_TICK: Duration = Duration::from_secs(1);
 
+/// How long past the request's bound a claim stays leased: time to record
+/// the outcome. An instance killed mid-send holds its claims this much
+/// longer than the request could take; then another instance sends again.
+const LEASE_MARGIN: Duration = Duration::from_secs(5);
+
 /// The longest error text kept with a delivery.
 const ERROR_MAX_CHARS: usize = 300;
 
@@ -102,7 +107,7 @@ impl Deliverer {
     /// A claim's lease: the request's bound, and a margin for recording
     /// its outcome.
     fn lease(&self) -> Duration {
-        self.timeout + Duration::from_secs(30)
+        self.timeout + LEASE_MARGIN
     }
 
     /// How long to sleep with nothing claimed: until the next delivery is

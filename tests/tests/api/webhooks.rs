@@ -385,3 +385,31 @@ async fn by_default_only_https_targets_at_public_addresses_are_accepted() {
         assert!(!error["message"].as_str().unwrap().is_empty(), "{url}: {error}");
     }
 }
+
+/// Two instances on one PostgreSQL database deliver each event once
+/// between them: with a healthy receiver and no fault, every `webhook-id`
+/// arrives exactly once, whichever instance sent it.
+#[tokio::test]
+async fn two_instances_deliver_each_event_once_between_them() {
+    let Some(server) = TestServer::start_with(Backend::Postgres).await else {
+        return;
+    };
+    let other = server.beside().await;
+    let receiver = Receiver::healthy().await;
+    subscribe_as(&server, KEY, json!({"url": receiver.url("/"), "types": ["pet.created"]})).await;
+    let mut created = Vec::new();
+    for i in 0..30 {
+        let on = if i % 2 == 0 { &server } else { &other };
+        created.push(available(on, &format!("Twice {i}")).await);
+    }
+    let got = delivered(&receiver, created.len()).await;
+    // Anything sent twice would have arrived by the time a later event did;
+    // a short wait more catches a straggler.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let got_now = receiver.received();
+    assert_eq!(got_now.len(), got.len());
+    let mut ids: Vec<&str> = got.iter().map(Received::id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), created.len(), "each event once: {} requests", got.len());
+}
