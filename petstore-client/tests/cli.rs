@@ -618,6 +618,67 @@ async fn a_scoped_key_does_what_it_may_and_is_told_plainly_what_it_may_not() {
     assert!(!run.stderr.contains(&customer), "the key is never echoed");
 }
 
+/// `petstore webhooks …`: a subscription is added (its secret printed once,
+/// and a delivery verifies with it), listed, read, rotated, its deliveries
+/// listed, a range replayed, and removed.
+#[tokio::test]
+async fn webhooks_are_added_listed_rotated_replayed_and_removed() {
+    let server = TestServer::start().await;
+    let receiver = petstore_support::receiver::Receiver::healthy().await;
+    let hook = receiver.url("/hook");
+    let added = petstore(
+        &server,
+        &["webhooks", "add", &hook, "--types", "pet.created"],
+    )
+    .await;
+    let added = added.json();
+    let secret = added["secret"]
+        .as_str()
+        .expect("the secret, printed once")
+        .to_owned();
+    let id = added["id"].to_string();
+    assert_eq!(added["types"], json!(["pet.created"]));
+    let rex = server.create(json!({"name": "Rex", "categoryId": 1})).await;
+    let delivery =
+        petstore_support::eventually_some("the delivery", Duration::from_secs(60), || async {
+            receiver.received().into_iter().find(|r| r.answered == 200)
+        })
+        .await;
+    let event = petstore_client::verify_webhook(&secret, &delivery.headers, &delivery.body)
+        .expect("signed with the secret printed");
+    assert_eq!(event.pet().map(|pet| pet.id), rex["id"].as_i64());
+
+    let listed = petstore(&server, &["webhooks", "list"]).await.json();
+    assert_eq!(listed[0]["id"], added["id"]);
+    assert!(listed[0].get("secret").is_none(), "{listed}");
+    assert_eq!(
+        petstore(&server, &["webhooks", "get", &id]).await.json()["url"],
+        hook
+    );
+    let rotated = petstore(&server, &["webhooks", "rotate", &id]).await.json();
+    assert!(
+        rotated["secret"].as_str().unwrap().starts_with("whsec_"),
+        "{rotated}"
+    );
+    let deliveries = petstore(&server, &["webhooks", "deliveries", &id])
+        .await
+        .json();
+    let event_id = deliveries[0]["eventId"].as_str().unwrap().to_owned();
+    let replayed = petstore(
+        &server,
+        &[
+            "webhooks", "replay", &id, "--from", &event_id, "--to", &event_id,
+        ],
+    )
+    .await;
+    assert_eq!(replayed.json()["deliveries"], 1);
+    let removed = petstore(&server, &["webhooks", "remove", &id]).await;
+    assert_eq!(removed.code, Some(0), "{removed:#?}");
+    petstore(&server, &["webhooks", "get", &id])
+        .await
+        .fails(1, &["webhook_not_found (HTTP 404)"]);
+}
+
 /// Serves every request on 127.0.0.1 with a `429` and `Retry-After: 30`, as
 /// the service over its rate limit (which the test server cannot be driven
 /// to); its base URL, and the task to abort.

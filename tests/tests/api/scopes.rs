@@ -100,6 +100,51 @@ async fn attempts(server: &TestServer, own_order: &Value) -> Vec<Attempt> {
             None,
             StatusCode::OK,
         ),
+        // The webhook operations past the scope check, on a subscription
+        // that is not the key's: 404 (createWebhook also needs a scope that
+        // sees events: webhooks.rs).
+        attempt(
+            "listWebhooks",
+            Method::GET,
+            "/webhooks".into(),
+            None,
+            StatusCode::OK,
+        ),
+        attempt(
+            "getWebhook",
+            Method::GET,
+            "/webhooks/999999".into(),
+            None,
+            StatusCode::NOT_FOUND,
+        ),
+        attempt(
+            "listWebhookDeliveries",
+            Method::GET,
+            "/webhooks/999999/deliveries".into(),
+            None,
+            StatusCode::NOT_FOUND,
+        ),
+        attempt(
+            "rotateWebhookSecret",
+            Method::POST,
+            "/webhooks/999999/rotate".into(),
+            None,
+            StatusCode::NOT_FOUND,
+        ),
+        attempt(
+            "replayWebhook",
+            Method::POST,
+            "/webhooks/999999/replay".into(),
+            Some(json!({"from": "1", "to": "2"})),
+            StatusCode::NOT_FOUND,
+        ),
+        attempt(
+            "deleteWebhook",
+            Method::DELETE,
+            "/webhooks/999999".into(),
+            None,
+            StatusCode::NOT_FOUND,
+        ),
     ]
 }
 
