@@ -29,13 +29,13 @@ use petstore_api::{LIMIT_MAX, PetstoreApi};
 use crate::context::Service;
 use crate::keyring::unix_now;
 use crate::metrics::KeyedOutcome;
-use crate::webhooks::api::{delivery_view, owner_filter, webhook_of};
 use crate::storage::idempotency::{fingerprint, order_fingerprint};
 use crate::storage::{
     self, CreateOutcome, EventKind, EventPage, EventQuery, EventsOutcome, Idempotency, ListQuery,
     OrderQuery, Owner, OwnerId, PlaceOutcome, PlacedBy, StorageError, StoredEvent, StoredOrder,
     UpdateOutcome,
 };
+use crate::webhooks::api::{delivery_view, owner_filter, webhook_of};
 
 use std::time::Duration;
 
@@ -490,7 +490,9 @@ impl PetstoreApi for PetstoreImpl {
             .await
             .map_err(storage_failure(context))?;
         let headers = match stored.last() {
-            Some(last) if stored.len() == limit as usize => WebhooksPageHeaders::next(limit, last.id),
+            Some(last) if stored.len() == limit as usize => {
+                WebhooksPageHeaders::next(limit, last.id)
+            }
             _ => WebhooksPageHeaders::default(),
         };
         let webhooks = stored.into_iter().map(webhook_of).collect();
@@ -601,7 +603,10 @@ impl PetstoreApi for PetstoreImpl {
             _ => DeliveriesPageHeaders::default(),
         };
         let deliveries = stored.into_iter().map(delivery_view).collect();
-        Ok(HttpResponseHeaders::new(HttpResponseOk(deliveries), headers))
+        Ok(HttpResponseHeaders::new(
+            HttpResponseOk(deliveries),
+            headers,
+        ))
     }
 
     async fn replay_webhook(

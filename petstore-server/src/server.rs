@@ -24,10 +24,10 @@ use crate::keys::ApiKeys;
 use crate::metrics::Metrics;
 use crate::observe::{ObservingDrain, RequestNotes};
 use crate::ratelimit::{self, Limits, RateLimited, RateLimits};
+use crate::storage::webhooks::WebhookStorage;
 use crate::storage::{
     self, DatabaseUrl, KeyStorage, OpenError, PURGE_BATCH, Retention, Storage, StorageMetrics,
 };
-use crate::storage::webhooks::WebhookStorage;
 use crate::tls::{TlsError, TlsFiles};
 use crate::webhooks::{self, WebhookSettings, WebhookTasks, WebhooksError};
 

@@ -612,13 +612,20 @@ async fn check_webhooks(served: &Served, receiver: &Receiver, secret: &str) {
         let expected = by_id
             .get(id)
             .unwrap_or_else(|| panic!("a delivery of no event in the feed: {id}"));
-        assert_eq!(received.json(), **expected, "webhook-id {id} carries its event");
+        assert_eq!(
+            received.json(),
+            **expected,
+            "webhook-id {id} carries its event"
+        );
         assert_eq!(event.id, id);
         if received.answered == 200 && seen.insert(id.to_owned()) {
             let number: i64 = id.parse().unwrap();
             let subject = expected["subject"].as_str().unwrap().to_owned();
             if let Some(last) = first_by_subject.insert(subject.clone(), number) {
-                assert!(last < number, "{subject}: event {number} delivered after {last}");
+                assert!(
+                    last < number,
+                    "{subject}: event {number} delivered after {last}"
+                );
             }
         }
     }

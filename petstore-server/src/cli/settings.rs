@@ -145,7 +145,11 @@ pub struct ServeArgs {
     pub webhook_key_file: Option<PathBuf>,
     /// Let webhooks target loopback and private addresses (and plain http): for tests and
     /// private networks. Off: only https URLs that resolve to public addresses
-    #[arg(long, env = "PETSTORE_WEBHOOK_ALLOW_PRIVATE_TARGETS", default_value = "off")]
+    #[arg(
+        long,
+        env = "PETSTORE_WEBHOOK_ALLOW_PRIVATE_TARGETS",
+        default_value = "off"
+    )]
     #[serde(serialize_with = "value_name")]
     pub webhook_allow_private_targets: Switch,
     /// After a failed webhook delivery, the delays before each next attempt, comma-separated;

@@ -22,7 +22,9 @@ use crate::storage::webhooks::{
     DeliveryState, DisabledReason, NewSubscription, SealedSecret, StoredDelivery,
     StoredSubscription, SubscriptionOwner, SubscriptionState,
 };
-use crate::storage::{EventKind, EventQuery, EventsOutcome, LIST_MAX, OwnerId, Storage, StorageError};
+use crate::storage::{
+    EventKind, EventQuery, EventsOutcome, LIST_MAX, OwnerId, Storage, StorageError,
+};
 
 /// Whose subscriptions a key sees: its own, those it made (another key's
 /// is no subscription at all: `404`).
@@ -77,14 +79,12 @@ fn subscribed_kinds(
 impl Webhooks {
     /// The keys, or `503` when webhooks are off.
     fn keys(&self) -> Result<&SealingKeys, ApiError> {
-        self.keys
-            .as_deref()
-            .ok_or_else(|| {
-                ApiError::unavailable(
-                    "webhooks are not configured on this server: every instance needs the same \
+        self.keys.as_deref().ok_or_else(|| {
+            ApiError::unavailable(
+                "webhooks are not configured on this server: every instance needs the same \
                      --webhook-key-file",
-                )
-            })
+            )
+        })
     }
 
     /// `createWebhook`: checks the target, makes the secret, stores the
@@ -98,7 +98,8 @@ impl Webhooks {
         let checked = async {
             let keys = self.keys()?;
             let kinds = subscribed_kinds(auth, new.types.as_deref())?;
-            let refused = |refused: TargetRefused| ApiError::webhook_target_refused(&refused.to_string());
+            let refused =
+                |refused: TargetRefused| ApiError::webhook_target_refused(&refused.to_string());
             let url = self.policy.check_url(&new.url).map_err(refused)?;
             self.policy.resolve_and_check(&url).await.map_err(refused)?;
             let (secret, sealed) = new_secret(keys)?;
@@ -230,11 +231,7 @@ pub fn webhook_of(stored: StoredSubscription) -> Webhook {
             }),
         ),
     };
-    let mut types: Vec<EventType> = stored
-        .kinds
-        .iter()
-        .map(EventKind::event_type)
-        .collect();
+    let mut types: Vec<EventType> = stored.kinds.iter().map(EventKind::event_type).collect();
     types.sort_unstable();
     types.dedup();
     Webhook {

@@ -15,8 +15,8 @@ use tokio::sync::{Notify, Semaphore};
 
 use super::schedule::{RetrySchedule, retry_after};
 use super::secrets::SealingKeys;
-use super::target::TargetPolicy;
 use super::sign::signature_header;
+use super::target::TargetPolicy;
 use crate::metrics::{AttemptResult, Metrics};
 use crate::storage::StorageError;
 use crate::storage::webhooks::{AttemptOutcome, ClaimedDelivery, NextStep, WebhookStorage};

@@ -141,8 +141,11 @@ pub fn start(
     };
     let keys = match key_file(settings, database) {
         None => {
-            slog::warn!(log, "webhooks are off: on PostgreSQL they need --webhook-key-file \
-                (the same file on every instance); their operations answer 503");
+            slog::warn!(
+                log,
+                "webhooks are off: on PostgreSQL they need --webhook-key-file \
+                (the same file on every instance); their operations answer 503"
+            );
             None
         }
         Some((path, made_if_missing)) => {
