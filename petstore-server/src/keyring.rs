@@ -95,6 +95,16 @@ impl Keyring {
             .map(|key| (key.digest, key.limits))
     }
 
+    /// What the key with digest `digest` may do now: `None` once it is
+    /// revoked or expired (what a webhook subscription it made may still
+    /// receive follows this).
+    pub fn scopes_now(&self, digest: KeyDigest) -> Option<Scopes> {
+        self.current
+            .load()
+            .accepted(digest, unix_now())
+            .map(|key| key.scopes)
+    }
+
     /// How many keys of each state the server holds now.
     pub fn counts(&self) -> KeyCounts {
         let set = self.current.load();

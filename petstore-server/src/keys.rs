@@ -245,6 +245,14 @@ impl KeySet {
         &self.keys
     }
 
+    /// The key with digest `digest`, if it is accepted at `now`.
+    pub fn accepted(&self, digest: KeyDigest, now: i64) -> Option<&AcceptedKey> {
+        self.by_digest
+            .get(&digest)
+            .map(|index| &self.keys[*index])
+            .filter(|key| key.expires_at.is_none_or(|at| at > now))
+    }
+
     /// How many keys are accepted at `now` (not expired).
     pub fn usable_at(&self, now: i64) -> usize {
         self.keys

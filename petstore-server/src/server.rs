@@ -313,6 +313,7 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
         &config.database,
         Arc::clone(&storage),
         Arc::clone(&database.webhooks),
+        Arc::clone(&keys),
         Arc::clone(&metrics),
         &log,
     ) {

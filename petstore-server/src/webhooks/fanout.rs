@@ -4,13 +4,23 @@
 //! stores their deliveries together with the moved cursor, compare-and-set
 //! ([`WebhookStorage::fan_out`]), so that whichever instance gets there
 //! first makes each delivery once.
+//!
+//! What a subscription receives follows its maker's key *now*: the kinds it
+//! asked for that the key may still see, its own orders only once the key
+//! lost `orders:manage`, and nothing while the key is revoked or expired
+//! (its cursor then waits where it is).
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use enumset::EnumSet;
+use petstore_api::scopes::{Scope, Scopes};
 use tokio::sync::Notify;
 
+use crate::keyring::Keyring;
+use crate::keys::KeyDigest;
 use crate::storage::webhooks::{NewDelivery, StoredSubscription, WebhookStorage};
+use crate::storage::{EventKind, OwnerId};
 use crate::storage::{EventQuery, EventsOutcome, LIST_MAX, Storage, StorageError, StoredEvent};
 
 /// How often the subscriptions are read again without a wake-up (another
@@ -28,6 +38,7 @@ const ROUND_GAP: Duration = Duration::from_millis(10);
 pub async fn run(
     storage: Arc<dyn Storage>,
     hooks: Arc<dyn WebhookStorage>,
+    keyring: Arc<Keyring>,
     wake: Arc<Notify>,
     delivered: Arc<Notify>,
     log: slog::Logger,
@@ -47,7 +58,10 @@ pub async fn run(
         }
         let mut stale = false;
         for subscription in &mut subscriptions {
-            match fan_out_one(&*storage, &*hooks, subscription).await {
+            let Some(scopes) = keyring.scopes_now(KeyDigest(subscription.creator.0)) else {
+                continue;
+            };
+            match fan_out_one(&*storage, &*hooks, subscription, scopes).await {
                 Ok(Round::Stored) => delivered.notify_one(),
                 Ok(Round::Nothing) => {}
                 Ok(Round::Stale) => stale = true,
@@ -83,14 +97,19 @@ async fn fan_out_one(
     storage: &dyn Storage,
     hooks: &dyn WebhookStorage,
     subscription: &mut StoredSubscription,
+    scopes: Scopes,
 ) -> Result<Round, StorageError> {
     let mut round = Round::Nothing;
     loop {
         let query = EventQuery {
             after: Some(subscription.fanned_out),
             limit: LIST_MAX,
-            kinds: subscription.kinds,
-            owner: subscription.sees_owner,
+            kinds: subscription.kinds & visible_to(scopes),
+            owner: if scopes.contains(Scope::OrdersManage) {
+                subscription.sees_owner
+            } else {
+                Some(OwnerId(subscription.creator.0))
+            },
         };
         let (to, deliveries, at_head) = match storage.events(query).await? {
             EventsOutcome::Page(page) => (
@@ -120,6 +139,20 @@ async fn fan_out_one(
             return Ok(round);
         }
     }
+}
+
+/// The kinds of event a key with `scopes` may see (as in the feed).
+fn visible_to(scopes: Scopes) -> EnumSet<EventKind> {
+    EventKind::ALL
+        .into_iter()
+        .filter(|kind| {
+            if kind.is_order() {
+                scopes.contains(Scope::OrdersPlace) || scopes.contains(Scope::OrdersManage)
+            } else {
+                scopes.contains(Scope::PetsRead)
+            }
+        })
+        .collect()
 }
 
 /// The delivery of `event`: its body is the event exactly as the feed

@@ -33,6 +33,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use crate::keyring::Keyring;
 use crate::metrics::Metrics;
 use crate::storage::webhooks::WebhookStorage;
 use crate::storage::{DatabaseUrl, Storage};
@@ -133,6 +134,7 @@ pub fn start(
     database: &DatabaseUrl,
     storage: Arc<dyn Storage>,
     store: Arc<dyn WebhookStorage>,
+    keyring: Arc<Keyring>,
     metrics: Arc<Metrics>,
     log: &slog::Logger,
 ) -> Result<(Arc<Webhooks>, WebhookTasks), WebhooksError> {
@@ -174,6 +176,7 @@ pub fn start(
     let fan_out = tokio::spawn(fanout::run(
         storage,
         Arc::clone(&store),
+        keyring,
         Arc::clone(&webhooks.changed),
         Arc::clone(&webhooks.due),
         log.clone(),

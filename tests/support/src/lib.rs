@@ -18,9 +18,9 @@
 
 mod mount;
 pub mod postgres;
-pub mod receiver;
 mod process;
 mod proxy;
+pub mod receiver;
 mod service;
 mod wait;
 

@@ -23,8 +23,16 @@ use serde_json::{Value, json};
 /// How long a test waits for deliveries: only a hang guard.
 const DELIVERY: Duration = Duration::from_secs(60);
 
-async fn webhooks_as(server: &TestServer, key: &str, method: Method, path: &str, body: Option<Value>) -> Response {
-    let request = server.anonymous(method, &format!("/webhooks{path}")).bearer_auth(key);
+async fn webhooks_as(
+    server: &TestServer,
+    key: &str,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> Response {
+    let request = server
+        .anonymous(method, &format!("/webhooks{path}"))
+        .bearer_auth(key);
     let request = match body {
         Some(body) => request.json(&body),
         None => request,
@@ -52,10 +60,18 @@ async fn get_json(server: &TestServer, key: &str, path: &str) -> Value {
 /// Waits until the receiver has answered `count` requests `200`, and
 /// returns what it got.
 async fn delivered(receiver: &Receiver, count: usize) -> Vec<Received> {
-    eventually_some(&format!("the receiver answered {count} deliveries 200"), DELIVERY, || async {
-        let ok = receiver.received().into_iter().filter(|r| r.answered == 200).count();
-        (ok >= count).then_some(())
-    })
+    eventually_some(
+        &format!("the receiver answered {count} deliveries 200"),
+        DELIVERY,
+        || async {
+            let ok = receiver
+                .received()
+                .into_iter()
+                .filter(|r| r.answered == 200)
+                .count();
+            (ok >= count).then_some(())
+        },
+    )
     .await;
     receiver.received()
 }
@@ -68,7 +84,12 @@ fn verifies(received: &Received, secret: &str) -> bool {
 
 /// The feed's events after `after`, as the key `KEY` sees them.
 async fn feed_after(server: &TestServer, after: &str) -> Vec<Value> {
-    let response = server.anonymous(Method::GET, &format!("/events?limit=100&after={after}")).bearer_auth(KEY).send().await.unwrap();
+    let response = server
+        .anonymous(Method::GET, &format!("/events?limit=100&after={after}"))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     response.json().await.unwrap()
 }
@@ -86,7 +107,9 @@ async fn feed_head(server: &TestServer) -> String {
 }
 
 async fn available(server: &TestServer, name: &str) -> Value {
-    server.create(json!({"name": name, "categoryId": 1, "status": "available"})).await
+    server
+        .create(json!({"name": name, "categoryId": 1, "status": "available"}))
+        .await
 }
 
 on_every_backend! {
@@ -318,6 +341,19 @@ on_every_backend! {
         assert!(error["message"].as_str().unwrap().contains("webhooks:manage"), "{error}");
     }
 
+    async fn a_subscription_follows_its_makers_key_revoked_it_receives_nothing_more(server) {
+        let staff = server.stored_key("hook-maker", "orders:manage,webhooks:manage").await;
+        let receiver = Receiver::healthy().await;
+        subscribe_as(&server, &staff, json!({"url": receiver.url("/"), "types": ["order.placed"]})).await;
+        server.place_order(&available(&server, "Before").await["id"]).await;
+        delivered(&receiver, 1).await;
+        server.revoke_key("hook-maker").await;
+        server.key_answers(&staff, "/webhooks", |status| status == 401).await;
+        server.place_order(&available(&server, "After").await["id"]).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(receiver.received().len(), 1, "nothing for a revoked key");
+    }
+
     async fn subscriptions_are_listed_read_and_deleted(server) {
         let receiver = Receiver::healthy().await;
         let mut made = Vec::new();
@@ -368,7 +404,9 @@ on_every_backend! {
 
 #[tokio::test]
 async fn by_default_only_https_targets_at_public_addresses_are_accepted() {
-    let database = fresh_database(Backend::Sqlite).await.expect("SQLite is always there");
+    let database = fresh_database(Backend::Sqlite)
+        .await
+        .expect("SQLite is always there");
     let server = TestServer::start_with_public_webhooks_only(database).await;
     for url in [
         "http://example.com/hook",
@@ -380,9 +418,18 @@ async fn by_default_only_https_targets_at_public_addresses_are_accepted() {
         "https://[::1]/hook",
         "https://[fc00::1]/hook",
     ] {
-        let response = webhooks_as(&server, KEY, Method::POST, "", Some(json!({ "url": url }))).await;
-        let error = assert_error(response, StatusCode::UNPROCESSABLE_ENTITY, "webhook_target_refused").await;
-        assert!(!error["message"].as_str().unwrap().is_empty(), "{url}: {error}");
+        let response =
+            webhooks_as(&server, KEY, Method::POST, "", Some(json!({ "url": url }))).await;
+        let error = assert_error(
+            response,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "webhook_target_refused",
+        )
+        .await;
+        assert!(
+            !error["message"].as_str().unwrap().is_empty(),
+            "{url}: {error}"
+        );
     }
 }
 
@@ -396,7 +443,12 @@ async fn two_instances_deliver_each_event_once_between_them() {
     };
     let other = server.beside().await;
     let receiver = Receiver::healthy().await;
-    subscribe_as(&server, KEY, json!({"url": receiver.url("/"), "types": ["pet.created"]})).await;
+    subscribe_as(
+        &server,
+        KEY,
+        json!({"url": receiver.url("/"), "types": ["pet.created"]}),
+    )
+    .await;
     let mut created = Vec::new();
     for i in 0..30 {
         let on = if i % 2 == 0 { &server } else { &other };
@@ -411,5 +463,10 @@ async fn two_instances_deliver_each_event_once_between_them() {
     let mut ids: Vec<&str> = got.iter().map(Received::id).collect();
     ids.sort_unstable();
     ids.dedup();
-    assert_eq!(ids.len(), created.len(), "each event once: {} requests", got.len());
+    assert_eq!(
+        ids.len(),
+        created.len(),
+        "each event once: {} requests",
+        got.len()
+    );
 }
