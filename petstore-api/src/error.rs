@@ -23,7 +23,7 @@ pub struct ApiError {
     /// `request_timeout`, `idempotency_key_in_use`, `pet_not_available`,
     /// `invalid_transition`, `payload_too_large`, `idempotency_key_reused`,
     /// `pet_not_found`, `cursor_expired`, `webhook_not_found`,
-    /// `webhook_target_refused`, `rate_limited`, `internal_error` or
+    /// `webhook_target_refused`, `invalid_replay_range`, `rate_limited`, `internal_error` or
     /// `service_unavailable`.
     pub code: String,
     /// Human-readable description.
@@ -98,6 +98,8 @@ pub enum ErrorCode {
     WebhookNotFound,
     /// 422: a webhook's `url` is no endpoint deliveries may be sent to.
     WebhookTargetRefused,
+    /// 422: a replay's range ends before it starts.
+    InvalidReplayRange,
     /// 429: the key (or, without one, the client address) is over its
     /// budget; `Retry-After` says when to try again.
     RateLimited,
@@ -249,6 +251,15 @@ impl ApiError {
                 "the events up to {floor} were purged (the feed keeps events for its retention), \
                  so a replay from {from} cannot be made; replay from an event after {floor}"
             ),
+        )
+    }
+
+    /// 422 `invalid_replay_range`: a replay's `from` is after its `to`.
+    pub fn invalid_replay_range(from: i64, to: i64) -> ApiError {
+        ApiError::new(
+            ErrorStatusCode::UNPROCESSABLE_ENTITY,
+            ErrorCode::InvalidReplayRange,
+            format!("the range from {from} to {to} is empty; from must not be greater than to"),
         )
     }
 

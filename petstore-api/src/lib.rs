@@ -409,7 +409,7 @@ pub trait PetstoreApi {
     /// `through` is the last event `id` it examined, or `to` when it
     /// examined the whole range: while `through` is less than `to`, call
     /// again with `from` after `through`. A `from` greater than `to` is
-    /// `400`; a `from` older than the feed's retention (its events were
+    /// `422` (`invalid_replay_range`); a `from` older than the feed's retention (its events were
     /// purged) is `410` (`cursor_expired`).
     #[endpoint {
         method = POST,

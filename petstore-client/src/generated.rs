@@ -87,7 +87,7 @@ pub mod types {
 `request_timeout`, `idempotency_key_in_use`, `pet_not_available`,
 `invalid_transition`, `payload_too_large`, `idempotency_key_reused`,
 `pet_not_found`, `cursor_expired`, `webhook_not_found`,
-`webhook_target_refused`, `rate_limited`,
+`webhook_target_refused`, `invalid_replay_range`, `rate_limited`,
 `internal_error` or `service_unavailable`. More may be added in a minor version:
 treat an unknown code like the generic error of its HTTP status.
 */
@@ -489,7 +489,9 @@ the API key may see now. `null` is not accepted in its place.
         #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
         pub types: ::std::vec::Vec<crate::EventType>,
         /**Where the events are delivered: an absolute `https` URL whose host
-resolves only to public addresses.
+resolves only to public addresses. Printable ASCII, as URLs are
+(percent-encode anything else; a host with other letters in its
+punycode `xn--` form).
 */
         pub url: NewWebhookUrl,
     }
@@ -501,7 +503,9 @@ resolves only to public addresses.
     }
 
     /**Where the events are delivered: an absolute `https` URL whose host
-resolves only to public addresses.
+resolves only to public addresses. Printable ASCII, as URLs are
+(percent-encode anything else; a host with other letters in its
+punycode `xn--` form).
 */
     #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
     #[serde(transparent)]
@@ -526,6 +530,11 @@ resolves only to public addresses.
         ) -> ::std::result::Result<Self, self::error::ConversionError> {
             if value.chars().count() > 2048usize {
                 return Err("longer than 2048 characters".into());
+            }
+            static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
+            { ::regress::Regex::new("^[!-~]+$").unwrap() });
+            if PATTERN.find(value).is_none() {
+                return Err("doesn't match pattern \"^[!-~]+$\"".into());
             }
             Ok(Self(value.to_string()))
         }
@@ -3089,7 +3098,8 @@ Decisions where the interface specification is silent:
   `pet_not_available` (409), `invalid_transition` (409),
   `payload_too_large` (413), `idempotency_key_reused` (422),
   `cursor_expired` (410), `pet_not_found` (422), `webhook_not_found`
-  (404), `webhook_target_refused` (422), `rate_limited` (429),
+  (404), `webhook_target_refused` (422), `invalid_replay_range` (422),
+  `rate_limited` (429),
   `internal_error` (500) and `service_unavailable` (503). Clients should
   treat an unknown code like the generic error of its HTTP status.
 - **Requests outside the paths of this document (since 1.5.0).** They are
@@ -6103,6 +6113,13 @@ pub mod builder {
                     )
                 }
                 413u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                422u16 => {
                     Err(
                         Error::ErrorResponse(
                             ResponseValue::from_response(response).await?,

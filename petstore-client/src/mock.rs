@@ -2004,6 +2004,16 @@ pub mod operations {
             )
         }
 
+        pub fn unprocessable_entity(self, value: &types::Error) -> Self {
+            Self(
+                self
+                    .0
+                    .status(422u16)
+                    .header("content-type", "application/json")
+                    .json_body_obj(value),
+            )
+        }
+
         pub fn too_many_requests(self, value: &types::Error) -> Self {
             Self(
                 self

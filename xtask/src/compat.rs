@@ -382,7 +382,7 @@ mod tests {
         ),
         (
             "petstore-1.7.0.yaml",
-            "41bd44b6315e87daa764631d54e306e0c41be49582a9094e5e38cfe946629a38",
+            "4ca67c9d61e8a0b73a50db4a3edf180821d375b6e004a091abc1755a7c81b21c",
         ),
     ];
 

@@ -23,11 +23,13 @@ pub const WEBHOOK_URL_MAX_CHARS: usize = 2048;
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NewWebhook {
     /// Where the events are delivered: an absolute `https` URL whose host
-    /// resolves only to public addresses.
-    // Only its length is checked here; whether it may be delivered to is
-    // the implementation's (`422 webhook_target_refused`).
+    /// resolves only to public addresses. Printable ASCII, as URLs are
+    /// (percent-encode anything else; a host with other letters in its
+    /// punycode `xn--` form).
+    // Only its length and characters are checked here; whether it may be
+    // delivered to is the implementation's (`422 webhook_target_refused`).
     #[serde(deserialize_with = "deserialize_url")]
-    #[schemars(url, length(max = 2048))]
+    #[schemars(url, length(max = 2048), regex(pattern = r"^[!-~]+$"))]
     pub url: String,
     /// The types of event to deliver (at least one). Omitted: every type
     /// the API key may see now. `null` is not accepted in its place.
@@ -42,6 +44,11 @@ fn deserialize_url<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String,
         return Err(serde::de::Error::custom(format!(
             "url must be at most {WEBHOOK_URL_MAX_CHARS} characters"
         )));
+    }
+    if url.is_empty() || !url.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(serde::de::Error::custom(
+            "url must be printable ASCII without spaces (percent-encode anything else)",
+        ));
     }
     Ok(url)
 }
@@ -285,40 +292,19 @@ pub const REPLAY_EVENTS_MAX: usize = 1000;
 
 /// The events to deliver again (since 1.7.0): from `from` to `to`, both
 /// included, event `id`s as the feed gives them.
-// `from` is never greater than `to`: a body where it is is refused as it is
-// parsed (`400`). The schema is derived from the fields; parsing is
-// `ReplayRangeBody`'s, then the order of the two is checked.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+// A `from` greater than `to` is well-formed (its schema cannot say
+// otherwise), so it is parsed, and refused by the operation (`422`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReplayRange {
     /// The first event of the range (an event `id`).
+    #[serde(deserialize_with = "event_id")]
     #[schemars(with = "String", regex(pattern = r"^[0-9]{1,18}$"))]
     pub from: i64,
     /// The last event of the range (an event `id`), not less than `from`.
+    #[serde(deserialize_with = "event_id")]
     #[schemars(with = "String", regex(pattern = r"^[0-9]{1,18}$"))]
     pub to: i64,
-}
-
-/// A `ReplayRange` as the body writes it, before `from <= to` is checked.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ReplayRangeBody {
-    #[serde(deserialize_with = "event_id")]
-    from: i64,
-    #[serde(deserialize_with = "event_id")]
-    to: i64,
-}
-
-impl<'de> Deserialize<'de> for ReplayRange {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<ReplayRange, D::Error> {
-        let ReplayRangeBody { from, to } = ReplayRangeBody::deserialize(deserializer)?;
-        if from > to {
-            return Err(serde::de::Error::custom(format!(
-                "from ({from}) must not be greater than to ({to})"
-            )));
-        }
-        Ok(ReplayRange { from, to })
-    }
 }
 
 /// An event `id` written as the feed writes it: decimal digits, at most 18
@@ -399,10 +385,14 @@ mod tests {
         let long = format!("https://hooks.example.com/{}", "a".repeat(2048));
         let long = new_webhook(json!({ "url": long })).unwrap_err();
         assert!(long.contains("at most 2048"), "{long}");
+        for text in ["https://hooks.example.com/café", "https://hooks.example.com/a b", ""] {
+            let refused = new_webhook(json!({ "url": text })).unwrap_err();
+            assert!(refused.contains("printable ASCII"), "{text}: {refused}");
+        }
     }
 
     #[test]
-    fn a_replay_range_is_two_event_ids_in_order() {
+    fn a_replay_range_is_two_event_ids() {
         let parse = |value| serde_json::from_value::<ReplayRange>(value).map_err(|e| e.to_string());
         assert_eq!(
             parse(json!({"from": "40", "to": "0057"})),
@@ -412,10 +402,10 @@ mod tests {
             parse(json!({"from": "7", "to": "7"})),
             Ok(ReplayRange { from: 7, to: 7 })
         );
-        let backwards = parse(json!({"from": "58", "to": "57"})).unwrap_err();
-        assert!(
-            backwards.contains("from (58) must not be greater than to (57)"),
-            "{backwards}"
+        // Backwards is well-formed; the operation refuses it (422).
+        assert_eq!(
+            parse(json!({"from": "58", "to": "57"})),
+            Ok(ReplayRange { from: 58, to: 57 })
         );
         for bad in [
             json!("-1"),

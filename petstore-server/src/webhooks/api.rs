@@ -169,6 +169,9 @@ impl Webhooks {
         range: ReplayRange,
     ) -> Result<Result<ReplayAccepted, ApiError>, StorageError> {
         let (from, to) = (range.from, range.to);
+        if from > to {
+            return Ok(Err(ApiError::invalid_replay_range(from, to)));
+        }
         let Some(subscription) = self.store.get_subscription(id, owner_filter(auth)).await? else {
             return Ok(Err(ApiError::webhook_not_found(id)));
         };

@@ -382,7 +382,7 @@ impl<T: CliConfig> Cli<T> {
                     .value_parser(::clap::value_parser!(types::NewWebhookUrl))
                     .required_unless_present("json-body")
                     .help(
-                        "Where the events are delivered: an absolute `https` URL whose host\nresolves only to public addresses.\n",
+                        "Where the events are delivered: an absolute `https` URL whose host\nresolves only to public addresses. Printable ASCII, as URLs are\n(percent-encode anything else; a host with other letters in its\npunycode `xn--` form).\n",
                     ),
             )
             .arg(
