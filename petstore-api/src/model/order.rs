@@ -101,8 +101,50 @@ pub(crate) fn rfc3339_micros<S: Serializer>(
     time: &DateTime<Utc>,
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
-    serializer.collect_str(&time.to_rfc3339_opts(SecondsFormat::Micros, true))
+    let mut buffer = [0; RFC3339_MICROS_LEN];
+    match write_rfc3339_micros(time, &mut buffer) {
+        Some(text) => serializer.serialize_str(text),
+        None => serializer.collect_str(&time.to_rfc3339_opts(SecondsFormat::Micros, true)),
+    }
 }
+
+/// How long `2026-11-24T10:00:00.123456Z` is.
+const RFC3339_MICROS_LEN: usize = 27;
+
+/// `time` as `to_rfc3339_opts(SecondsFormat::Micros, true)` writes it, in
+/// `buffer`, without chrono's formatting machinery (an allocation and a
+/// format string walked per call, twice per order event of a feed page:
+/// BENCHMARKS.md, "Contract 1.7.0"). `None` for what it does not write
+/// (years outside 0–9999, a leap second): the caller falls back to chrono.
+fn write_rfc3339_micros<'a>(
+    time: &DateTime<Utc>,
+    buffer: &'a mut [u8; RFC3339_MICROS_LEN],
+) -> Option<&'a str> {
+    use chrono::{Datelike, Timelike};
+    let year = u32::try_from(time.year()).ok().filter(|year| *year <= 9999)?;
+    let nanos = time.nanosecond();
+    if nanos >= 1_000_000_000 {
+        return None;
+    }
+    let fields = [
+        (0, 4, year),
+        (5, 2, time.month()),
+        (8, 2, time.day()),
+        (11, 2, time.hour()),
+        (14, 2, time.minute()),
+        (17, 2, time.second()),
+        (20, 6, nanos / 1000),
+    ];
+    *buffer = *b"0000-00-00T00:00:00.000000Z";
+    for (start, width, mut value) in fields {
+        for digit in buffer[start..start + width].iter_mut().rev() {
+            *digit = b'0' + (value % 10) as u8;
+            value /= 10;
+        }
+    }
+    std::str::from_utf8(buffer).ok()
+}
+
 
 /// What an order's answer may include beyond its own fields (since 1.4.0):
 /// `placedBy`, the name of the API key that placed it, for a key with the
@@ -218,5 +260,31 @@ mod tests {
         }
         assert_eq!(json!(OrderInclude::PlacedBy), json!("placedBy"));
         assert_eq!(OrderInclude::PlacedBy.as_str(), "placedBy");
+    }
+}
+
+#[cfg(test)]
+mod time_tests {
+    use super::*;
+
+    #[test]
+    fn times_are_written_as_chrono_writes_them() {
+        let mut seconds: i64 = 1;
+        let mut checked = 0;
+        // Spread over the years 1970–9999, with every kind of fraction.
+        while seconds < 253_402_300_799 {
+            for nanos in [0, 1, 999, 1_000, 123_456_789, 999_999_999] {
+                let time = DateTime::from_timestamp(seconds, nanos).unwrap();
+                let mut buffer = [0; RFC3339_MICROS_LEN];
+                let ours = write_rfc3339_micros(&time, &mut buffer).unwrap().to_owned();
+                assert_eq!(ours, time.to_rfc3339_opts(SecondsFormat::Micros, true));
+                checked += 1;
+            }
+            seconds = seconds * 3 + 7;
+        }
+        assert!(checked > 100);
+        let leap = DateTime::from_timestamp(1_483_228_799, 1_500_000_000).unwrap();
+        let mut buffer = [0; RFC3339_MICROS_LEN];
+        assert_eq!(write_rfc3339_micros(&leap, &mut buffer), None);
     }
 }
