@@ -778,6 +778,10 @@ mod tests {
             shutdown_timeout = 0\n\
             idempotency_retention = \"7days 3h\"\n\
             events_retention = \"12h\"\n\
+            webhook_key_file = \"/etc/petstore/webhook.key\"\n\
+            webhook_allow_private_targets = \"on\"\n\
+            webhook_retry_schedule = \"1s,2s,1m\"\n\
+            webhook_timeout = \"3s\"\n\
             docs = \"off\"\n\
             rate_limits = \"on\"\n\
             key_rate = \"6000/min\"\n\
@@ -808,7 +812,7 @@ mod tests {
     #[test]
     fn with_no_file_every_setting_is_its_default() {
         let described = described(&[]).unwrap();
-        assert_eq!(described.lines().count(), 23, "{described}");
+        assert_eq!(described.lines().count(), 26, "{described}");
         assert!(
             described.lines().all(|line| line.ends_with("  # default")),
             "{described}"
