@@ -36,6 +36,11 @@
 //!   created, and half of the generated orders name one of them (a
 //!   schemathesis dictionary on `body.petId`), so that its positive cases
 //!   can succeed.
+//! - The webhook operations name a subscription: [`WEBHOOKS`] are created
+//!   before the run (the server admits loopback targets for it, and
+//!   [`WEBHOOK_TARGET`] is one), and half of the generated requests name
+//!   one of them, half of the created subscriptions point at that target,
+//!   and half of the replays start at the first event.
 //! - Warnings fail the run (`warnings.fail-on`): without that, a key the
 //!   server refuses would give a "passing" run in which every request got
 //!   401. The opt-in `low_valid_rate` warning stays off: it measures how
@@ -73,6 +78,14 @@ const KEY_VARIABLE: &str = "PETSTORE_CONFORMANCE_KEY";
 
 /// Available animals created before the run, for `placeOrder` to order.
 const STOCK: usize = 300;
+
+/// Webhook subscriptions created before the run, for the operations on one.
+const WEBHOOKS: usize = 50;
+
+/// Where the conformance server's webhooks point: a loopback port nothing
+/// listens on (the server admits private targets for the run; deliveries
+/// there fail and are retried, which no check looks at).
+const WEBHOOK_TARGET: &str = "http://127.0.0.1:9/conformance";
 
 /// The schemathesis configuration. The seed and the example budget are
 /// fixed here: 500 cases per operation and phase keeps schemathesis to one or two
@@ -116,6 +129,38 @@ values = [STOCKED_IDS]
 include-operation-id = "placeOrder"
 parameters = { "body.petId" = { dictionary = "stocked_pets", probability = 0.5 } }
 
+# An operation on a webhook names one: a random webhookId names none (404),
+# so half of them name one of the subscriptions created before the run, a
+# replay's range starts at the first event half of the time (a random one
+# would often end before it starts: 422), and half of the subscriptions
+# created point at a URL the server admits (a random one is refused: 422).
+[dictionaries.webhooks]
+values = [WEBHOOK_IDS]
+
+[dictionaries.webhook_targets]
+values = ["WEBHOOK_TARGET"]
+
+[dictionaries.first_event]
+values = ["1"]
+
+# Whether a URL may be subscribed depends on what its host resolves to,
+# which no schema can say: the boundary URLs of the coverage phase are all
+# refused (422 webhook_target_refused, as the contract says), which
+# schemathesis would report as a schema stricter than the server. Every
+# other warning still fails the run for this operation.
+[[operations]]
+include-operation-id = "createWebhook"
+parameters = { "body.url" = { dictionary = "webhook_targets", probability = 0.5 } }
+warnings = { fail-on = true, display = ["missing_auth", "missing_test_data", "base_url_mismatch", "missing_deserializer", "unused_openapi_auth", "unsupported_regex", "method_not_allowed", "constants_extraction", "unmatched_filter", "unresolvable_reference", "rate_limited", "dictionary_mismatch", "timeout_units"] }
+
+[[operations]]
+include-operation-id = "replayWebhook"
+parameters = { "path.webhookId" = { dictionary = "webhooks", probability = 0.5 }, "body.from" = { dictionary = "first_event", probability = 0.5 } }
+
+[[operations]]
+include-operation-id = ["getWebhook", "deleteWebhook", "listWebhookDeliveries", "rotateWebhookSecret"]
+parameters = { "path.webhookId" = { dictionary = "webhooks", probability = 0.5 } }
+
 # listEvents' long poll holds a request up to `wait` seconds (30 at most)
 # when nothing follows `after`, longer than schemathesis waits for an answer
 # (10 s): its requests do not wait (the long poll has tests of its own).
@@ -158,6 +203,8 @@ pub fn run() -> anyhow::Result<()> {
             &database,
             "--admin-bind",
             "off",
+            "--webhook-allow-private-targets",
+            "on",
         ])
         .args(["--log-format", "json", "--log-level", "info"])
         .env("PETSTORE_API_KEYS", &key);
@@ -165,12 +212,19 @@ pub fn run() -> anyhow::Result<()> {
     let file = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
     let server = Service::start("petstore-server", &mut command, (addr, &key), Some(file))?;
     println!("conformance: server listening on http://{addr}/v1");
-    let stocked = tokio::runtime::Runtime::new()
-        .context("starting a tokio runtime")?
-        .block_on(petstore_support::create_available(addr, &key, STOCK))?;
-    let ids: Vec<String> = stocked.iter().map(i64::to_string).collect();
+    let runtime = tokio::runtime::Runtime::new().context("starting a tokio runtime")?;
+    let stocked = runtime.block_on(petstore_support::create_available(addr, &key, STOCK))?;
+    let webhooks = runtime.block_on(petstore_support::create_webhooks(
+        addr,
+        &key,
+        WEBHOOK_TARGET,
+        WEBHOOKS,
+    ))?;
+    let listed = |ids: &[i64]| ids.iter().map(i64::to_string).collect::<Vec<_>>().join(", ");
     let text = CONFIG
-        .replace("STOCKED_IDS", &ids.join(", "))
+        .replace("STOCKED_IDS", &listed(&stocked))
+        .replace("WEBHOOK_IDS", &listed(&webhooks))
+        .replace("WEBHOOK_TARGET", WEBHOOK_TARGET)
         .replace("STOCK", &STOCK.to_string());
     std::fs::write(&config, text).with_context(|| format!("writing {}", config.display()))?;
     let tested = schemathesis(&venv, &config, &out, addr, &key);

@@ -176,7 +176,8 @@ impl Webhooks {
             return Ok(Err(ApiError::webhook_not_found(id)));
         };
         let mut deliveries = Vec::new();
-        let mut after = from - 1;
+        // Ids start at 1: a range from 0 starts at the first event.
+        let mut after = (from - 1).max(0);
         let mut examined = 0;
         while after < to && examined < model::REPLAY_EVENTS_MAX {
             let query = EventQuery {

@@ -10,6 +10,7 @@
 //! lost `orders:manage`, and nothing while the key is revoked or expired
 //! (its cursor then waits where it is).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,13 +29,21 @@ use crate::storage::{EventQuery, EventsOutcome, LIST_MAX, Storage, StorageError,
 const REFRESH: Duration = Duration::from_secs(1);
 
 /// The shortest gap between two rounds: under a stream of commits, rounds
-/// batch their events instead of running once per commit.
-const ROUND_GAP: Duration = Duration::from_millis(10);
+/// batch their events instead of running once per commit (and, on SQLite,
+/// leave the file's one write lock to the writer between them).
+const ROUND_GAP: Duration = Duration::from_millis(50);
 
 /// Fans out until aborted: a round after the feed's head moves, after a
 /// wake-up (a subscription made or replayed here) and at least every
 /// [`REFRESH`]. After a round that stored deliveries, `delivered` is
 /// notified (the deliverer claims them at once).
+///
+/// A cursor that moves past events without storing a delivery (events the
+/// subscription does not receive) moves in memory, and is stored at most
+/// every [`REFRESH`]: a busy feed costs a subscription that receives little
+/// one write a second, not one per round. Its next deliveries are stored
+/// from the stored cursor, compare-and-set as ever, so nothing is skipped
+/// whichever instance gets there.
 pub async fn run(
     storage: Arc<dyn Storage>,
     hooks: Arc<dyn WebhookStorage>,
@@ -45,6 +54,7 @@ pub async fn run(
 ) {
     let mut head = storage.events_head();
     let mut subscriptions: Vec<StoredSubscription> = Vec::new();
+    let mut read_to: HashMap<i64, i64> = HashMap::new();
     let mut refreshed = tokio::time::Instant::now() - REFRESH;
     loop {
         let seen = *head.borrow_and_update();
@@ -61,7 +71,15 @@ pub async fn run(
             let Some(scopes) = keyring.scopes_now(KeyDigest(subscription.creator.0)) else {
                 continue;
             };
-            match fan_out_one(&*storage, &*hooks, subscription, scopes).await {
+            let read = read_to.entry(subscription.id).or_insert(0);
+            let round = fan_out_one(&*storage, &*hooks, subscription, scopes, read).await;
+            let round = match round {
+                Ok(Round::Nothing) if refresh_due => {
+                    store_cursor(&*hooks, subscription, *read).await
+                }
+                other => other,
+            };
+            match round {
                 Ok(Round::Stored) => delivered.notify_one(),
                 Ok(Round::Nothing) => {}
                 Ok(Round::Stale) => stale = true,
@@ -86,23 +104,27 @@ pub async fn run(
 enum Round {
     /// Deliveries were stored.
     Stored,
-    /// The feed had nothing new for it.
+    /// No delivery was stored.
     Nothing,
-    /// Its cursor had moved elsewhere (or it is gone).
+    /// Its stored cursor had moved elsewhere (or it is gone).
     Stale,
 }
 
-/// Moves one subscription's cursor to the head, a page at a time.
+/// Reads the feed from where `read` (or the stored cursor, if further)
+/// says up to the head, a page at a time; stores the deliveries of each
+/// page that has any, with the stored cursor moved over every page read.
 async fn fan_out_one(
     storage: &dyn Storage,
     hooks: &dyn WebhookStorage,
     subscription: &mut StoredSubscription,
     scopes: Scopes,
+    read: &mut i64,
 ) -> Result<Round, StorageError> {
     let mut round = Round::Nothing;
+    *read = (*read).max(subscription.fanned_out);
     loop {
         let query = EventQuery {
-            after: Some(subscription.fanned_out),
+            after: Some(*read),
             limit: LIST_MAX,
             kinds: subscription.kinds & visible_to(scopes),
             owner: if scopes.contains(Scope::OrdersManage) {
@@ -121,24 +143,43 @@ async fn fan_out_one(
             // disabled longer than the retention): nothing left to send.
             EventsOutcome::Expired { floor } => (floor, Vec::new(), false),
         };
-        if to <= subscription.fanned_out {
+        if to <= *read {
             return Ok(round);
         }
-        let stored_any = !deliveries.is_empty();
-        if !hooks
-            .fan_out(subscription.id, subscription.fanned_out, to, deliveries)
-            .await?
-        {
-            return Ok(Round::Stale);
-        }
-        subscription.fanned_out = to;
-        if stored_any {
+        *read = to;
+        if !deliveries.is_empty() {
+            if !hooks
+                .fan_out(subscription.id, subscription.fanned_out, to, deliveries)
+                .await?
+            {
+                return Ok(Round::Stale);
+            }
+            subscription.fanned_out = to;
             round = Round::Stored;
         }
         if at_head {
             return Ok(round);
         }
     }
+}
+
+/// Stores a cursor moved in memory only (past events without deliveries).
+async fn store_cursor(
+    hooks: &dyn WebhookStorage,
+    subscription: &mut StoredSubscription,
+    read: i64,
+) -> Result<Round, StorageError> {
+    if read <= subscription.fanned_out {
+        return Ok(Round::Nothing);
+    }
+    if !hooks
+        .fan_out(subscription.id, subscription.fanned_out, read, Vec::new())
+        .await?
+    {
+        return Ok(Round::Stale);
+    }
+    subscription.fanned_out = read;
+    Ok(Round::Nothing)
 }
 
 /// The kinds of event a key with `scopes` may see (as in the feed).

@@ -27,7 +27,7 @@ mod wait;
 pub use mount::Tmpfs;
 pub use process::{ChildGuard, output_within};
 pub use proxy::FaultProxy;
-pub use service::{Service, build, create_available};
+pub use service::{Service, build, create_available, create_webhooks};
 pub use wait::{
     Deadline, SOON, eventually, eventually_async, eventually_async_within, eventually_some,
     eventually_within, poll_until, within,

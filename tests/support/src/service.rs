@@ -213,26 +213,51 @@ pub async fn create_available(
     key: &str,
     count: usize,
 ) -> anyhow::Result<Vec<i64>> {
-    let client = reqwest::Client::new();
-    let url = format!("http://{addr}/v1/pets");
     let body = r#"{"name":"stock","categoryId":1,"status":"available"}"#;
+    create_many(addr, key, "/v1/pets", body, count).await
+}
+
+/// Creates `count` webhook subscriptions of `target` (a URL the server
+/// admits) through `POST /v1/webhooks` of the server at `addr`, and
+/// returns their ids (conformance's webhook operations).
+pub async fn create_webhooks(
+    addr: SocketAddr,
+    key: &str,
+    target: &str,
+    count: usize,
+) -> anyhow::Result<Vec<i64>> {
+    let body = serde_json::json!({ "url": target }).to_string();
+    create_many(addr, key, "/v1/webhooks", &body, count).await
+}
+
+/// `count` times `POST path` of `body` to the server at `addr`, many at
+/// once, each insisting on `201` and an `id`; the ids.
+async fn create_many(
+    addr: SocketAddr,
+    key: &str,
+    path: &str,
+    body: &str,
+    count: usize,
+) -> anyhow::Result<Vec<i64>> {
+    let client = reqwest::Client::new();
+    let url = format!("http://{addr}{path}");
     let create = async |_| {
         let response = client
             .post(&url)
             .bearer_auth(key)
             .header("content-type", "application/json")
-            .body(body)
+            .body(body.to_owned())
             .send()
             .await
             .with_context(|| format!("POST {url}"))?;
         let status = response.status();
-        let pet: serde_json::Value = response
+        let made: serde_json::Value = response
             .json()
             .await
             .with_context(|| format!("POST {url}: {status}, not a JSON body"))?;
-        match pet["id"].as_i64() {
+        match made["id"].as_i64() {
             Some(id) if status == reqwest::StatusCode::CREATED => Ok(id),
-            _ => bail!("POST {url}: {status} {pet} (expected 201 and a pet)"),
+            _ => bail!("POST {url}: {status} {made} (expected 201 and an id)"),
         }
     };
     futures::stream::iter(0..count)
