@@ -160,6 +160,7 @@ pub(super) const CLAIM: &str = concat!(
                 CASE WHEN w.previous_until > now() THEN w.previous_secret END AS previous
          FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
          WHERE w.state = 'active' AND d.next_at <= now()
+           AND d.state IN ('pending', 'sending')
            AND (d.state = 'pending' OR (d.state = 'sending' AND d.lease_until < now()))
            AND ",
     none_open_before!(),
@@ -181,7 +182,12 @@ pub(super) const CLAIM: &str = concat!(
 /// `$9`; then on its subscription when it last succeeded or failed (the
 /// latest, in whatever order finishes come), and the reason `$10` it is
 /// disabled for, if any. One statement: the delivery's row is locked
-/// before its subscription's, as everywhere else. One row if it counted.
+/// before its subscription's, as everywhere else. Its count is 1 if it
+/// counted.
+///
+/// The subscription's row is only written when it changes by a second or
+/// more, or is disabled: every finish of a busy subscription would
+/// otherwise queue on that one row's lock.
 pub(super) const FINISH: &str = "
     WITH finished AS (
         UPDATE webhook_deliveries
@@ -191,8 +197,8 @@ pub(super) const FINISH: &str = "
             delivered_at = CASE WHEN $5::text = 'delivered' THEN $9::timestamptz END
         WHERE webhook_id = $1 AND event_id = $2 AND state = 'sending'
           AND lease_owner = $3 AND attempts = $4
-        RETURNING webhook_id)
-    UPDATE webhooks w SET
+        RETURNING webhook_id),
+    subscription AS (UPDATE webhooks w SET
         last_success_at = CASE WHEN $5::text = 'delivered'
                           THEN greatest(w.last_success_at, $9::timestamptz)
                           ELSE w.last_success_at END,
@@ -200,7 +206,14 @@ pub(super) const FINISH: &str = "
                           ELSE greatest(w.last_failure_at, $9::timestamptz) END,
         state = CASE WHEN $10::text IS NULL THEN w.state ELSE 'disabled' END,
         disabled_reason = coalesce($10::text, w.disabled_reason)
-    FROM finished WHERE w.id = finished.webhook_id";
+    FROM finished WHERE w.id = finished.webhook_id
+      AND ($10::text IS NOT NULL
+           OR coalesce(CASE WHEN $5::text = 'delivered' THEN w.last_success_at
+                       ELSE w.last_failure_at END, '-infinity')
+              < $9::timestamptz - interval '1 second')
+    RETURNING 1)
+    -- A data-modifying WITH runs to completion whether or not it is read.
+    SELECT count(*) FROM finished";
 
 /// When a claim would next find a delivery (see `WebhookStorage::next_due`).
 pub(super) const NEXT_DUE: &str = concat!(

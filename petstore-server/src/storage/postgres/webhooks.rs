@@ -271,8 +271,14 @@ async fn finish(
         &outcome.at,
         &reason,
     ];
-    let doing = "recording a webhook delivery's attempt";
-    Ok(execute(client, statements::FINISH, &params, doing).await? == 1)
+    let sql = postgres("recording a webhook delivery's attempt");
+    let statement = client
+        .prepare_cached(statements::FINISH)
+        .await
+        .map_err(&sql)?;
+    let row = client.query_one(&statement, &params).await.map_err(&sql)?;
+    let counted: i64 = row.try_get(0).map_err(&sql)?;
+    Ok(counted == 1)
 }
 
 async fn next_due(client: &Client) -> Result<Option<DateTime<Utc>>, StorageError> {

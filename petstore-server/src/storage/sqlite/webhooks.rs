@@ -240,6 +240,7 @@ const DUE: &str = concat!(
             CASE WHEN w.previous_until > ?1 THEN w.previous_secret END
      FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
      WHERE w.state = 'active' AND d.next_at <= ?1
+       AND d.state IN ('pending', 'sending')
        AND (d.state = 'pending' OR (d.state = 'sending' AND d.lease_until < ?1))
        AND ",
     none_open_before!(),
