@@ -139,6 +139,28 @@ async fn search(
     })
 }
 
+/// The id and `time` of every event after `after`, read page by page.
+pub async fn events_after(
+    addr: SocketAddr,
+    key: &str,
+    mut after: u64,
+) -> anyhow::Result<Vec<(u64, String)>> {
+    let http = reqwest::Client::new();
+    let mut events = Vec::new();
+    loop {
+        let path = format!("/v1/events?limit=100&after={after}");
+        let page = page(&http, addr, key, &path).await?;
+        if page.events.is_empty() {
+            return Ok(events);
+        }
+        for event in &page.events {
+            let time = event["time"].as_str().context("an event without a time")?;
+            after = id(event)?;
+            events.push((after, time.to_owned()));
+        }
+    }
+}
+
 /// What the idle followers counted.
 #[derive(Default)]
 struct Counts {
@@ -340,7 +362,7 @@ pub async fn follower_latency(
 }
 
 /// `POST /v1/pets`; the new pet's id.
-async fn create(http: &reqwest::Client, addr: SocketAddr, key: &str) -> anyhow::Result<i64> {
+pub async fn create(http: &reqwest::Client, addr: SocketAddr, key: &str) -> anyhow::Result<i64> {
     let response = http
         .post(format!("http://{addr}/v1/pets"))
         .bearer_auth(key)

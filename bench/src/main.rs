@@ -26,6 +26,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{Parser, ValueEnum};
 use petstore_server::storage::DatabaseUrl;
+use petstore_server::webhooks::secrets::SealingKeys;
 use petstore_support::postgres::Cluster;
 use petstore_support::{Service, free_loopback_addr, generate_key};
 
@@ -38,6 +39,7 @@ mod options;
 mod report;
 mod scenario;
 mod seed;
+mod webhook;
 mod wrk;
 
 use canned::FeedCursors;
@@ -181,7 +183,7 @@ impl Bench {
         let mut rows = Vec::new();
         let mut seeding = Vec::new();
         let (mut followers, mut followers_failed) = (Vec::new(), false);
-        let mut latencies = Vec::new();
+        let (mut latencies, mut webhooks) = (Vec::new(), Vec::new());
         for setup in self.setups() {
             let outcome = self.run_setup(&setup)?;
             let label = format!("{} {}", pets_label(setup.pets), setup.backend.name());
@@ -201,6 +203,8 @@ impl Bench {
                 let parked = self.options.latency_followers as usize;
                 latencies.push((setup.backend.name(), parked, latency));
             }
+            let backend = setup.backend.name();
+            webhooks.extend(outcome.webhooks.into_iter().map(|w| (backend, w)));
         }
         let load_after = machine::load_average();
         let mut preamble = machine.markdown(&self.options, &load_after, &seeding);
@@ -210,7 +214,7 @@ impl Bench {
                 followers.join("; ")
             );
         }
-        let latency = report::latency_table(&latencies);
+        let latency = report::latency_table(&latencies) + &report::webhook_table(&webhooks);
         write_results(&rows, &preamble, &latency, &self.peer_name())?;
         println!(
             "bench: load average {} before, {load_after} after",
@@ -218,6 +222,15 @@ impl Bench {
         );
         if followers_failed {
             bail!("idle followers' polls failed: {}", followers.join("; "));
+        }
+        if let Some((backend, w)) = webhooks.iter().find(|(_, w)| w.delivered < w.created) {
+            bail!(
+                "on {backend}, {} of {} events of {} were not delivered within {:?}",
+                w.created - w.delivered,
+                w.created,
+                w.load,
+                webhook::PATIENCE
+            );
         }
         fail_on_errors(&rows)
     }
@@ -278,13 +291,14 @@ impl Bench {
         if self.options.postgres_only {
             setups.retain(|s| s.backend == Backend::Postgres);
         }
-        let latency = self.options.follower_latency > 0;
+        let latency = self.options.follower_latency > 0 || self.options.webhook_latency > 0;
         setups.retain(|s| !s.scenarios.is_empty() || (latency && s.pets == report::BASE_PETS));
         setups
     }
 
-    /// Seeds, starts both targets (and the peer, and the idle followers),
-    /// runs every round, then measures the follower latency if asked.
+    /// Seeds, starts both targets (and the peer, the idle followers and the
+    /// webhook receiver), runs every round, then measures the webhook and
+    /// follower latencies if asked.
     fn run_setup(&self, setup: &Setup) -> anyhow::Result<SetupOutcome> {
         let label = format!("{} {}", pets_label(setup.pets), setup.backend.name());
         let dir = self.scratch.join(label.replace(' ', "-"));
@@ -304,8 +318,23 @@ impl Bench {
         println!("bench: [{label}] seeded in {seeded:.1?}");
         self.go_on()?;
         let key = generate_key("bench")?;
+        // The same flags on both backends: PostgreSQL needs the key file,
+        // and the receiver listens on loopback over http.
+        let base = setup.pets == report::BASE_PETS;
+        let webhook_key =
+            (self.options.webhook_latency > 0 && base).then(|| dir.join("webhook.key"));
+        if let Some(path) = &webhook_key {
+            SealingKeys::generate()
+                .and_then(|keys| keys.write_new(path))
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
         let starting = std::time::Instant::now();
-        let server = self.start_server("petstore-server", &self.binaries.server, &url, &key)?;
+        let server = self.start_server(
+            "petstore-server",
+            &self.binaries.server,
+            (&url, &key),
+            webhook_key.as_deref(),
+        )?;
         let first_answer = starting.elapsed();
         println!("bench: [{label}] server answered {first_answer:.1?} after its start");
         let feed = self.runtime.block_on(feed::locate(server.addr, &key))?;
@@ -320,7 +349,6 @@ impl Bench {
         std::fs::write(&responses, serde_json::to_string_pretty(&canned)?)?;
         let ceiling = self.start_ceiling(&responses, &key)?;
         // The peer is seeded over HTTP, one pet at a time: the base dataset only.
-        let base = setup.pets == report::BASE_PETS;
         let o = &self.options;
         let peer = match (setup.backend, &o.compare_with, &o.baseline_binary) {
             (Backend::Postgres, Some(command), _) if base => {
@@ -372,8 +400,15 @@ impl Bench {
                 feed::IdleFollowers::start(runtime, (addr, &key), count, types, feed.head)
             })
             .transpose()?;
+        let webhooks = webhook_key
+            .map(|_| self.webhooks_steady(&server, &key, &label))
+            .transpose()?;
         let rows = self.rounds(setup, &label, &targets, (&key, feed.cursors), &dir)?;
         let followers = followers.map(feed::IdleFollowers::stop);
+        let webhooks = webhooks
+            .map(|run| self.webhooks_after_runs(run, setup, (&server, &key), &label))
+            .transpose()?
+            .unwrap_or_default();
         let latency = (o.follower_latency > 0 && base)
             .then(|| self.follower_latency(&server, &key, &label))
             .transpose()?;
@@ -389,7 +424,60 @@ impl Bench {
             first_answer,
             followers,
             latency,
+            webhooks,
         })
+    }
+
+    /// `--webhook-latency`, first: a receiver subscribed, and the delays of
+    /// the deliveries of N creates at a steady rate, on a server without a
+    /// backlog. The subscription stays through the warm-up and the runs.
+    fn webhooks_steady(
+        &self,
+        server: &Service,
+        key: &str,
+        label: &str,
+    ) -> anyhow::Result<WebhookRun> {
+        let target = (server.addr, key);
+        let (count, rate) = (self.options.webhook_latency, webhook::STEADY_RATE);
+        println!(
+            "bench: [{label}] webhooks: a receiver subscribed, {count} creates at {rate} a second"
+        );
+        let subscriber = self.runtime.block_on(webhook::Subscriber::start(target))?;
+        let mark = self.runtime.block_on(subscriber.mark(target))?;
+        self.runtime
+            .block_on(webhook::steady_creates(target, count))?;
+        let measure = subscriber.measure(target, mark, format!("{count} creates at {rate}/s"));
+        let steady = self.runtime.block_on(measure)?;
+        print_webhooks(label, &steady);
+        let runs_start = self.runtime.block_on(subscriber.mark(target))?;
+        Ok(WebhookRun {
+            subscriber,
+            runs_start,
+            measured: vec![steady],
+        })
+    }
+
+    /// `--webhook-latency`, after the runs (if any ran): the delays of the
+    /// deliveries of every event they wrote; then the subscription ends.
+    fn webhooks_after_runs(
+        &self,
+        mut run: WebhookRun,
+        setup: &Setup,
+        (server, key): (&Service, &str),
+        label: &str,
+    ) -> anyhow::Result<Vec<webhook::WebhookLatency>> {
+        let target = (server.addr, key);
+        if !setup.scenarios.is_empty() {
+            let names: Vec<_> = setup.scenarios.iter().map(|s| s.name()).collect();
+            let load = format!("the runs of {} (warm-up included)", names.join(", "));
+            println!("bench: [{label}] webhooks: waiting for the deliveries of {load}");
+            let measure = run.subscriber.measure(target, run.runs_start, load);
+            let beside = self.runtime.block_on(measure)?;
+            print_webhooks(label, &beside);
+            run.measured.push(beside);
+        }
+        self.runtime.block_on(run.subscriber.unsubscribe(target))?;
+        Ok(run.measured)
     }
 
     /// `--follower-latency`: the followers parked at the feed's head (as it
@@ -419,8 +507,8 @@ impl Bench {
         &self,
         name: &str,
         binary: &Path,
-        url: &str,
-        key: &str,
+        (url, key): (&str, &str),
+        webhook_key: Option<&Path>,
     ) -> anyhow::Result<Service> {
         let addr = free_loopback_addr()?;
         let mut command = Command::new(binary);
@@ -437,6 +525,10 @@ impl Bench {
             "off".to_owned()
         };
         command.args(["--admin-bind", &admin]);
+        if let Some(path) = webhook_key {
+            command.args(["--webhook-allow-private-targets", "on"]);
+            command.arg("--webhook-key-file").arg(path);
+        }
         // Only what is given here counts, not the caller's PETSTORE_* settings.
         petstore_support::without_petstore_settings(&mut command).env("PETSTORE_API_KEYS", key);
         Service::start(name, &mut command, (addr, key), None)
@@ -465,7 +557,7 @@ impl Bench {
         let url = database
             .clone()
             .unwrap_or_else(|| format!("sqlite://{}", sqlite.display()));
-        let service = self.start_server("baseline", binary, &url, key)?;
+        let service = self.start_server("baseline", binary, (&url, key), None)?;
         println!("bench: [{label}] seeding the baseline with {pets} pets through POST /v1/pets");
         let seeded = self
             .runtime
@@ -699,6 +791,14 @@ struct Peer {
     _cluster: Option<Cluster>,
 }
 
+/// `--webhook-latency` on a setup, between its steady creates and its runs.
+struct WebhookRun {
+    subscriber: webhook::Subscriber,
+    /// Where the runs' events start.
+    runs_start: webhook::Mark,
+    measured: Vec<webhook::WebhookLatency>,
+}
+
 /// What one setup measured.
 struct SetupOutcome {
     rows: Vec<Row>,
@@ -711,6 +811,8 @@ struct SetupOutcome {
     followers: Option<(String, bool)>,
     /// `--follower-latency`.
     latency: Option<feed::Latency>,
+    /// `--webhook-latency`: beside the runs, and under a steady load.
+    webhooks: Vec<webhook::WebhookLatency>,
 }
 
 /// Vacuums (with statistics) and checkpoints every database, so that no
@@ -767,6 +869,17 @@ fn measure(
         peak_rss_kib: machine::peak_rss_kib(target.pid())?,
         error: run.error(),
     })
+}
+
+fn print_webhooks(label: &str, w: &webhook::WebhookLatency) {
+    let p99 = report::percentile(w.delays_ms.clone(), 99.0);
+    println!(
+        "bench: [{label}] webhooks, {}: {} of {} events delivered within {:?}, p99 {p99:.1} ms",
+        w.load,
+        w.delivered,
+        w.created,
+        webhook::PATIENCE
+    );
 }
 
 fn print_round(label: &str, scenario: Scenario, round: u64, rounds: u64, r: &Round) {

@@ -65,6 +65,14 @@ pub struct Options {
     /// The followers parked for --follower-latency
     #[arg(long, value_name = "N", default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..))]
     pub latency_followers: u64,
+    /// On each 1k setup, subscribe a webhook receiver (on loopback) to every
+    /// event and measure the delay from each event's commit (its `time`) to its
+    /// delivery: first over N pets created one at a time, 100 a second, then
+    /// over the warm-up and runs of the scenarios named with --scenario (none
+    /// without one). The server gets --webhook-allow-private-targets on and a
+    /// --webhook-key-file
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub webhook_latency: usize,
     /// Pets in the scaling dataset (0 skips it)
     #[arg(long, value_name = "N", default_value_t = 1_000_000)]
     pub scaling_pets: u64,
@@ -114,10 +122,10 @@ impl Options {
     }
 
     /// Whether `scenario` runs: every one when none is named, except
-    /// beside `--follower-latency`.
+    /// beside `--follower-latency` or `--webhook-latency`.
     pub fn runs(&self, scenario: Scenario) -> bool {
         match self.scenario.is_empty() {
-            true => self.follower_latency == 0,
+            true => self.follower_latency == 0 && self.webhook_latency == 0,
             false => self.scenario.contains(&scenario),
         }
     }
@@ -212,6 +220,16 @@ mod tests {
     }
 
     #[test]
+    fn the_webhook_latency_runs_only_the_scenarios_named() {
+        assert_eq!(parse(&[]).unwrap().webhook_latency, 0);
+        let alone = parse(&["--webhook-latency", "1000"]).unwrap();
+        assert_eq!(alone.webhook_latency, 1000);
+        assert!(!alone.runs(Scenario::Create));
+        let beside = parse(&["--webhook-latency", "5", "--scenario", "create"]).unwrap();
+        assert!(beside.runs(Scenario::Create) && !beside.runs(Scenario::List20));
+    }
+
+    #[test]
     fn wrong_arguments_are_refused() {
         for args in [
             &["--duration"][..],
@@ -222,6 +240,7 @@ mod tests {
             &["--baseline-binary", "a", "--compare-with", "b"],
             &["--latency-followers", "0"],
             &["--idle-followers", "-1"],
+            &["--webhook-latency", "x"],
             &["--fast"],
         ] {
             assert!(parse(args).is_err(), "{args:?}");

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::feed::Latency;
 use super::scenario::Scenario;
+use super::webhook::{PATIENCE, WebhookLatency};
 
 /// The dataset the scaling rows are compared with.
 pub const BASE_PETS: u64 = 1000;
@@ -391,6 +392,42 @@ pub fn latency_table(rows: &[(&str, usize, Latency)]) -> String {
         + &out
 }
 
+/// The webhook delivery delays of each setup that measured them (backend,
+/// what was measured), as markdown; empty for none.
+pub fn webhook_table(rows: &[(&str, WebhookLatency)]) -> String {
+    let mut out = String::new();
+    for (backend, w) in rows {
+        // With events not delivered, their delays are lower bounds.
+        let at_least = if w.delivered < w.created { "≥ " } else { "" };
+        let delays = |p: f64| format!("{at_least}{:.1}", percentile(w.delays_ms.clone(), p));
+        let _ = writeln!(
+            out,
+            "| {backend} | {} | {} | {} | {} | {} | **{}** | {} | {:.0} |",
+            w.load,
+            w.created,
+            w.delivered,
+            w.repeated,
+            delays(50.0),
+            delays(99.0),
+            delays(100.0),
+            w.rate,
+        );
+    }
+    if out.is_empty() {
+        return out;
+    }
+    format!(
+        "\nFrom a commit to a webhook receiver (`--webhook-latency`): per event, ms from its \
+         `time` (the commit) to its first delivery having reached the receiver (for an event not \
+         delivered within {} s of the load's end, to then: the delays are lower bounds, marked \
+         ≥); the issue's bound is p99 ≤ 1,000 ms. Deliveries/s: from the first arrival to the \
+         last:\n\n\
+         | backend | load | events | delivered | repeats | p50 ms | p99 ms | max ms | deliveries/s |\n\
+         |---|---|--:|--:|--:|--:|--:|--:|--:|\n{out}",
+        PATIENCE.as_secs()
+    )
+}
+
 /// The first three cells of a row's line: scenario, pets, backend.
 fn row_head(row: &Row) -> String {
     format!(
@@ -687,6 +724,35 @@ mod tests {
             "{table}"
         );
         assert!(latency_table(&[]).is_empty());
+    }
+
+    #[test]
+    fn the_webhook_latency_is_reported_per_setup_and_load() {
+        let latency = WebhookLatency {
+            load: "100 creates at 100/s".to_owned(),
+            created: 100,
+            delivered: 100,
+            repeated: 0,
+            delays_ms: (1..=100).map(f64::from).collect(),
+            rate: 99.6,
+        };
+        let table = webhook_table(&[("postgres", latency.clone())]);
+        assert!(
+            table.contains(
+                "| postgres | 100 creates at 100/s | 100 | 100 | 0 | 50.0 | **99.0** | 100.0 | 100 |"
+            ),
+            "{table}"
+        );
+        let late = WebhookLatency {
+            delivered: 90,
+            ..latency.clone()
+        };
+        let table = webhook_table(&[("sqlite", late)]);
+        assert!(
+            table.contains("| 90 | 0 | ≥ 50.0 | **≥ 99.0** | ≥ 100.0 |"),
+            "{table}"
+        );
+        assert!(webhook_table(&[]).is_empty());
     }
 
     #[test]
