@@ -223,7 +223,12 @@ pub fn run() -> anyhow::Result<()> {
         WEBHOOK_TARGET,
         WEBHOOKS,
     ))?;
-    let listed = |ids: &[i64]| ids.iter().map(i64::to_string).collect::<Vec<_>>().join(", ");
+    let listed = |ids: &[i64]| {
+        ids.iter()
+            .map(i64::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     let text = CONFIG
         .replace("STOCKED_IDS", &listed(&stocked))
         .replace("WEBHOOK_IDS", &listed(&webhooks))

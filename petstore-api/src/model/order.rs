@@ -121,7 +121,9 @@ fn write_rfc3339_micros<'a>(
     buffer: &'a mut [u8; RFC3339_MICROS_LEN],
 ) -> Option<&'a str> {
     use chrono::{Datelike, Timelike};
-    let year = u32::try_from(time.year()).ok().filter(|year| *year <= 9999)?;
+    let year = u32::try_from(time.year())
+        .ok()
+        .filter(|year| *year <= 9999)?;
     let nanos = time.nanosecond();
     if nanos >= 1_000_000_000 {
         return None;
@@ -144,7 +146,6 @@ fn write_rfc3339_micros<'a>(
     }
     std::str::from_utf8(buffer).ok()
 }
-
 
 /// What an order's answer may include beyond its own fields (since 1.4.0):
 /// `placedBy`, the name of the API key that placed it, for a key with the

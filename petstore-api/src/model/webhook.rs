@@ -385,7 +385,11 @@ mod tests {
         let long = format!("https://hooks.example.com/{}", "a".repeat(2048));
         let long = new_webhook(json!({ "url": long })).unwrap_err();
         assert!(long.contains("at most 2048"), "{long}");
-        for text in ["https://hooks.example.com/café", "https://hooks.example.com/a b", ""] {
+        for text in [
+            "https://hooks.example.com/café",
+            "https://hooks.example.com/a b",
+            "",
+        ] {
             let refused = new_webhook(json!({ "url": text })).unwrap_err();
             assert!(refused.contains("printable ASCII"), "{text}: {refused}");
         }

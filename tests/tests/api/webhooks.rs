@@ -12,13 +12,13 @@
 
 use std::time::{Duration, SystemTime};
 
+use futures::StreamExt;
 use petstore_support::eventually_some;
 use petstore_support::receiver::{Answer, Received, Receiver};
 use petstore_tests::{
     Backend, KEY, TestServer, assert_error, fresh_database, next_link, on_every_backend,
 };
 use reqwest::{Method, Response, StatusCode};
-use futures::StreamExt;
 use serde_json::{Value, json};
 
 /// How long a test waits for deliveries: only a hang guard.

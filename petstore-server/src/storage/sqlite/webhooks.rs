@@ -395,8 +395,10 @@ impl WebhookStorage for SqliteWebhooks {
         id: i64,
         owner: SubscriptionOwner,
     ) -> Result<Option<StoredSubscription>, StorageError> {
-        self.with(Commits::Relaxed, move |conn| subscription(conn, id, &owner, "reading a webhook"))
-            .await
+        self.with(Commits::Relaxed, move |conn| {
+            subscription(conn, id, &owner, "reading a webhook")
+        })
+        .await
     }
 
     async fn delete_subscription(
