@@ -146,17 +146,22 @@ async fn fan_out_one(
         if to <= *read {
             return Ok(round);
         }
-        *read = to;
+        // `read` runs ahead of the stored cursor only over events that made
+        // no delivery: a page's deliveries are stored, or it is read again.
         if !deliveries.is_empty() {
             if !hooks
                 .fan_out(subscription.id, subscription.fanned_out, to, deliveries)
                 .await?
             {
+                // Another instance stored from there first: start again from
+                // the stored cursor, once it is read again.
+                *read = subscription.fanned_out;
                 return Ok(Round::Stale);
             }
             subscription.fanned_out = to;
             round = Round::Stored;
         }
+        *read = to;
         if at_head {
             return Ok(round);
         }
