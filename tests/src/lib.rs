@@ -150,6 +150,7 @@ struct Options {
     webhook_retry_delays: &'static [Duration],
     webhook_timeout: Duration,
     webhook_private_targets: bool,
+    webhook_key_file: bool,
 }
 
 /// The retry schedule of test servers' webhooks: the default's shape,
@@ -178,6 +179,7 @@ impl Default for Options {
             webhook_retry_delays: WEBHOOK_RETRY_DELAYS,
             webhook_timeout: WEBHOOK_TIMEOUT,
             webhook_private_targets: true,
+            webhook_key_file: true,
         }
     }
 }
@@ -233,6 +235,16 @@ impl TestServer {
     pub async fn start_with_public_webhooks_only(database: TestDatabase) -> TestServer {
         let options = Options {
             webhook_private_targets: false,
+            ..Options::default()
+        };
+        TestServer::start_configured(database, options).await
+    }
+
+    /// Starts a server on `database` without `--webhook-key-file`: on
+    /// PostgreSQL, webhooks are off.
+    pub async fn start_without_webhook_key_file(database: TestDatabase) -> TestServer {
+        let options = Options {
+            webhook_key_file: false,
             ..Options::default()
         };
         TestServer::start_configured(database, options).await
@@ -607,7 +619,7 @@ impl TestServer {
 
 async fn launch(database: &TestDatabase, log: &LogBuffer, options: Options) -> RunningServer {
     let key_file = database.dir.path().join(WEBHOOK_KEY_FILE);
-    if !key_file.exists() {
+    if options.webhook_key_file && !key_file.exists() {
         SealingKeys::generate()
             .and_then(|keys| keys.write_new(&key_file))
             .expect("a webhook key file");
@@ -622,7 +634,7 @@ async fn launch(database: &TestDatabase, log: &LogBuffer, options: Options) -> R
         events_retention: options.events_retention,
         // Receivers in tests listen on loopback, over plain HTTP.
         webhooks: WebhookSettings {
-            key_file: Some(key_file),
+            key_file: options.webhook_key_file.then_some(key_file),
             allow_private_targets: options.webhook_private_targets,
             retry_delays: options.webhook_retry_delays.to_vec(),
             timeout: options.webhook_timeout,

@@ -128,7 +128,8 @@ fn key_file(settings: &WebhookSettings, database: &DatabaseUrl) -> Option<(PathB
 }
 
 /// Loads the keys and starts fan-out and delivery; with no key file on
-/// PostgreSQL, webhooks are off (logged) and their operations answer 503.
+/// PostgreSQL, webhooks are off (logged): this instance neither fans out nor
+/// delivers, and creating or rotating a secret answers 503.
 pub fn start(
     settings: &WebhookSettings,
     database: &DatabaseUrl,
@@ -146,7 +147,8 @@ pub fn start(
             slog::warn!(
                 log,
                 "webhooks are off: on PostgreSQL they need --webhook-key-file \
-                (the same file on every instance); their operations answer 503"
+                (the same file on every instance); this instance neither fans out nor delivers, \
+                and creating a subscription or rotating a secret answers 503"
             );
             None
         }

@@ -495,3 +495,87 @@ on_every_backend! {
         eventually_some("deliveries tried", DELIVERY, || async { (!receiver.received().is_empty()).then_some(()) }).await;
     }
 }
+
+on_every_backend! {
+    async fn deliveries_are_paged_from_the_newest_and_counted_in_the_metrics(server) {
+        let receiver = Receiver::healthy().await;
+        let webhook = subscribe_as(&server, KEY, json!({"url": receiver.url("/"), "types": ["pet.created"]})).await;
+        let id = webhook["id"].as_i64().unwrap();
+        for i in 0..5 {
+            available(&server, &format!("Paged {i}")).await;
+        }
+        let got = delivered(&receiver, 5).await;
+        let mut sent: Vec<i64> = got.iter().map(|r| r.id().parse().unwrap()).collect();
+        sent.sort_unstable();
+        sent.dedup();
+        // Every delivery recorded as delivered before the pages are read.
+        eventually_some("five deliveries recorded as delivered", DELIVERY, || async {
+            let all = get_json(&server, KEY, &format!("/{id}/deliveries?limit=100")).await;
+            let done = all.as_array().unwrap().iter().filter(|d| d["state"] == "delivered").count();
+            (done == 5).then_some(())
+        }).await;
+        // Pages of two: 2, 2, then 1 without a link; each link goes back
+        // from its page's last (oldest) event.
+        let mut next = Some(format!("/v1/webhooks/{id}/deliveries?limit=2"));
+        let mut pages = Vec::new();
+        while let Some(target) = next {
+            let path = target.strip_prefix("/v1/webhooks").expect("a link under /v1/webhooks");
+            let response = webhooks_as(&server, KEY, Method::GET, path, None).await;
+            assert_eq!(response.status(), StatusCode::OK, "{target}");
+            next = next_link(&response);
+            let page: Vec<Value> = response.json().await.unwrap();
+            let ids: Vec<i64> = page.iter().map(|d| d["eventId"].as_str().unwrap().parse().unwrap()).collect();
+            if let Some(link) = &next {
+                assert_eq!(page.len(), 2, "a link only after a full page");
+                assert!(link.ends_with(&format!("&before={}", ids[1])), "{link}");
+            }
+            pages.push(ids);
+        }
+        assert_eq!(pages.iter().map(Vec::len).collect::<Vec<_>>(), [2, 2, 1], "{pages:?}");
+        let listed: Vec<i64> = pages.concat();
+        assert!(listed.is_sorted_by(|a, b| a > b), "newest first: {listed:?}");
+        let mut oldest_first = listed.clone();
+        oldest_first.reverse();
+        assert_eq!(oldest_first, sent, "the pages list exactly what was delivered");
+        // The metrics count the five attempts and time each delivery.
+        assert_eq!(server.metric("petstore_webhook_attempts_total{outcome=\"delivered\"}").await, 5.0);
+        assert_eq!(server.metric("petstore_webhook_delivery_seconds_count").await, 5.0);
+    }
+}
+
+/// On PostgreSQL without `--webhook-key-file` there is no key to seal a
+/// secret with: creating and rotating answer 503 and say what is missing;
+/// the server's other operations are unaffected.
+#[tokio::test]
+async fn without_a_key_file_on_postgres_webhooks_that_need_a_secret_answer_503() {
+    let Some(database) = fresh_database(Backend::Postgres).await else {
+        return;
+    };
+    let server = TestServer::start_without_webhook_key_file(database).await;
+    let body = json!({ "url": "http://127.0.0.1:9/hook" });
+    let response = webhooks_as(&server, KEY, Method::POST, "", Some(body)).await;
+    assert!(response.headers().contains_key("retry-after"));
+    let error = assert_error(
+        response,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "service_unavailable",
+    )
+    .await;
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("--webhook-key-file"),
+        "{error}"
+    );
+    let response = webhooks_as(&server, KEY, Method::POST, "/1/rotate", None).await;
+    assert_error(
+        response,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "service_unavailable",
+    )
+    .await;
+    assert_eq!(get_json(&server, KEY, "").await, json!([]));
+    available(&server, "Unaffected").await;
+    server.log_eventually_contains("webhooks are off").await;
+}
