@@ -38,15 +38,15 @@ use crate::body::StrictJson;
 use crate::error::ApiError;
 use crate::idempotency::{CreatedHeaders, IdempotencyKey};
 use crate::model::{
-    Event, Inventory, NewOrder, NewPet, NewWebhook, Order, OrderUpdate, Pet, ReplayAccepted,
-    ReplayRange, Webhook, WebhookCreated, WebhookDelivery, WebhookSecret,
+    Inventory, NewOrder, NewPet, NewWebhook, Order, OrderUpdate, Pet, ReplayAccepted, ReplayRange,
+    Webhook, WebhookCreated, WebhookDelivery, WebhookSecret,
 };
 use crate::params::{
     GetOrderParams, ListDeliveriesParams, ListEventsParams, ListOrdersParams, ListPetsParams,
     ListWebhooksParams, OrderPath, PetPath, RotateParams, WebhookPath,
 };
 use crate::responses::{
-    DeliveriesPageHeaders, DeprecationHeaders, EventsPageHeaders, OrdersPageHeaders, PetsPage,
+    DeliveriesPageHeaders, DeprecationHeaders, EventsPage, OrdersPageHeaders, PetsPage,
     WebhooksPageHeaders,
 };
 
@@ -258,7 +258,7 @@ pub trait PetstoreApi {
         rqctx: RequestContext<Self::Context>,
         auth: Authenticated,
         query: Query<ListEventsParams>,
-    ) -> Result<HttpResponseHeaders<HttpResponseOk<Vec<Event>>, EventsPageHeaders>, ApiError>;
+    ) -> Result<EventsPage, ApiError>;
 
     /// List webhook subscriptions
     ///

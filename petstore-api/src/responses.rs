@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use std::fmt::{Display, Write};
 
-use crate::model::{EncodedPets, OrderInclude, OrderStatus, Pet, PetStatus};
+use crate::model::{EncodedEvents, EncodedPets, Event, OrderInclude, OrderStatus, Pet, PetStatus};
 
 /// The headers of a page of `GET /pets`.
 #[derive(Debug, Default, Serialize, JsonSchema)]
@@ -212,6 +212,40 @@ impl HttpResponse for PetsPage {
     }
 }
 
+/// The `200` of `listEvents`: a page of the feed, already encoded, and its
+/// `Link` header. It is what `HttpResponseHeaders<HttpResponseOk<Vec<Event>>,
+/// EventsPageHeaders>` would be — the same status, headers, bytes and
+/// OpenAPI description — without an `Event` per event to serialise.
+#[derive(Debug)]
+pub struct EventsPage {
+    /// The events.
+    pub events: EncodedEvents,
+    /// The `next` link.
+    pub headers: EventsPageHeaders,
+}
+
+/// What the OpenAPI document says of an [`EventsPage`].
+type EventsDescribedAs = HttpResponseHeaders<HttpResponseOk<Vec<Event>>, EventsPageHeaders>;
+
+impl HttpResponse for EventsPage {
+    fn to_result(self) -> Result<Response<Body>, HttpError> {
+        Response::builder()
+            .status(StatusCode::OK)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .header(http::header::LINK, self.headers.link)
+            .body(Body::from(self.events.into_bytes()))
+            .map_err(|e| HttpError::for_internal_error(e.to_string()))
+    }
+
+    fn response_metadata() -> ApiEndpointResponse {
+        EventsDescribedAs::response_metadata()
+    }
+
+    fn status_code(&self) -> StatusCode {
+        StatusCode::OK
+    }
+}
+
 /// The headers with which every `200` of the deprecated `getPet` announces
 /// its deprecation.
 #[derive(Debug, Serialize, JsonSchema)]
@@ -283,6 +317,45 @@ mod tests {
                 parts(dropshot.to_result().unwrap()).await
             );
         }
+    }
+
+    #[tokio::test]
+    async fn an_events_page_is_what_dropshot_would_send() {
+        use crate::model::{EventArrayWriter, EventData, EventType};
+        let time = chrono::DateTime::from_timestamp(1_795_305_600, 5_000).unwrap();
+        let pet = Pet {
+            id: 3,
+            name: "Rex \"the\" dog".into(),
+            category_id: 2,
+            status: Some(PetStatus::Pending),
+        };
+        let events = [(
+            7,
+            EventType::PetStatusChanged,
+            Some(PetStatus::Available),
+            EventData::Pet(pet),
+        )];
+        let mut array = EventArrayWriter::with_capacity(events.len());
+        for (id, event_type, previous, data) in &events {
+            array.push(*id, *event_type, &time, *previous, data);
+        }
+        let ours = EventsPage {
+            events: array.finish(),
+            headers: EventsPageHeaders::next(1, Some("pet.status_changed"), 30, 7),
+        };
+        let contract = events
+            .into_iter()
+            .map(|(id, event_type, previous, data)| {
+                Event::new(id, event_type, time, previous, data)
+            })
+            .collect();
+        let headers = EventsPageHeaders::next(1, Some("pet.status_changed"), 30, 7);
+        let dropshot = EventsDescribedAs::new(HttpResponseOk(contract), headers);
+        assert_eq!(ours.status_code(), dropshot.status_code());
+        assert_eq!(
+            parts(ours.to_result().unwrap()).await,
+            parts(dropshot.to_result().unwrap()).await
+        );
     }
 
     #[test]

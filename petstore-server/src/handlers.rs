@@ -11,17 +11,17 @@ use petstore_api::body::StrictJson;
 use petstore_api::error::{ApiError, Keyed};
 use petstore_api::idempotency::{CreatedHeaders, IdempotencyKey};
 use petstore_api::model::{
-    Event, Inventory, NewOrder, NewPet, NewWebhook, Order, OrderInclude, OrderStatus, OrderUpdate,
-    OrderUpdateStatus, Pet, PetStatus, ReplayAccepted, ReplayRange, Webhook, WebhookCreated,
-    WebhookDelivery, WebhookSecret,
+    EventArrayWriter, Inventory, NewOrder, NewPet, NewWebhook, Order, OrderInclude, OrderStatus,
+    OrderUpdate, OrderUpdateStatus, Pet, PetStatus, ReplayAccepted, ReplayRange, Webhook,
+    WebhookCreated, WebhookDelivery, WebhookSecret,
 };
 use petstore_api::params::{
     EventTypes, GetOrderParams, ListDeliveriesParams, ListEventsParams, ListOrdersParams,
     ListPetsParams, ListWebhooksParams, OrderPath, PetPath, RotateParams, WebhookPath,
 };
 use petstore_api::responses::{
-    DeliveriesPageHeaders, DeprecationHeaders, EventsPageHeaders, OrdersPageHeaders, PageHeaders,
-    PetsPage, WebhooksPageHeaders,
+    DeliveriesPageHeaders, DeprecationHeaders, EventsPage, EventsPageHeaders, OrdersPageHeaders,
+    PageHeaders, PetsPage, WebhooksPageHeaders,
 };
 use petstore_api::scopes::Scope;
 use petstore_api::{LIMIT_MAX, PetstoreApi};
@@ -32,8 +32,7 @@ use crate::metrics::KeyedOutcome;
 use crate::storage::idempotency::{fingerprint, order_fingerprint};
 use crate::storage::{
     self, CreateOutcome, EventKind, EventPage, EventQuery, EventsOutcome, Idempotency, ListQuery,
-    OrderQuery, Owner, OwnerId, PlaceOutcome, PlacedBy, StorageError, StoredEvent, StoredOrder,
-    UpdateOutcome,
+    OrderQuery, Owner, OwnerId, PlaceOutcome, PlacedBy, StorageError, StoredOrder, UpdateOutcome,
 };
 use crate::webhooks::api::{delivery_view, owner_filter, webhook_of};
 
@@ -448,7 +447,7 @@ impl PetstoreApi for PetstoreImpl {
         rqctx: RequestContext<ApiContext>,
         auth: Authenticated,
         query: Query<ListEventsParams>,
-    ) -> Result<HttpResponseHeaders<HttpResponseOk<Vec<Event>>, EventsPageHeaders>, ApiError> {
+    ) -> Result<EventsPage, ApiError> {
         let params = query.into_inner();
         let limit = params.limit.get();
         let context = service(&rqctx)?;
@@ -463,12 +462,14 @@ impl PetstoreApi for PetstoreImpl {
         let types = params.types.as_ref().map(EventTypes::to_param);
         let headers =
             EventsPageHeaders::next(limit, types.as_deref(), params.wait, page.next_after);
-        let events = page
-            .events
-            .into_iter()
-            .map(StoredEvent::into_contract)
-            .collect();
-        Ok(HttpResponseHeaders::new(HttpResponseOk(events), headers))
+        let mut events = EventArrayWriter::with_capacity(page.events.len());
+        for event in &page.events {
+            event.encode_into(&mut events);
+        }
+        Ok(EventsPage {
+            events: events.finish(),
+            headers,
+        })
     }
 
     // Webhooks (contract 1.7.0): the decisions are `webhooks::api`'s; the

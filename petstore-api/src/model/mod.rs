@@ -13,7 +13,7 @@ mod event;
 mod order;
 mod webhook;
 
-pub use encoded::{EncodedPets, PetArrayWriter};
+pub use encoded::{EncodedEvents, EncodedPets, EventArrayWriter, PetArrayWriter, encode_event};
 pub use event::{
     CLOUDEVENTS_SPEC_VERSION, EVENT_DATA_CONTENT_TYPE, EVENT_SOURCE, Event, EventData, EventType,
 };

@@ -22,7 +22,7 @@
 
 use chrono::{DateTime, Utc};
 use enumset::{EnumSet, EnumSetType};
-use petstore_api::model::{Event, EventData, EventType, PetStatus};
+use petstore_api::model::{EventArrayWriter, EventData, EventType, PetStatus, encode_event};
 
 use super::orders::OwnerId;
 
@@ -163,16 +163,33 @@ impl StoredEvent {
         }
     }
 
-    /// The event as the contract shows it: a CloudEvent.
-    pub fn into_contract(self) -> Event {
-        let previous = self.kind.status_change().map(|(from, _)| from);
-        Event::new(
+    /// The event as the contract shows it (a CloudEvent), appended to a
+    /// page.
+    pub fn encode_into(&self, page: &mut EventArrayWriter) {
+        page.push(
             self.id,
             self.kind.event_type(),
-            self.time,
-            previous,
-            self.data,
+            &self.time,
+            self.previous_status(),
+            &self.data,
+        );
+    }
+
+    /// The event as the contract shows it (a CloudEvent), in JSON: what a
+    /// page of the feed holds for it.
+    pub fn to_json(&self) -> String {
+        encode_event(
+            self.id,
+            self.kind.event_type(),
+            &self.time,
+            self.previous_status(),
+            &self.data,
         )
+    }
+
+    /// For a status change, the animal's status before it.
+    fn previous_status(&self) -> Option<PetStatus> {
+        self.kind.status_change().map(|(from, _)| from)
     }
 }
 

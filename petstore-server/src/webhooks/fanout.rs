@@ -207,8 +207,7 @@ pub fn delivery_of(event: StoredEvent) -> NewDelivery {
     let event_id = event.id;
     let kind = event.kind;
     let resource = event.resource();
-    let body =
-        serde_json::to_string(&event.into_contract()).expect("an event always serialises to JSON");
+    let body = event.to_json();
     NewDelivery {
         event_id,
         kind,
