@@ -438,14 +438,14 @@ impl Bench {
         label: &str,
     ) -> anyhow::Result<WebhookRun> {
         let target = (server.addr, key);
-        let (count, rate) = (self.options.webhook_latency, webhook::STEADY_RATE);
+        let (count, rate) = (self.options.webhook_latency, self.options.webhook_rate);
         println!(
             "bench: [{label}] webhooks: a receiver subscribed, {count} creates at {rate} a second"
         );
         let subscriber = self.runtime.block_on(webhook::Subscriber::start(target))?;
         let mark = self.runtime.block_on(subscriber.mark(target))?;
         self.runtime
-            .block_on(webhook::steady_creates(target, count))?;
+            .block_on(webhook::steady_creates(target, count, rate))?;
         let measure = subscriber.measure(target, mark, format!("{count} creates at {rate}/s"));
         let steady = self.runtime.block_on(measure)?;
         print_webhooks(label, &steady);

@@ -67,12 +67,16 @@ pub struct Options {
     pub latency_followers: u64,
     /// On each 1k setup, subscribe a webhook receiver (on loopback) to every
     /// event and measure the delay from each event's commit (its `time`) to its
-    /// delivery: first over N pets created one at a time, 100 a second, then
+    /// delivery: first over N pets created at a steady --webhook-rate, then
     /// over the warm-up and runs of the scenarios named with --scenario (none
     /// without one). The server gets --webhook-allow-private-targets on and a
     /// --webhook-key-file
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub webhook_latency: usize,
+    /// Creates a second of --webhook-latency's steady load (each started on
+    /// its tick, without waiting for the one before)
+    #[arg(long, value_name = "R", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub webhook_rate: u32,
     /// Pets in the scaling dataset (0 skips it)
     #[arg(long, value_name = "N", default_value_t = 1_000_000)]
     pub scaling_pets: u64,
@@ -241,6 +245,7 @@ mod tests {
             &["--latency-followers", "0"],
             &["--idle-followers", "-1"],
             &["--webhook-latency", "x"],
+            &["--webhook-rate", "0"],
             &["--fast"],
         ] {
             assert!(parse(args).is_err(), "{args:?}");

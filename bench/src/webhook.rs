@@ -17,9 +17,6 @@ use hyper_util::rt::TokioIo;
 
 use super::feed;
 
-/// Creates per second of the steady load: well below what either backend
-/// sustains, so that the delay measured is the delivery path's own.
-pub const STEADY_RATE: u32 = 100;
 /// How long a measurement waits, from the end of its load, for the last
 /// deliveries: far past the bound, so that a backlog shows how it drains.
 pub const PATIENCE: Duration = Duration::from_secs(120);
@@ -242,17 +239,37 @@ fn first_arrivals(
     Ok(first)
 }
 
-/// Creates `count` pets, one at a time, [`STEADY_RATE`] a second.
-pub async fn steady_creates((addr, key): (SocketAddr, &str), count: usize) -> anyhow::Result<()> {
+/// Creates `count` pets, `rate` a second: each is sent on its tick,
+/// whether or not the ones before it were answered (so that a slow answer
+/// does not lower the rate), with at most [`STEADY_IN_FLIGHT`] unanswered.
+pub async fn steady_creates(
+    (addr, key): (SocketAddr, &str),
+    count: usize,
+    rate: u32,
+) -> anyhow::Result<()> {
     let http = reqwest::Client::new();
-    let mut ticks = tokio::time::interval(Duration::from_secs(1) / STEADY_RATE);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticks = tokio::time::interval(Duration::from_secs(1) / rate);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let slots = Arc::new(tokio::sync::Semaphore::new(STEADY_IN_FLIGHT));
+    let mut creates = tokio::task::JoinSet::new();
     for _ in 0..count {
         ticks.tick().await;
-        feed::create(&http, addr, key).await?;
+        let slot = Arc::clone(&slots).acquire_owned().await?;
+        let (http, key) = (http.clone(), key.to_owned());
+        creates.spawn(async move {
+            let created = feed::create(&http, addr, &key).await;
+            drop(slot);
+            created
+        });
+    }
+    while let Some(created) = creates.join_next().await {
+        created??;
     }
     Ok(())
 }
+
+/// The most creates of the steady load unanswered at once.
+const STEADY_IN_FLIGHT: usize = 64;
 
 /// `time` as the contract writes it (RFC 3339 in UTC, `…T12:34:56.123456Z`).
 /// By hand: the bench has no date library, and adding one would touch the
