@@ -182,9 +182,12 @@ pub struct PostgresStorage {
     /// reload — so that a pool saturated by requests never makes a busy
     /// instance look unready, nor delays a revocation.
     admin: Pool,
-    /// Connections for webhooks: the deliverer's claims and finishes, and
-    /// the webhook operations (`webhooks.rs`).
+    /// Connections for the webhook operations (`webhooks.rs`).
     webhooks: Pool,
+    /// Connections for the webhooks' own bookkeeping: fan-out, claims,
+    /// finishes, purges; their commits do not wait for the disk (see
+    /// [`without_waiting_for_the_disk`]).
+    deliveries: Pool,
 }
 
 /// Whether a PostgreSQL failure is the database's being unavailable — no
@@ -271,6 +274,10 @@ impl PostgresStorage {
         let pool = build_pool(&config, &primary, url.pool_size(), url)?;
         let admin = build_pool(&config, &primary, 1, url)?;
         let webhooks = build_pool(&config, &primary, WEBHOOK_CONNECTIONS, url)?;
+        // Its sessions' settings differ, so its connections are made by a
+        // `Primary` of their own.
+        let relaxed = without_waiting_for_the_disk(&config);
+        let deliveries = build_pool(&relaxed, &Primary::new(&relaxed), WEBHOOK_CONNECTIONS, url)?;
         let mut client = pool
             .get()
             .await
@@ -295,6 +302,7 @@ impl PostgresStorage {
             pool,
             admin,
             webhooks,
+            deliveries,
         })
     }
 
@@ -402,6 +410,25 @@ fn build_pool(
             doing: format!("creating the connection pool for {url}"),
             source: std::io::Error::other(e.to_string()),
         })
+}
+
+/// `config` with `synchronous_commit = off`, for the sessions of the
+/// webhooks' own bookkeeping. Nothing of it is acknowledged to a client:
+/// a crash or a failover can lose its last commits, which leaves the
+/// fan-out's cursor, the deliveries and their outcomes as they were a
+/// moment before (a lost commit is lost whole, and with those after it),
+/// so deliveries are only made and sent again, with the same
+/// `webhook-id`. The events, and every change an answer acknowledged,
+/// still commit on the other sessions, which wait. Waiting for the WAL's
+/// flush on every finish, two connections at a time, held delivery near
+/// 1,600 a second (BENCHMARKS.md, "Contract 1.7.0"). SQLite's deliverer
+/// commits likewise (`Commits::Relaxed`).
+fn without_waiting_for_the_disk(config: &tokio_postgres::Config) -> tokio_postgres::Config {
+    let mut config = config.clone();
+    let options = config.get_options().unwrap_or_default();
+    // Before the other options: a URL that sets it itself still wins.
+    config.options(format!("-c synchronous_commit=off {options}"));
+    config
 }
 
 /// Why migrating failed: the database, or a refusal.
@@ -676,6 +703,7 @@ impl Storage for PostgresStorage {
         self.pool.close();
         self.admin.close();
         self.webhooks.close();
+        self.deliveries.close();
     }
 }
 

@@ -1,10 +1,13 @@
 //! Webhook subscriptions and their deliveries on PostgreSQL, for many
 //! instances at once (the statements: `webhook_statements.rs`).
 //!
-//! - **A pool of their own.** The deliverer's claims and finishes, and the
-//!   webhook operations, run on a few pooled connections apart from the
-//!   requests' (`WEBHOOK_CONNECTIONS`), so that a burst of deliveries never
-//!   holds up creates, nor the other way round.
+//! - **Pools of their own.** The webhook operations, and apart from them
+//!   the deliverer's fan-out, claims, finishes and purges, run on a few
+//!   pooled connections each (`WEBHOOK_CONNECTIONS`), apart from the
+//!   requests', so that a burst of deliveries never holds up creates, nor
+//!   the other way round. The deliverer's commits do not wait for the disk
+//!   (`without_waiting_for_the_disk`): losing one in a crash only sends
+//!   again.
 //! - **Each change one statement where it can be.** A fan-out (cursor and
 //!   deliveries), a claim, a finish (delivery and subscription): one
 //!   statement each, so one transaction and one round trip.
@@ -327,9 +330,15 @@ async fn replay(
 }
 
 impl PostgresStorage {
-    /// A connection of the webhooks' pool (see [`Lent`]).
+    /// A connection of the webhook operations' pool (see [`Lent`]).
     async fn webhooks_client(&self) -> Result<Lent<'_>, StorageError> {
         Lent::from(&self.webhooks).await
+    }
+
+    /// A connection of the deliverer's pool, whose commits do not wait for
+    /// the disk (see [`Lent`]).
+    async fn deliveries_client(&self) -> Result<Lent<'_>, StorageError> {
+        Lent::from(&self.deliveries).await
     }
 }
 
@@ -403,7 +412,7 @@ impl WebhookStorage for PostgresStorage {
 
     async fn active_subscriptions(&self) -> Result<Vec<StoredSubscription>, StorageError> {
         let doing = "reading the active webhooks";
-        let mut lent = self.webhooks_client().await?;
+        let mut lent = self.deliveries_client().await?;
         let work = subscriptions(lent.client(), statements::ACTIVE, &[], doing);
         let answer = tokio::time::timeout(STATEMENT_TIMEOUT, work).await;
         lent.settle(doing, answer)
@@ -416,7 +425,7 @@ impl WebhookStorage for PostgresStorage {
         to: i64,
         deliveries: Vec<NewDelivery>,
     ) -> Result<bool, StorageError> {
-        let mut lent = self.webhooks_client().await?;
+        let mut lent = self.deliveries_client().await?;
         let work = fan_out(lent.client(), id, [from, to], deliveries);
         let answer = tokio::time::timeout(STATEMENT_TIMEOUT, work).await;
         lent.settle("storing webhook deliveries", answer)
@@ -428,7 +437,7 @@ impl WebhookStorage for PostgresStorage {
         limit: usize,
         lease: Duration,
     ) -> Result<Vec<ClaimedDelivery>, StorageError> {
-        let mut lent = self.webhooks_client().await?;
+        let mut lent = self.deliveries_client().await?;
         let work = claim(lent.client(), instance, limit, lease);
         let answer = tokio::time::timeout(STATEMENT_TIMEOUT, work).await;
         lent.settle("claiming webhook deliveries", answer)
@@ -440,14 +449,14 @@ impl WebhookStorage for PostgresStorage {
         delivery: &ClaimedDelivery,
         outcome: AttemptOutcome,
     ) -> Result<bool, StorageError> {
-        let mut lent = self.webhooks_client().await?;
+        let mut lent = self.deliveries_client().await?;
         let work = finish(lent.client(), instance, delivery, outcome);
         let answer = tokio::time::timeout(STATEMENT_TIMEOUT, work).await;
         lent.settle("recording a webhook delivery's attempt", answer)
     }
 
     async fn next_due(&self) -> Result<Option<DateTime<Utc>>, StorageError> {
-        let mut lent = self.webhooks_client().await?;
+        let mut lent = self.deliveries_client().await?;
         let answer = tokio::time::timeout(STATEMENT_TIMEOUT, next_due(lent.client())).await;
         lent.settle("reading when a webhook delivery is next due", answer)
     }
@@ -478,7 +487,7 @@ impl WebhookStorage for PostgresStorage {
     ) -> Result<usize, StorageError> {
         let doing = "purging webhook deliveries";
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let mut lent = self.webhooks_client().await?;
+        let mut lent = self.deliveries_client().await?;
         let params: [&(dyn ToSql + Sync); 2] = [&before, &limit];
         let work = execute(lent.client(), statements::PURGE, &params, doing);
         let answer = tokio::time::timeout(STATEMENT_TIMEOUT, work).await;
