@@ -24,6 +24,10 @@ use crate::storage::webhooks::{AttemptOutcome, ClaimedDelivery, NextStep, Webhoo
 /// Requests in flight at once, across subscriptions.
 const IN_FLIGHT: usize = 64;
 
+/// The fewest free slots the deliverer claims for (unless nothing is due):
+/// a quarter of them, so that a claim is shared by many deliveries.
+const CLAIM_BATCH: u32 = (IN_FLIGHT / 4) as u32;
+
 /// How long the deliverer sleeps at most with nothing due: what bounds the
 /// delay of a delivery made due by another instance (a replay, a lease run
 /// out) without a wake-up.
@@ -63,43 +67,56 @@ pub struct Deliverer {
 }
 
 impl Deliverer {
-    /// Delivers until aborted.
+    /// Delivers until aborted: claims as many due deliveries as there are
+    /// free slots, once at least [`CLAIM_BATCH`] are free. With the slots
+    /// busy, neither a claim nor the next due time is asked: the backlog
+    /// waits in the database. (A claim costs about the same for one row as
+    /// for sixty-four: claiming each slot as it freed held PostgreSQL near
+    /// 900 deliveries a second behind a backlog.)
     pub async fn run(self) {
         let this = Arc::new(self);
         let slots = Arc::new(Semaphore::new(IN_FLIGHT));
         loop {
-            let free = slots.available_permits();
-            let claimed = if free == 0 {
-                Vec::new()
-            } else {
-                match this.hooks.claim(&this.instance, free, this.lease()).await {
-                    Ok(claimed) => claimed,
-                    Err(e) => {
-                        this.warn("claiming webhook deliveries", &e);
-                        Vec::new()
-                    }
+            let Ok(mut batch) = Arc::clone(&slots).acquire_many_owned(CLAIM_BATCH).await else {
+                return;
+            };
+            // Every slot freed meanwhile is taken too.
+            while let Ok(more) = Arc::clone(&slots).try_acquire_owned() {
+                batch.merge(more);
+            }
+            let claimed = match this
+                .hooks
+                .claim(&this.instance, batch.num_permits(), this.lease())
+                .await
+            {
+                Ok(claimed) => claimed,
+                Err(e) => {
+                    this.warn("claiming webhook deliveries", &e);
+                    Vec::new()
                 }
             };
-            let claimed_any = !claimed.is_empty();
+            if claimed.is_empty() {
+                drop(batch);
+                let idle = this.idle_for().await;
+                tokio::select! {
+                    () = this.due.notified() => {}
+                    () = tokio::time::sleep(idle) => {}
+                }
+                continue;
+            }
+            // More may be due at once (the claim was capped, or a
+            // delivery's successor became claimable): the loop claims
+            // again once enough slots are free. The slots not used are
+            // freed with `batch`.
             for delivery in claimed {
-                let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
-                    return;
+                let Some(slot) = batch.split(1) else {
+                    break;
                 };
                 let this = Arc::clone(&this);
                 tokio::spawn(async move {
                     this.deliver(delivery).await;
                     drop(slot);
                 });
-            }
-            if claimed_any {
-                // More may be due at once (the claim was capped, or a
-                // delivery's successor became claimable).
-                continue;
-            }
-            let idle = this.idle_for().await;
-            tokio::select! {
-                () = this.due.notified() => {}
-                () = tokio::time::sleep(idle) => {}
             }
         }
     }

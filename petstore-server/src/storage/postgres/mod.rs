@@ -130,6 +130,8 @@ const MIGRATIONS: &[&str] = &[
     // Webhooks (contract 1.7.0, see `webhooks.rs`): subscriptions and
     // their deliveries. Additive: the release before never reads them.
     webhook_statements::MIGRATION,
+    // The claims' index per subscription (see `webhook_statements::CLAIM`).
+    webhook_statements::CLAIM_INDEX,
 ];
 
 /// How long an instance is counted after its last heartbeat: four beats
