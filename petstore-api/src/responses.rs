@@ -175,6 +175,20 @@ fn next_link_with(
     link
 }
 
+/// A `200` whose JSON body is already encoded, with its `next` link if
+/// any: what dropshot sends for a page and its headers.
+fn encoded_page(json: Vec<u8>, link: Option<String>) -> Result<Response<Body>, HttpError> {
+    let mut response = Response::builder()
+        .status(StatusCode::OK)
+        .header(http::header::CONTENT_TYPE, "application/json");
+    if let Some(link) = link {
+        response = response.header(http::header::LINK, link);
+    }
+    response
+        .body(Body::from(json))
+        .map_err(|e| HttpError::for_internal_error(e.to_string()))
+}
+
 /// The `200` of `listPets`: a page of animals, already encoded, and its
 /// `Link` header. It is what `HttpResponseHeaders<HttpResponseOk<Vec<Pet>>,
 /// PageHeaders>` would be — the same status, headers, bytes and OpenAPI
@@ -192,15 +206,7 @@ type DescribedAs = HttpResponseHeaders<HttpResponseOk<Vec<Pet>>, PageHeaders>;
 
 impl HttpResponse for PetsPage {
     fn to_result(self) -> Result<Response<Body>, HttpError> {
-        let mut response = Response::builder()
-            .status(StatusCode::OK)
-            .header(http::header::CONTENT_TYPE, "application/json");
-        if let Some(link) = self.headers.link {
-            response = response.header(http::header::LINK, link);
-        }
-        response
-            .body(Body::from(self.pets.into_bytes()))
-            .map_err(|e| HttpError::for_internal_error(e.to_string()))
+        encoded_page(self.pets.into_bytes(), self.headers.link)
     }
 
     fn response_metadata() -> ApiEndpointResponse {
@@ -229,12 +235,7 @@ type EventsDescribedAs = HttpResponseHeaders<HttpResponseOk<Vec<Event>>, EventsP
 
 impl HttpResponse for EventsPage {
     fn to_result(self) -> Result<Response<Body>, HttpError> {
-        Response::builder()
-            .status(StatusCode::OK)
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .header(http::header::LINK, self.headers.link)
-            .body(Body::from(self.events.into_bytes()))
-            .map_err(|e| HttpError::for_internal_error(e.to_string()))
+        encoded_page(self.events.into_bytes(), Some(self.headers.link))
     }
 
     fn response_metadata() -> ApiEndpointResponse {
