@@ -648,12 +648,18 @@ async fn deliver_everything(
 ) -> [Vec<i64>; 2] {
     let delivered = Arc::new(Mutex::new(HashSet::new()));
     let resource_of = Arc::new(resource_of);
+    // Both start claiming together, connected: otherwise the first could
+    // deliver everything while the second still makes its connection.
+    let start = Arc::new(tokio::sync::Barrier::new(2));
     let loops = instances
         .into_iter()
         .zip(["a", "b"])
         .map(|(store, instance)| {
             let (delivered, resource_of) = (Arc::clone(&delivered), Arc::clone(&resource_of));
+            let start = Arc::clone(&start);
             tokio::spawn(async move {
+                store.next_due().await.unwrap();
+                start.wait().await;
                 let mut claimed_here = Vec::new();
                 loop {
                     let claimed = store.claim(instance, 5, LEASE).await.unwrap();

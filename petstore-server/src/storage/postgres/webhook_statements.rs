@@ -160,18 +160,20 @@ pub(super) const FAN_OUT: &str = "
     SELECT count(*) FROM moved";
 
 /// At most `$1` due deliveries (see `WebhookStorage::claim`) leased to
-/// `$2` for `$3` seconds, with what sending them needs: the `$1` first in
+/// `$2` for `$3` seconds, with what sending them needs: the first in
 /// (`next_at`, `event_id`) order, taken from each active subscription's
-/// first `$1` ([`CLAIM_INDEX`]), so that a claim costs the same behind a
+/// first few ([`CLAIM_INDEX`]), so that a claim costs the same behind a
 /// backlog of any size. (One ordered query over every due row let the
 /// planner sort them all whenever its statistics were older than the
 /// backlog: 150 ms a claim behind 50,000, and delivery fell as the backlog
-/// grew.) Then each is locked, `SKIP LOCKED`: instances claiming at once
-/// take disjoint rows without waiting; a row another claim changed and
-/// committed meanwhile is re-checked (now `sending`, it is left out).
+/// grew.) Four times `$1` candidates are read, and the first `$1` that no
+/// other claim holds are locked, `SKIP LOCKED`: instances claiming at once
+/// take disjoint rows without waiting, each finding rows the others left;
+/// a row another claim changed and committed meanwhile is re-checked (now
+/// `sending`, it is left out).
 pub(super) const CLAIM: &str = concat!(
     "WITH candidates AS (
-         SELECT d.webhook_id, d.event_id
+         SELECT d.webhook_id, d.event_id, d.next_at
          FROM webhooks w CROSS JOIN LATERAL (
              SELECT d.webhook_id, d.event_id, d.next_at FROM webhook_deliveries d
              WHERE d.webhook_id = w.id AND d.next_at <= now()
@@ -181,10 +183,10 @@ pub(super) const CLAIM: &str = concat!(
     none_open_before!(),
     "
              ORDER BY d.next_at, d.event_id
-             LIMIT $1) d
+             LIMIT 4 * $1::bigint) d
          WHERE w.state = 'active'
          ORDER BY d.next_at, d.event_id
-         LIMIT $1),
+         LIMIT 4 * $1::bigint),
      next AS (
          SELECT d.webhook_id, d.event_id, w.url, w.secret,
                 CASE WHEN w.previous_until > now() THEN w.previous_secret END AS previous
@@ -193,6 +195,8 @@ pub(super) const CLAIM: &str = concat!(
          JOIN webhooks w ON w.id = d.webhook_id
          WHERE w.state = 'active' AND d.next_at <= now()
            AND (d.state = 'pending' OR (d.state = 'sending' AND d.lease_until < now()))
+         ORDER BY c.next_at, c.event_id
+         LIMIT $1::bigint
          FOR UPDATE OF d SKIP LOCKED)
      UPDATE webhook_deliveries d
      SET state = 'sending', attempts = d.attempts + 1, lease_owner = $2,
