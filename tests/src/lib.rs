@@ -295,8 +295,11 @@ impl TestServer {
             server: Some(server),
             database,
             log,
+            // Idle connections dropped well before the server closes them
+            // (its idle timeout), so that none is reused as it closes.
             client: reqwest::Client::builder()
                 .timeout(REQUEST_TIMEOUT)
+                .pool_idle_timeout(petstore_server::edge::limits::DEFAULT_TIMEOUT / 2)
                 .build()
                 .expect("an HTTP client"),
             options,

@@ -85,7 +85,14 @@ pub async fn run(yaml: &Side<'_>, prefix: &str, report: &mut Report) -> anyhow::
     let mut prober = Prober {
         yaml,
         api: serde_json::to_value(yaml.api)?,
-        client: reqwest::Client::new(),
+        // Pooled connections are dropped after half the server's idle
+        // timeout: reusing one the server is closing at that moment fails
+        // the request ("error sending request"), which happened under load
+        // while a long poll held the other connection.
+        client: reqwest::Client::builder()
+            .pool_idle_timeout(petstore_server::edge::limits::DEFAULT_TIMEOUT / 2)
+            .build()
+            .context("building the probe's HTTP client")?,
         base: format!("http://{}{prefix}", server.local_addr()),
         key,
         unknown_key: petstore_support::generate_key("unknown").context("generating a key")?,
@@ -342,7 +349,15 @@ impl Prober<'_, '_> {
                 .header("content-type", media_type)
                 .body(body.clone());
         }
-        let response = builder.timeout(Duration::from_secs(30)).send().await?;
+        let builder = builder.timeout(Duration::from_secs(30));
+        let again = builder.try_clone();
+        let response = match (builder.send().await, again) {
+            // A request that failed in sending (on a pooled connection the
+            // server was closing, say) is sent once more: the check compares
+            // answers, not connections. If it fails again, that is reported.
+            (Err(e), Some(again)) if e.is_request() && !e.is_timeout() => again.send().await?,
+            (sent, _) => sent?,
+        };
         let status = response.status().as_u16();
         let media_type = response
             .headers()
@@ -410,7 +425,13 @@ impl Prober<'_, '_> {
     ) {
         match self.send(op, &request).await {
             Ok(answer) => self.judge(op, location, what, &answer, expect),
-            Err(e) => self.differ(location, format!("probe {what}: the request failed: {e:#}")),
+            Err(e) => self.differ(
+                location,
+                format!(
+                    "probe {what}: the request failed: {:#}",
+                    anyhow::Error::new(e)
+                ),
+            ),
         }
     }
 
@@ -731,7 +752,10 @@ impl Prober<'_, '_> {
                 Ok((status, _)) => {
                     format!("default: probe {name} omitted: server answered {status}")
                 }
-                Err(e) => format!("default: probe {name} omitted: the request failed: {e:#}"),
+                Err(e) => format!(
+                    "default: probe {name} omitted: the request failed: {:#}",
+                    anyhow::Error::new(e)
+                ),
             };
             self.differ(&location, message);
         }
@@ -776,7 +800,10 @@ impl Prober<'_, '_> {
             Err(e) => {
                 return self.differ(
                     &location,
-                    format!("probe {what}: the request failed: {e:#}"),
+                    format!(
+                        "probe {what}: the request failed: {:#}",
+                        anyhow::Error::new(e)
+                    ),
                 );
             }
         };
@@ -829,7 +856,10 @@ impl Prober<'_, '_> {
                 Err(e) => {
                     return self.differ(
                         &location,
-                        format!("probe {what}: the request failed: {e:#}"),
+                        format!(
+                            "probe {what}: the request failed: {:#}",
+                            anyhow::Error::new(e)
+                        ),
                     );
                 }
             };
