@@ -3,15 +3,13 @@
 //! a `String` per name) in between, and so that the names of fields and
 //! other fixed text are copied, not escaped byte by byte as serde_json
 //! escapes every string it writes (a page of events spent a fifth of its
-//! instructions there: BENCHMARKS.md, "Feed pages").
+//! instructions there: BENCHMARKS.md, "Issue 28, third pass").
 //!
 //! The bytes are exactly what serde gives for the same [`Pet`]s and
 //! [`Event`]s; the unit tests hold the two side by side.
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
-#[cfg(test)]
-use super::Event;
 use super::order::write_rfc3339_micros;
 use super::{EventData, EventType, Order, Pet, PetStatus};
 
@@ -251,7 +249,7 @@ fn write_str(json: &mut Vec<u8>, text: &str) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::OrderStatus;
+    use super::super::{Event, OrderStatus};
     use super::*;
 
     fn pets() -> Vec<Pet> {
