@@ -87,8 +87,8 @@ pub async fn run(yaml: &Side<'_>, prefix: &str, report: &mut Report) -> anyhow::
         api: serde_json::to_value(yaml.api)?,
         // Pooled connections are dropped after half the server's idle
         // timeout: reusing one the server is closing at that moment fails
-        // the request ("error sending request"), which happened under load
-        // while a long poll held the other connection.
+        // the request ("error sending request"; seen twice under load, most
+        // likely so).
         client: reqwest::Client::builder()
             .pool_idle_timeout(petstore_server::edge::limits::DEFAULT_TIMEOUT / 2)
             .build()
@@ -427,10 +427,7 @@ impl Prober<'_, '_> {
             Ok(answer) => self.judge(op, location, what, &answer, expect),
             Err(e) => self.differ(
                 location,
-                format!(
-                    "probe {what}: the request failed: {:#}",
-                    anyhow::Error::new(e)
-                ),
+                format!("probe {what}: the request failed: {}", causes(e)),
             ),
         }
     }
@@ -753,8 +750,8 @@ impl Prober<'_, '_> {
                     format!("default: probe {name} omitted: server answered {status}")
                 }
                 Err(e) => format!(
-                    "default: probe {name} omitted: the request failed: {:#}",
-                    anyhow::Error::new(e)
+                    "default: probe {name} omitted: the request failed: {}",
+                    causes(e)
                 ),
             };
             self.differ(&location, message);
@@ -800,10 +797,7 @@ impl Prober<'_, '_> {
             Err(e) => {
                 return self.differ(
                     &location,
-                    format!(
-                        "probe {what}: the request failed: {:#}",
-                        anyhow::Error::new(e)
-                    ),
+                    format!("probe {what}: the request failed: {}", causes(e)),
                 );
             }
         };
@@ -856,10 +850,7 @@ impl Prober<'_, '_> {
                 Err(e) => {
                     return self.differ(
                         &location,
-                        format!(
-                            "probe {what}: the request failed: {:#}",
-                            anyhow::Error::new(e)
-                        ),
+                        format!("probe {what}: the request failed: {}", causes(e)),
                     );
                 }
             };
@@ -949,4 +940,10 @@ fn text(value: &Value) -> String {
     value
         .as_str()
         .map_or_else(|| value.to_string(), str::to_owned)
+}
+
+/// A failed request's error with every cause under it (reqwest's own text
+/// names only the outermost: "error sending request").
+fn causes(error: reqwest::Error) -> String {
+    format!("{:#}", anyhow::Error::new(error))
 }
