@@ -23,7 +23,9 @@ use common::{
 use petstore_client::{Client, Error, types};
 use petstore_server::webhooks::secrets::SealingKeys;
 use petstore_support::receiver::{Answer, Receiver};
-use petstore_support::{FaultProxy, blocking, eventually_some, eventually_within, within};
+use petstore_support::{
+    FaultProxy, blocking, eventually_async_within, eventually_some, eventually_within, within,
+};
 use serde_json::{Value, json};
 use sha2::Digest;
 
@@ -427,6 +429,27 @@ async fn whole_feed(served: &Served) -> Vec<Value> {
     }
 }
 
+/// Waits until the feed of each of `instances` has caught up with every
+/// change acknowledged so far: an animal created now, on the first, shows
+/// in each. Its event's id is above theirs, and a feed shows an id only
+/// once no smaller one can still appear; but an instance learns of other
+/// instances' writes on its next poll, and under load even of its own only
+/// after a while, so a feed read at once may stop short of them.
+async fn feeds_caught_up(instances: &[&Served]) {
+    let marker = format!("pets/{}", available_animal(instances[0]).await);
+    for served in instances {
+        eventually_async_within(
+            "the feed shows an animal created after every acknowledged change",
+            THROUGH_A_RESTART,
+            || async {
+                let events = whole_feed(served).await;
+                events.iter().any(|event| event["subject"] == marker)
+            },
+        )
+        .await;
+    }
+}
+
 /// The feed against the store: every acknowledged change is in it exactly
 /// once, nothing else is, and each animal's and order's events come in the
 /// order they were committed (each status change follows from the last).
@@ -679,6 +702,7 @@ async fn killed_under_shoppers_keeps_the_invariants(backend: Backend) {
 
     let told = all_told(shoppers).await;
     check_invariants(&served, &told.orders).await;
+    feeds_caught_up(&[&served]).await;
     check_feed(&served, &told).await;
     check_webhooks(&served, &receiver, &secret).await;
     // And after a clean restart, from what was stored.
@@ -686,6 +710,7 @@ async fn killed_under_shoppers_keeps_the_invariants(backend: Backend) {
     assert!(status.success(), "{log}");
     let served = serve(database.dir.path(), &args).await;
     check_invariants(&served, &told.orders).await;
+    feeds_caught_up(&[&served]).await;
     check_feed(&served, &told).await;
     let (status, log) = stop(served).await;
     assert!(status.success(), "{log}");
@@ -724,6 +749,7 @@ async fn postgres_restarted_under_16_shoppers_keeps_every_invariant() {
     restart_postgres_under(&cluster, &served).await;
     let told = all_told(shoppers).await;
     check_invariants(&served, &told.orders).await;
+    feeds_caught_up(&[&served]).await;
     check_feed(&served, &told).await;
     check_webhooks(&served, &receiver, &secret).await;
     let (status, log) = stop(served).await;
@@ -766,6 +792,7 @@ async fn postgres_two_instances_one_killed_then_the_database_restarted_keep_ever
     restart_postgres_under(&cluster, &two).await;
     let told = all_told(shoppers).await;
     check_invariants(&one, &told.orders).await;
+    feeds_caught_up(&[&one, &two]).await;
     check_feed(&one, &told).await;
     check_feed(&two, &told).await;
     check_webhooks(&two, &receiver, &secret).await;
