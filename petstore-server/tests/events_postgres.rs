@@ -439,6 +439,38 @@ async fn the_head_never_passes_an_event_that_may_still_appear() {
     storage.close().await;
 }
 
+/// What one instance acknowledged is in the next page read on another,
+/// although that one's head learns of other instances' writes only at its
+/// next poll: the page sees ids taken above its head and is read again
+/// once the head has passed them. Twenty times, each way in turn (a page
+/// that merely came after a poll would pass now and then, not every time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_read_on_one_instance_has_what_another_just_acknowledged() {
+    let Some(database) = petstore_support::postgres::fresh_database().await else {
+        return;
+    };
+    let one = open(&database).await;
+    let two = open(&database).await;
+    let mut cursor = None;
+    assert_eq!(new_events(&one, &mut cursor).await, []);
+    for round in 0..20 {
+        let (writer, reader) = match round % 2 {
+            0 => (&one, &two),
+            _ => (&two, &one),
+        };
+        let created = writer
+            .create(pet(&format!("acknowledged-{round}"), None))
+            .await
+            .unwrap();
+        let page = page(reader, every_kind(cursor)).await;
+        let got: Vec<&Pet> = page.events.iter().map(pet_data).collect();
+        assert_eq!(got, [&created], "round {round}: {page:?}");
+        cursor = Some(page.next_after);
+    }
+    one.close().await;
+    two.close().await;
+}
+
 /// Orders and cancels the animals, in turn, `rounds` times, through
 /// `storage`: every other order with an idempotency key of its own.
 /// Returns how many orders it placed. (The Store may give up on an order

@@ -359,6 +359,9 @@ pub trait Storage: Send + Sync + 'static {
     /// events after `query.after` up to the head, in id order, or
     /// [`EventsOutcome::Expired`] when `after` is below the floor. Costs
     /// the same at any depth (at most [`EVENT_SCAN_MAX`] rows examined).
+    /// A page that reaches the head has every change acknowledged before
+    /// it was asked for, by any instance (unless a long transaction holds
+    /// the head back).
     async fn events(&self, query: EventQuery) -> Result<EventsOutcome, StorageError>;
 
     /// The feed's head as it moves: the largest id a page may return. It

@@ -13,7 +13,9 @@ use tokio_postgres::{Client, Statement};
 /// so that a page that is not full says how far it looked. `$6 + 1` rows
 /// at most: a full page stops reading at its last event. With nothing
 /// examined, one row of NULLs; every row has the floor (the scan is skipped
-/// when `$1` is below it: expired).
+/// when `$1` is below it: expired) and, last, the last value `events_ids`
+/// had handed out when the statement read it, after its snapshot (see
+/// `head.rs`, "Reading what was acknowledged").
 ///
 /// The limits are read through subqueries so that the plan does not depend
 /// on their values: PostgreSQL then keeps one generic plan for the
@@ -22,7 +24,9 @@ use tokio_postgres::{Client, Statement};
 pub(super) const PAGE: &str = "
     SELECT floor.floor, page.id, page.kind, page.at, page.pet_id, page.order_id,
            page.placed_at, page.name, page.category_id, page.created_status,
-           page.matched, page.last_examined, page.examined
+           page.matched, page.last_examined, page.examined,
+           (SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END
+            FROM events_ids) AS taken
     FROM events_floor AS floor
     LEFT JOIN LATERAL (
         SELECT * FROM (
@@ -43,7 +47,8 @@ pub(super) const PAGE: &str = "
         ORDER BY numbered.id LIMIT (SELECT $6::bigint + 1)
     ) AS page ON true";
 
-/// The last value `events_ids` handed out (0 before the first).
+/// The last value `events_ids` handed out (0 before the first). (`PAGE`
+/// reads it too.)
 pub(super) const IDS_TAKEN: &str =
     "SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM events_ids";
 

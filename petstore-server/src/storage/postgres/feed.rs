@@ -181,6 +181,14 @@ pub(super) struct ReadEvents {
     pub head: i64,
 }
 
+/// What reading a page came to, and the last id `events_ids` had handed
+/// out when it was read (see `head.rs`, "Reading what was acknowledged").
+#[derive(Clone)]
+pub(super) struct PageRead {
+    pub outcome: EventsOutcome,
+    pub taken: i64,
+}
+
 /// What makes two pages the same read.
 #[derive(PartialEq, Eq, Hash)]
 struct PageKey {
@@ -192,7 +200,7 @@ struct PageKey {
 }
 
 impl Job for ReadEvents {
-    type Output = EventsOutcome;
+    type Output = PageRead;
 
     /// Each distinct page once (many long-polls waiting at the same cursor
     /// wake together), pipelined on one connection.
@@ -229,11 +237,7 @@ impl Job for ReadEvents {
 }
 
 /// The page `query` asks for, up to `head`, read on `shared`.
-async fn page(
-    shared: &Lease<'_>,
-    query: EventQuery,
-    head: i64,
-) -> Result<EventsOutcome, StorageError> {
+async fn page(shared: &Lease<'_>, query: EventQuery, head: i64) -> Result<PageRead, StorageError> {
     let doing = "reading events";
     let limit = query.limit.clamp(1, LIST_MAX);
     let kinds: Vec<i16> = query.kinds.iter().map(EventKind::code).collect();
@@ -254,8 +258,10 @@ async fn page(
         "a page of events came without its floor",
     ))?;
     let floor: i64 = first.try_get(0).map_err(&decode)?;
+    let taken: i64 = first.try_get(13).map_err(&decode)?;
     if query.after.is_some_and(|after| after < floor) {
-        return Ok(EventsOutcome::Expired { floor });
+        let outcome = EventsOutcome::Expired { floor };
+        return Ok(PageRead { outcome, taken });
     }
     let mut events = Vec::new();
     // The last row examined, and how many were: (id, examined).
@@ -283,12 +289,13 @@ async fn page(
         (_, Some((id, _))) => (id, to_head),
         (_, None) => (query.after.unwrap_or(floor), true),
     };
-    Ok(EventsOutcome::Page(EventPage {
+    let outcome = EventsOutcome::Page(EventPage {
         events,
         next_after,
         head,
         at_head,
-    }))
+    });
+    Ok(PageRead { outcome, taken })
 }
 
 /// The event of a page's row (see [`event_statements::PAGE`](super::event_statements::PAGE)).

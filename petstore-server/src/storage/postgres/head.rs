@@ -58,25 +58,30 @@
 //! # When rounds run
 //!
 //! Right after each of this instance's writes that may have written events
-//! commits (a local `Notify`), at most one round per [`ROUND_GAP`]; every
-//! [`POLL`] for other instances' writes; and, while a value waits for older
+//! commits, and when a page waits for the head (both by a local `Notify`),
+//! at most one round per [`ROUND_GAP`]; every [`POLL`] for other
+//! instances' writes; and, while a value waits for older
 //! transactions to end, again after a short wait that grows to [`POLL`].
 //! A round is two small statements on a connection of the watcher's own,
 //! made and replaced as the shared connections are (`shared.rs`), so the
 //! head comes back by itself after a database restart or a failover;
 //! failures are logged once and retried.
 //!
-//! # Reading one's own writes
+//! # Reading what was acknowledged, on any instance
 //!
-//! A page read on this instance first waits (at most [`SETTLE_WAIT`]) for a
-//! round that started after every write this instance had answered by
-//! then, and for that round's value to become the head: a client that got
-//! its `201` and then reads the feed, on the same instance, sees its
-//! event. Writes themselves never wait for the head.
+//! A page also reads the last id taken (`feed.rs`). When it went up to the
+//! head and that value is above it, ids were handed out that the head has
+//! not passed yet, perhaps to a change acknowledged before the page was
+//! asked for: another instance's (which this one's head learns of at its
+//! next poll) or this one's (its round not run yet). The page is then read
+//! again once the head reaches that value ([`Head::reaching`], which wakes
+//! the watcher and waits at most [`SETTLE_WAIT`]). So a client that got
+//! its `201` from any instance and then reads the feed on any sees its
+//! event; a page costs nothing more while nothing is being written. Writes
+//! themselves never wait for the head.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
@@ -102,31 +107,20 @@ const RECHECK: Duration = Duration::from_millis(1);
 /// a second).
 const RETRY: Duration = Duration::from_millis(50);
 
-/// How long a page waits for the head to cover this instance's own
-/// writes; past it (a long transaction elsewhere holds the head), the page
-/// is read up to the head as it is.
+/// How long a page waits for the head to pass the ids taken before it was
+/// read; past it (a long transaction elsewhere holds the head), the page
+/// is answered up to the head as it is.
 pub(super) const SETTLE_WAIT: Duration = Duration::from_millis(500);
 
 /// The most values waiting for older transactions at once; beyond, the
 /// newest replaces the last (which then waits for the newer's `next`).
 const PENDING_MAX: usize = 64;
 
-/// What the write paths and the watcher share.
-struct Signals {
-    /// This instance's writes answered so far (plus one, so that the
-    /// first page waits for the first round).
-    written: AtomicU64,
-    /// Wakes the watcher for a round.
-    wake: Notify,
-}
-
 /// The head of the feed as this instance knows it, and its watcher.
 pub(super) struct Head {
-    signals: Arc<Signals>,
+    /// Wakes the watcher for a round.
+    wake: Arc<Notify>,
     head: watch::Receiver<i64>,
-    /// The count of this instance's writes (`Signals::written`) the head
-    /// covers: every write counted before it committed ids `≤ head`.
-    covered: watch::Receiver<u64>,
     watcher: JoinHandle<()>,
 }
 
@@ -134,25 +128,19 @@ impl Head {
     /// Starts the watcher, on the current runtime, with `connections` (one
     /// is enough) of its own; it logs its failures to `log`.
     pub fn start(connections: Arc<SharedConnections>, log: slog::Logger) -> Head {
-        let signals = Arc::new(Signals {
-            written: AtomicU64::new(1),
-            wake: Notify::new(),
-        });
+        let wake = Arc::new(Notify::new());
         let (head_sender, head) = watch::channel(0);
-        let (covered_sender, covered) = watch::channel(0);
         let watcher = Watcher {
             connections,
-            signals: Arc::clone(&signals),
+            wake: Arc::clone(&wake),
             head: head_sender,
-            covered: covered_sender,
             pending: VecDeque::new(),
             session: None,
             log,
         };
         Head {
-            signals,
+            wake,
             head,
-            covered,
             watcher: tokio::spawn(watcher.run()),
         }
     }
@@ -168,25 +156,23 @@ impl Head {
     }
 
     /// Called once a write that may have written events has committed (or
-    /// failed, perhaps after committing), before it is answered.
+    /// failed, perhaps after committing), before it is answered: the head
+    /// moves at once, not at the next poll.
     pub fn written(&self) {
-        self.signals.written.fetch_add(1, Ordering::SeqCst);
-        self.signals.wake.notify_one();
+        self.wake.notify_one();
     }
 
-    /// The head a page may be read up to: once it covers every write this
-    /// instance answered before now, or after [`SETTLE_WAIT`].
-    pub async fn settled(&self) -> i64 {
-        let wanted = self.signals.written.load(Ordering::SeqCst);
-        let mut covered = self.covered.clone();
-        if *covered.borrow() < wanted {
-            self.signals.wake.notify_one();
+    /// The head once it is at least `taken`, a value `events_ids` had
+    /// handed out; or as it is after [`SETTLE_WAIT`].
+    pub async fn reaching(&self, taken: i64) -> i64 {
+        let mut head = self.head.clone();
+        if *head.borrow() < taken {
+            self.wake.notify_one();
             // Past the wait, or with the watcher gone (closed), the head
             // as it is: it is safe, only perhaps not the latest.
-            let _ =
-                tokio::time::timeout(SETTLE_WAIT, covered.wait_for(|done| *done >= wanted)).await;
+            let _ = tokio::time::timeout(SETTLE_WAIT, head.wait_for(|head| *head >= taken)).await;
         }
-        *self.head.borrow()
+        *head.borrow()
     }
 
     /// Stops the watcher: the head moves no more, and every long-poll
@@ -212,16 +198,13 @@ struct Candidate {
     next_xid: i64,
     /// … and the WAL is durable up to this position.
     lsn: i64,
-    /// This instance's writes counted before the round started.
-    written: u64,
 }
 
 /// The watcher task's state.
 struct Watcher {
     connections: Arc<SharedConnections>,
-    signals: Arc<Signals>,
+    wake: Arc<Notify>,
     head: watch::Sender<i64>,
-    covered: watch::Sender<u64>,
     /// Oldest first; `ids`, `next_xid` and `lsn` increase along it.
     pending: VecDeque<Candidate>,
     /// The connection (`Shared::serial`) the pending values were read on.
@@ -238,7 +221,7 @@ impl Watcher {
         let mut last_round: Option<Instant> = None;
         loop {
             tokio::select! {
-                () = self.signals.wake.notified() => recheck = RECHECK,
+                () = self.wake.notified() => recheck = RECHECK,
                 () = tokio::time::sleep(wait) => {}
             }
             if let Some(last) = last_round {
@@ -281,7 +264,6 @@ impl Watcher {
     /// One round: the last id taken, then the next xid; publishes what
     /// became final.
     async fn round(&mut self) -> Result<(), StorageError> {
-        let written = self.signals.written.load(Ordering::SeqCst);
         let shared = self.connections.get().await?;
         let doing = "reading the events' ids taken";
         let taken = shared
@@ -306,12 +288,7 @@ impl Watcher {
             self.session = Some(shared.serial);
         }
         drop(shared);
-        self.add(Candidate {
-            ids,
-            next_xid,
-            lsn,
-            written,
-        });
+        self.add(Candidate { ids, next_xid, lsn });
         self.publish(xmin, durable);
         Ok(())
     }
@@ -319,20 +296,13 @@ impl Watcher {
     /// Queues a round's value, unless the head already covers it.
     fn add(&mut self, candidate: Candidate) {
         if candidate.ids <= *self.head.borrow() {
-            // Nothing new was taken: every id up to it is already final,
-            // and with it every write counted.
-            self.covered.send_if_modified(|covered| {
-                let more = candidate.written > *covered;
-                *covered = (*covered).max(candidate.written);
-                more
-            });
+            // Nothing new was taken: every id up to it is already final.
             return;
         }
         let full = self.pending.len() >= PENDING_MAX;
         match self.pending.back_mut() {
-            // The same ids: the older value, final sooner, covers the
-            // writes counted since.
-            Some(last) if last.ids == candidate.ids => last.written = candidate.written,
+            // The same ids: the older value is final sooner.
+            Some(last) if last.ids == candidate.ids => {}
             Some(last) if full => *last = candidate,
             _ => self.pending.push_back(candidate),
         }
@@ -357,11 +327,6 @@ impl Watcher {
             let moved = newest.ids > *head;
             *head = (*head).max(newest.ids);
             moved
-        });
-        self.covered.send_if_modified(|covered| {
-            let more = newest.written > *covered;
-            *covered = (*covered).max(newest.written);
-            more
         });
     }
 }

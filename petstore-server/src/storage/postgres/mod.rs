@@ -624,8 +624,23 @@ impl Storage for PostgresStorage {
     }
 
     async fn events(&self, query: EventQuery) -> Result<EventsOutcome, StorageError> {
-        let head = self.head.settled().await;
-        self.events.submit(ReadEvents { query, head }).await
+        let head = self.head.now();
+        let read = self.events.submit(ReadEvents { query, head }).await?;
+        let reached_head = matches!(&read.outcome, EventsOutcome::Page(page) if page.at_head);
+        if !reached_head || read.taken <= head {
+            return Ok(read.outcome);
+        }
+        // Ids were taken that the head has not passed, perhaps by changes
+        // acknowledged before this page was asked for (`head.rs`).
+        match self.head.reaching(read.taken).await {
+            // It did not move (see `SETTLE_WAIT`): the page stands.
+            moved if moved == head => Ok(read.outcome),
+            head => Ok(self
+                .events
+                .submit(ReadEvents { query, head })
+                .await?
+                .outcome),
+        }
     }
 
     fn events_head(&self) -> tokio::sync::watch::Receiver<i64> {
