@@ -13,9 +13,11 @@ use tokio_postgres::{Client, Statement};
 /// so that a page that is not full says how far it looked. `$6 + 1` rows
 /// at most: a full page stops reading at its last event. With nothing
 /// examined, one row of NULLs; every row has the floor (the scan is skipped
-/// when `$1` is below it: expired) and, last, the last value `events_ids`
-/// had handed out when the statement read it, after its snapshot (see
-/// `head.rs`, "Reading what was acknowledged").
+/// when `$1` is below it: expired). The last row examined, or the row of
+/// NULLs, has last the last value `events_ids` had handed out when the
+/// statement read it, after its snapshot (see `head.rs`, "Reading what was
+/// acknowledged"); a page that stopped short of the head does not read it
+/// (PostgreSQL runs the subquery when a row first needs it).
 ///
 /// The limits are read through subqueries so that the plan does not depend
 /// on their values: PostgreSQL then keeps one generic plan for the
@@ -25,8 +27,10 @@ pub(super) const PAGE: &str = "
     SELECT floor.floor, page.id, page.kind, page.at, page.pet_id, page.order_id,
            page.placed_at, page.name, page.category_id, page.created_status,
            page.matched, page.last_examined, page.examined,
-           (SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END
-            FROM events_ids) AS taken
+           CASE WHEN page.last_examined IS NOT FALSE THEN
+               (SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END
+                FROM events_ids)
+           END AS taken
     FROM events_floor AS floor
     LEFT JOIN LATERAL (
         SELECT * FROM (

@@ -181,12 +181,13 @@ pub(super) struct ReadEvents {
     pub head: i64,
 }
 
-/// What reading a page came to, and the last id `events_ids` had handed
-/// out when it was read (see `head.rs`, "Reading what was acknowledged").
+/// What reading a page came to, and, when it read up to the head, the last
+/// id `events_ids` had handed out then (see `head.rs`, "Reading what was
+/// acknowledged").
 #[derive(Clone)]
 pub(super) struct PageRead {
     pub outcome: EventsOutcome,
-    pub taken: i64,
+    pub taken: Option<i64>,
 }
 
 /// What makes two pages the same read.
@@ -258,17 +259,21 @@ async fn page(shared: &Lease<'_>, query: EventQuery, head: i64) -> Result<PageRe
         "a page of events came without its floor",
     ))?;
     let floor: i64 = first.try_get(0).map_err(&decode)?;
-    let taken: i64 = first.try_get(13).map_err(&decode)?;
     if query.after.is_some_and(|after| after < floor) {
         let outcome = EventsOutcome::Expired { floor };
-        return Ok(PageRead { outcome, taken });
+        return Ok(PageRead {
+            outcome,
+            taken: None,
+        });
     }
     let mut events = Vec::new();
     // The last row examined, and how many were: (id, examined).
     let mut last_examined = None;
+    let mut taken = None;
     for row in &rows {
         let Some(id) = row.try_get::<_, Option<i64>>(1).map_err(&decode)? else {
             // Nothing examined.
+            taken = row.try_get(13).map_err(&decode)?;
             break;
         };
         if events.len() < limit as usize && row.try_get(10).map_err(&decode)? {
@@ -276,6 +281,7 @@ async fn page(shared: &Lease<'_>, query: EventQuery, head: i64) -> Result<PageRe
         }
         if row.try_get(11).map_err(&decode)? {
             last_examined = Some((id, row.try_get::<_, i64>(12).map_err(&decode)?));
+            taken = row.try_get(13).map_err(&decode)?;
         }
     }
     // The scan went up to the head: it stopped short of its bound, or

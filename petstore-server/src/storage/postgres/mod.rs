@@ -627,12 +627,12 @@ impl Storage for PostgresStorage {
         let head = self.head.now();
         let read = self.events.submit(ReadEvents { query, head }).await?;
         let reached_head = matches!(&read.outcome, EventsOutcome::Page(page) if page.at_head);
-        if !reached_head || read.taken <= head {
+        let Some(taken) = read.taken.filter(|&taken| reached_head && taken > head) else {
             return Ok(read.outcome);
-        }
+        };
         // Ids were taken that the head has not passed, perhaps by changes
         // acknowledged before this page was asked for (`head.rs`).
-        match self.head.reaching(read.taken).await {
+        match self.head.reaching(taken).await {
             // It did not move (see `SETTLE_WAIT`): the page stands.
             moved if moved == head => Ok(read.outcome),
             head => Ok(self
