@@ -87,11 +87,20 @@ fn visible_kinds(auth: &Authenticated, types: Option<&EventTypes>) -> EnumSet<Ev
     wanted.iter().filter(may_see).collect()
 }
 
+/// The least time between two reads of one parked long poll. Every commit
+/// moves the head and wakes every poll parked on it; one that wants other
+/// types (or another customer's orders) would otherwise read a page per
+/// commit for nothing, and 200 of them cost the writes a third of their
+/// rate (BENCHMARKS.md, "Issue 28, fourth pass"). A matching event waits at
+/// most this much longer.
+const PARKED_READ_GAP: Duration = Duration::from_millis(20);
+
 /// Reads pages of the feed until one has an event, or one that is empty
 /// although the head was not reached (a filter skipped every row it
 /// examined: the client reads on at once), or the wait ends, or the server
 /// stops. An empty page at the head waits for the head to move past it,
-/// with no query meanwhile.
+/// with no query meanwhile, and is read again no sooner than
+/// [`PARKED_READ_GAP`] after it was read.
 async fn feed_page(
     context: &Service,
     mut query: EventQuery,
@@ -101,6 +110,7 @@ async fn feed_page(
     let mut head = context.storage.events_head();
     let mut stopping = context.stopping.clone();
     loop {
+        let read_at = tokio::time::Instant::now();
         let outcome = context
             .storage
             .events(query)
@@ -125,6 +135,9 @@ async fn feed_page(
         if !moved {
             return Ok(page);
         }
+        // Not registered on the head meanwhile: the commits of the gap wake
+        // nothing.
+        tokio::time::sleep_until((read_at + PARKED_READ_GAP).min(deadline)).await;
         query.after = Some(page.next_after);
     }
 }
