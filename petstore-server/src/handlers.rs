@@ -109,6 +109,8 @@ async fn feed_page(
     let deadline = tokio::time::Instant::now() + wait;
     let mut head = context.storage.events_head();
     let mut stopping = context.stopping.clone();
+    // Whether the page is a read again after the head moved.
+    let mut parked = false;
     loop {
         let read_at = tokio::time::Instant::now();
         let outcome = context
@@ -122,6 +124,13 @@ async fn feed_page(
                 return Err(ApiError::cursor_expired(query.after.unwrap_or(0), floor));
             }
         };
+        let skipped_all = page.events.is_empty() && !page.at_head;
+        if parked && skipped_all && tokio::time::Instant::now() < deadline {
+            // Commits of the gap that it does not want, more than a page
+            // examines: read on here, rather than answer and be asked again.
+            query.after = Some(page.next_after);
+            continue;
+        }
         if !page.events.is_empty() || !page.at_head || tokio::time::Instant::now() >= deadline {
             return Ok(page);
         }
@@ -139,6 +148,7 @@ async fn feed_page(
         // nothing.
         tokio::time::sleep_until((read_at + PARKED_READ_GAP).min(deadline)).await;
         query.after = Some(page.next_after);
+        parked = true;
     }
 }
 

@@ -134,6 +134,16 @@ pub(in crate::storage::sqlite) fn memory_page(
         Ok(after) => after,
         Err(expired) => return Some(Ok(expired)),
     };
+    if !feed.any_of_after(query.kinds, after) {
+        // Nothing of its kinds to examine: a long poll parked on a type
+        // nobody writes would otherwise go through every commit's events.
+        return Some(Ok(EventsOutcome::Page(EventPage {
+            events: Vec::new(),
+            next_after: after.max(head),
+            head,
+            at_head: true,
+        })));
+    }
     let from = after.saturating_add(1);
     let tail = &feed.tail;
     if from <= head && (tail.first().is_none_or(|first| from < first) || tail.last() < Some(head)) {

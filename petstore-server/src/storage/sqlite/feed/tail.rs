@@ -5,6 +5,7 @@
 
 use std::collections::VecDeque;
 
+use enumset::EnumSet;
 use rusqlite::Connection;
 use rusqlite::types::ValueRef;
 
@@ -30,7 +31,13 @@ pub(in crate::storage::sqlite) struct Feed {
     pub(super) tail: Tail,
     /// The most events `tail` keeps.
     tail_max: usize,
+    /// For each kind (by its code), an id that none of that kind exceeds:
+    /// the last one appended, or the head at start-up.
+    last_of_kind: [i64; KIND_CODES],
 }
+
+/// One more than the largest kind's code (they are 1 to 7).
+const KIND_CODES: usize = EventKind::ALL.len() + 1;
 
 impl Feed {
     /// What the database holds of the feed, and its last `tail_max` events
@@ -63,6 +70,7 @@ impl Feed {
             oldest,
             tail: Tail::default(),
             tail_max,
+            last_of_kind: [head; KIND_CODES],
         };
         let from = head.saturating_sub(i64::try_from(tail_max).unwrap_or(i64::MAX));
         let mut select = conn
@@ -101,7 +109,19 @@ impl Feed {
                 self.tail.pop_front();
             }
             self.tail.push(*event);
+            self.last_of_kind[kind_index(event.kind)] = event.id;
         }
+    }
+
+    /// Whether an event of one of `kinds` may have an id above `after`.
+    pub(in crate::storage::sqlite) fn any_of_after(
+        &self,
+        kinds: EnumSet<EventKind>,
+        after: i64,
+    ) -> bool {
+        kinds
+            .iter()
+            .any(|kind| self.last_of_kind[kind_index(kind)] > after)
     }
 
     /// A purge committed.
@@ -120,6 +140,11 @@ impl Feed {
     pub(in crate::storage::sqlite) fn oldest(&self) -> Option<chrono::DateTime<chrono::Utc>> {
         self.oldest.map(super::super::rows::micros_to_time)
     }
+}
+
+/// Where `kind` is in `Feed::last_of_kind`.
+fn kind_index(kind: EventKind) -> usize {
+    usize::from(kind.code().unsigned_abs())
 }
 
 /// The most recent events, consecutive ids in columns (the writer assigns
@@ -199,6 +224,14 @@ mod tests {
             subject: id + 100,
             created: None,
         }
+    }
+
+    #[test]
+    fn every_kind_has_its_place_among_the_last_ids() {
+        let places: std::collections::BTreeSet<usize> =
+            EventKind::ALL.into_iter().map(kind_index).collect();
+        assert_eq!(places.len(), EventKind::ALL.len());
+        assert!(places.iter().all(|&place| place < KIND_CODES));
     }
 
     #[test]

@@ -511,6 +511,19 @@ async fn a_page_examines_at_most_the_scan_bound_and_says_where_to_go_on(tail: us
     );
     assert_eq!((found.next_after, found.at_head), (head, true));
 
+    // A kind with no event after the cursor: empty and at the head at once,
+    // however many events of other kinds lie between.
+    let delivered_only = EventQuery {
+        kinds: EventKind::OrderDelivered | EventKind::PetSold,
+        ..query(None, 20)
+    };
+    let none = page(&storage, delivered_only).await;
+    assert!(none.events.is_empty());
+    assert_eq!(
+        (none.next_after, none.head, none.at_head),
+        (head, head, true)
+    );
+
     // A full page ending at the head is at the head; a page after it is
     // empty and stays there.
     let last = page(&storage, query(Some(head - 2), 2)).await;
