@@ -113,11 +113,11 @@ async fn feed_page(
     let mut parked = false;
     loop {
         let read_at = tokio::time::Instant::now();
-        let outcome = context
-            .storage
-            .events(query)
-            .await
-            .map_err(storage_failure(context))?;
+        let outcome = match parked {
+            false => context.storage.events(query).await,
+            true => context.storage.events_to_known_head(query).await,
+        };
+        let outcome = outcome.map_err(storage_failure(context))?;
         let page = match outcome {
             EventsOutcome::Page(page) => page,
             EventsOutcome::Expired { floor } => {

@@ -467,6 +467,10 @@ async fn check_feed(served: &Served, told: &Shopped) {
     let orders = walk(served, "/store/orders?").await;
     assert_eq!(orders.len(), told.orders.len());
     for created in &told.created {
+        assert!(
+            pets.iter().any(|pet| pet["id"] == *created),
+            "pet {created} was acknowledged but is not stored"
+        );
         let events = events
             .iter()
             .filter(|e| e["subject"] == format!("pets/{created}"));

@@ -364,6 +364,14 @@ pub trait Storage: Send + Sync + 'static {
     /// the head back).
     async fn events(&self, query: EventQuery) -> Result<EventsOutcome, StorageError>;
 
+    /// [`Storage::events`] up to the head as this instance knows it now,
+    /// without waiting for what other instances acknowledged to reach it:
+    /// for a long poll's reads once the head has moved, which the head's
+    /// move is what prompted.
+    async fn events_to_known_head(&self, query: EventQuery) -> Result<EventsOutcome, StorageError> {
+        self.events(query).await
+    }
+
     /// The feed's head as it moves: the largest id a page may return. It
     /// changes after each commit that wrote events (on PostgreSQL, also
     /// after other instances' commits, within a poll interval), so a

@@ -643,6 +643,15 @@ impl Storage for PostgresStorage {
         }
     }
 
+    async fn events_to_known_head(&self, query: EventQuery) -> Result<EventsOutcome, StorageError> {
+        let head = self.head.now();
+        Ok(self
+            .events
+            .submit(ReadEvents { query, head })
+            .await?
+            .outcome)
+    }
+
     fn events_head(&self) -> tokio::sync::watch::Receiver<i64> {
         self.head.receiver()
     }
