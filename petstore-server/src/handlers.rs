@@ -87,20 +87,37 @@ fn visible_kinds(auth: &Authenticated, types: Option<&EventTypes>) -> EnumSet<Ev
     wanted.iter().filter(may_see).collect()
 }
 
-/// The least time between two reads of one parked long poll. Every commit
-/// moves the head and wakes every poll parked on it; one that wants other
-/// types (or another customer's orders) would otherwise read a page per
-/// commit for nothing, and 200 of them cost the writes a third of their
-/// rate (BENCHMARKS.md, "Issue 28, fourth pass"). A matching event waits at
-/// most this much longer.
+/// How often parked long polls read again, at most. Every commit moves
+/// the head and wakes every poll parked on it; one that wants other types
+/// (or another customer's orders) would otherwise read a page per commit
+/// for nothing, and 200 of them cost the writes a third of their rate
+/// (BENCHMARKS.md, "Issue 28, fourth pass"). A matching event waits at most
+/// this much longer.
 const PARKED_READ_GAP: Duration = Duration::from_millis(20);
+
+/// The next instant after `now` that is a whole number of
+/// [`PARKED_READ_GAP`]s after a fixed instant: parked polls all read at
+/// these ticks, so those at one cursor read the same page up to the same
+/// head, and the storage reads it once for them all.
+fn next_parked_read(now: tokio::time::Instant) -> tokio::time::Instant {
+    static EPOCH: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
+    let epoch = *EPOCH.get_or_init(|| now);
+    // Before it only on another runtime's paused clock (tests).
+    let Some(since_epoch) = now.checked_duration_since(epoch) else {
+        return now + PARKED_READ_GAP;
+    };
+    let gap = PARKED_READ_GAP.as_micros();
+    let ticks = since_epoch.as_micros() / gap + 1;
+    let since = u64::try_from(ticks * gap).unwrap_or(u64::MAX);
+    epoch + Duration::from_micros(since)
+}
 
 /// Reads pages of the feed until one has an event, or one that is empty
 /// although the head was not reached (a filter skipped every row it
 /// examined: the client reads on at once), or the wait ends, or the server
 /// stops. An empty page at the head waits for the head to move past it,
-/// with no query meanwhile, and is read again no sooner than
-/// [`PARKED_READ_GAP`] after it was read.
+/// with no query meanwhile, and is read again at the next tick of
+/// [`next_parked_read`].
 async fn feed_page(
     context: &Service,
     mut query: EventQuery,
@@ -112,7 +129,6 @@ async fn feed_page(
     // Whether the page is a read again after the head moved.
     let mut parked = false;
     loop {
-        let read_at = tokio::time::Instant::now();
         let outcome = match parked {
             false => context.storage.events(query).await,
             true => context.storage.events_to_known_head(query).await,
@@ -146,7 +162,8 @@ async fn feed_page(
         }
         // Not registered on the head meanwhile: the commits of the gap wake
         // nothing.
-        tokio::time::sleep_until((read_at + PARKED_READ_GAP).min(deadline)).await;
+        let tick = next_parked_read(tokio::time::Instant::now());
+        tokio::time::sleep_until(tick.min(deadline)).await;
         query.after = Some(page.next_after);
         parked = true;
     }
