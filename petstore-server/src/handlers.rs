@@ -140,7 +140,9 @@ async fn feed_page(
                 return Err(ApiError::cursor_expired(query.after.unwrap_or(0), floor));
             }
         };
-        let skipped_all = page.events.is_empty() && !page.at_head;
+        // (A page that moved no further would read the same again.)
+        let skipped_all =
+            page.events.is_empty() && !page.at_head && Some(page.next_after) > query.after;
         if parked && skipped_all && tokio::time::Instant::now() < deadline {
             // Commits of the gap that it does not want, more than a page
             // examines: read on here, rather than answer and be asked again.

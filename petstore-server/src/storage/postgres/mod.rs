@@ -647,11 +647,10 @@ impl Storage for PostgresStorage {
         }
     }
 
-    /// Polls parked at one cursor for the same types all read the same
-    /// page each time the head moves (200 of them were 200 statements, and
-    /// cost `create` a third of its rate). A page up to a given head never
-    /// changes, so the last one read is kept and given to the next poll
-    /// that asks for it.
+    /// Polls parked at one cursor for the same types read at the same tick
+    /// (`handlers.rs`) the same page up to the same head, which never
+    /// changes: the last one read is kept and given to the next poll that
+    /// asks for it, so that they cost one statement between them.
     async fn events_to_known_head(&self, query: EventQuery) -> Result<EventsOutcome, StorageError> {
         let head = self.head.now();
         let last_parked = || self.last_parked.lock().unwrap_or_else(|e| e.into_inner());
