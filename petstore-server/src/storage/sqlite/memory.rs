@@ -1,5 +1,5 @@
-//! What the database holds, in memory: every pet and every order, and of
-//! the events the floor, a tally and the most recent, loaded at start-up
+//! What the database holds, in memory: every pet, every order and every
+//! retained event, loaded at start-up
 //! and changed only by the writer, after each commit (see the module's
 //! documentation in `mod.rs`).
 
@@ -14,13 +14,12 @@ use super::rows::{ORDER_COLUMNS, SELECT_PET, order_from_row, pet_from_row};
 use super::schema::sqlite;
 use crate::storage::{OwnerId, StorageError};
 
-/// Everything the database holds, read once at start-up (of the events,
-/// the last `tail_max`).
-pub(super) fn load(conn: &Connection, tail_max: usize) -> Result<Committed, StorageError> {
+/// Everything the database holds, read once at start-up.
+pub(super) fn load(conn: &Connection) -> Result<Committed, StorageError> {
     Ok(Committed {
         pets: load_pets(conn)?,
         orders: load_orders(conn)?,
-        events: Feed::load(conn, tail_max)?,
+        events: Feed::load(conn)?,
     })
 }
 
@@ -59,8 +58,8 @@ fn load_orders(conn: &Connection) -> Result<OrderBook, StorageError> {
     Ok(orders)
 }
 
-/// What the database holds, in memory: every pet and every order, and the
-/// feed's floor, tally and most recent events.
+/// What the database holds, in memory: every pet, every order, and the
+/// feed's floor, tally and retained events.
 pub(super) struct Committed {
     pub(super) pets: Catalogue,
     pub(super) orders: OrderBook,

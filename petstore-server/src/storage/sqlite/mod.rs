@@ -21,9 +21,8 @@
 //!   wins and the rest find it `pending`.
 //! - **Events in the same transactions.** Each write records its events in
 //!   its group's transaction, with ids the writer assigns in commit order;
-//!   pages of the feed are read up to the head the writer sends after each
-//!   commit, from memory's most recent events, or older ones from the file
-//!   on read-only connections (`feed/`).
+//!   pages of the feed are read from memory, up to the head the writer
+//!   sends after each commit (`feed/`).
 //!
 //! Here: [`SqliteStorage`], the [`Storage`] these make. `writer.rs` is the
 //! writer thread and its group commit; `writes.rs` each kind of write (a
@@ -61,7 +60,7 @@ pub use keys::SqliteKeys;
 pub(super) use schema::is_unavailable;
 pub use webhooks::SqliteWebhooks;
 
-use self::feed::{EventLog, Readers, TAIL_MAX, file_page, memory_page};
+use self::feed::{EventLog, memory_page};
 use self::lock::DatabaseLock;
 use self::memory::{SharedMemory, load, read, write};
 use self::schema::{BUSY_TIMEOUT, configure_and_migrate, sqlite};
@@ -99,8 +98,6 @@ pub struct SqliteStorage {
     /// The feed's head, sent by the writer after each commit that wrote
     /// events.
     head: Arc<watch::Sender<i64>>,
-    /// The connections pages of the feed are read on.
-    readers: Arc<Readers>,
 }
 
 impl SqliteStorage {
@@ -115,18 +112,7 @@ impl SqliteStorage {
         fatal: FatalSender,
         metrics: StorageMetrics,
     ) -> Result<(SqliteStorage, SqliteKeys, SqliteWebhooks), OpenError> {
-        SqliteStorage::open_with_tail(path, log, fatal, metrics, TAIL_MAX).await
-    }
-
-    /// [`SqliteStorage::open`], memory keeping the last `tail_max` events.
-    async fn open_with_tail(
-        path: PathBuf,
-        log: slog::Logger,
-        fatal: FatalSender,
-        metrics: StorageMetrics,
-        tail_max: usize,
-    ) -> Result<(SqliteStorage, SqliteKeys, SqliteWebhooks), OpenError> {
-        let open = move || SqliteStorage::open_blocking(path, log, fatal, metrics, tail_max);
+        let open = move || SqliteStorage::open_blocking(path, log, fatal, metrics);
         tokio::task::spawn_blocking(open)
             .await
             .map_err(|e| OpenError::Io {
@@ -140,7 +126,6 @@ impl SqliteStorage {
         log: slog::Logger,
         fatal: FatalSender,
         metrics: StorageMetrics,
-        tail_max: usize,
     ) -> Result<(SqliteStorage, SqliteKeys, SqliteWebhooks), OpenError> {
         let lock = DatabaseLock::acquire(&path)?;
         let in_file = |source: StorageError| OpenError::Storage {
@@ -151,10 +136,9 @@ impl SqliteStorage {
             .map_err(sqlite("opening the file"))
             .map_err(in_file)?;
         configure_and_migrate(&mut conn, &path)?;
-        let memory = load(&conn, tail_max).map_err(in_file)?;
+        let memory = load(&conn).map_err(in_file)?;
         let events = EventLog::load(&conn).map_err(in_file)?;
         let head = Arc::new(watch::Sender::new(events.head()));
-        let readers = Readers::open(&path).map_err(in_file)?;
         let own_connection = |doing| {
             Connection::open(&path)
                 .and_then(|conn| conn.busy_timeout(BUSY_TIMEOUT).map(|()| conn))
@@ -214,7 +198,6 @@ impl SqliteStorage {
             identity,
             replaced,
             head,
-            readers: Arc::new(readers),
         };
         let webhooks = SqliteWebhooks::on(webhooks_conn);
         Ok((storage, SqliteKeys::on(keys_conn), webhooks))
@@ -370,15 +353,9 @@ impl Storage for SqliteStorage {
 
     async fn events(&self, query: EventQuery) -> Result<EventsOutcome, StorageError> {
         // Read before the page: every id up to it is committed, and in
-        // memory (the file's snapshot starts after it).
+        // memory.
         let head = *self.head.borrow();
-        if let Some(page) = read(&self.memory, |memory| memory_page(memory, query, head))? {
-            return page;
-        }
-        let memory = Arc::clone(&self.memory);
-        self.readers
-            .read(move |conn| file_page(conn, &memory, query, head))
-            .await
+        read(&self.memory, |memory| memory_page(memory, query, head))?
     }
 
     fn events_head(&self) -> watch::Receiver<i64> {
@@ -446,7 +423,6 @@ impl Storage for SqliteStorage {
         if let Some(thread) = thread {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
-        self.readers.close().await;
         *write(&self.memory) = None;
     }
 }

@@ -6,19 +6,15 @@
 //!   its ids back, so committed ids are consecutive. After a commit, memory
 //!   is changed, then the head (the largest committed id) is sent, then the
 //!   group is answered: a client that got its answer finds its events.
-//! - **Stored in the file, the most recent also in memory** (`tail.rs`).
-//!   Memory keeps the floor, a tally, and the last [`TAIL_MAX`] events in
-//!   columns; a page that starts among them is read there, under the same
-//!   lock as a page of pets, and costs about as much.
-//! - **Older pages from the file** (`pages.rs`): on one of a few read-only
-//!   connections kept open (WAL lets them read while the writer writes),
-//!   on a blocking thread, the floor and the rows in one read transaction,
-//!   so a cursor is either served whole or expired.
-//! - **Never past the head.** Either way a page reads the head first and
-//!   examines no id above it, so it never returns an id below which one
-//!   could still appear. A pet's name and category, and an order's
-//!   `placed_at`, never change: an event's data comes from memory, which
-//!   holds every pet and order an event up to the head is about.
+//! - **Stored in the file, and every retained event in memory**
+//!   (`tail.rs`): the floor, a tally, and the events in columns, 18 bytes
+//!   each, loaded at start-up. A page is read there (`pages.rs`), under the
+//!   same lock as a page of pets, and costs about as much at any depth.
+//! - **Never past the head.** A page reads the head first and examines no
+//!   id above it, so it never returns an id below which one could still
+//!   appear. A pet's name and category, and an order's `placed_at`, never
+//!   change: an event's data comes from memory, which holds every pet and
+//!   order an event up to the head is about.
 //! - **Purged as a prefix** (`log.rs`): the smallest ids while they are
 //!   older than asked, the floor raised in the same transaction, then
 //!   memory's tail and tally.
@@ -30,5 +26,5 @@ mod tail;
 mod tests;
 
 pub(super) use log::{EventLog, purge};
-pub(super) use pages::{Readers, file_page, memory_page};
-pub(super) use tail::{Feed, TAIL_MAX};
+pub(super) use pages::memory_page;
+pub(super) use tail::Feed;

@@ -1,23 +1,25 @@
 //! The feed as memory holds it: the floor, how many events are retained
-//! and the oldest one's time (for the figures), and the most recent events
-//! — up to [`TAIL_MAX`] of them — so that a page near the head, where
-//! readers of a feed spend their time, costs what a page of pets does.
+//! and the oldest one's time (for the figures), and every retained event
+//! in columns, so that a page costs what a page of pets does at any depth.
+//!
+//! 18 bytes an event. An animal has one event of its own, and each of its
+//! orders at most four (placed and ordered, then delivered and sold or
+//! cancelled and returned), and memory holds every animal and order
+//! already: the events add at most 18 bytes an animal and 72 an order,
+//! less what retention purges. (Memory kept only the last 2^20 events
+//! before, and older pages were read from the file: 4.7 times a page of
+//! pets, BENCHMARKS.md, "Issue 28, fifth pass".)
 
 use std::collections::VecDeque;
 
 use enumset::EnumSet;
 use rusqlite::Connection;
-use rusqlite::types::ValueRef;
+use rusqlite::types::{Type, ValueRef};
 
 use super::super::schema::sqlite;
 use super::log::{Purged, TailEvent};
-use super::pages::{decode_kind, decode_status};
 use crate::storage::{EventKind, StorageError};
 use petstore_api::model::PetStatus;
-
-/// The most events memory keeps: 18 bytes each, so 18 MiB at most (a power
-/// of two, so that the columns never grow past it).
-pub(in crate::storage::sqlite) const TAIL_MAX: usize = 1 << 20;
 
 /// The feed in memory: changed only by the writer, after each commit that
 /// wrote or purged events, before the head moves.
@@ -28,9 +30,8 @@ pub(in crate::storage::sqlite) struct Feed {
     pub(in crate::storage::sqlite) count: u64,
     /// The time of the smallest id retained (microseconds).
     oldest: Option<i64>,
+    /// Every retained event.
     pub(super) tail: Tail,
-    /// The most events `tail` keeps.
-    tail_max: usize,
     /// For each kind (by its code), an id that none of that kind exceeds:
     /// the last one appended, or the head at start-up.
     last_of_kind: [i64; KIND_CODES],
@@ -40,12 +41,9 @@ pub(in crate::storage::sqlite) struct Feed {
 const KIND_CODES: usize = EventKind::ALL.len() + 1;
 
 impl Feed {
-    /// What the database holds of the feed, and its last `tail_max` events
-    /// (a count of the table: once, at start-up).
-    pub(in crate::storage::sqlite) fn load(
-        conn: &Connection,
-        tail_max: usize,
-    ) -> Result<Feed, StorageError> {
+    /// What the database holds of the feed, every retained event with it
+    /// (once, at start-up).
+    pub(in crate::storage::sqlite) fn load(conn: &Connection) -> Result<Feed, StorageError> {
         let sql = sqlite("loading the feed");
         let (floor, count, oldest, head) = conn
             .query_row(
@@ -69,17 +67,15 @@ impl Feed {
             count: count.unsigned_abs(),
             oldest,
             tail: Tail::default(),
-            tail_max,
             last_of_kind: [head; KIND_CODES],
         };
-        let from = head.saturating_sub(i64::try_from(tail_max).unwrap_or(i64::MAX));
         let mut select = conn
             .prepare(
                 "SELECT id, kind, at, coalesce(order_id, pet_id), created_status FROM events
                  WHERE id > ?1 ORDER BY id",
             )
             .map_err(&sql)?;
-        let mut rows = select.query([from]).map_err(&sql)?;
+        let mut rows = select.query([floor]).map_err(&sql)?;
         while let Some(row) = rows.next().map_err(&sql)? {
             let id = row.get(0).map_err(&sql)?;
             let created = match row.get_ref(4).map_err(&sql)? {
@@ -105,9 +101,6 @@ impl Feed {
         self.count += events.len() as u64;
         self.oldest.get_or_insert(first.at);
         for event in events {
-            if self.tail.len() == self.tail_max {
-                self.tail.pop_front();
-            }
             self.tail.push(*event);
             self.last_of_kind[kind_index(event.kind)] = event.id;
         }
@@ -142,12 +135,31 @@ impl Feed {
     }
 }
 
+/// The kind stored as `code` in the event `id`.
+fn decode_kind(id: i64, code: i64) -> rusqlite::Result<EventKind> {
+    EventKind::from_code(code).ok_or_else(|| {
+        rusqlite::Error::InvalidColumnType(1, format!("kind of event {id}: {code}"), Type::Integer)
+    })
+}
+
+/// The status stored as `created_status` in the event `id`.
+fn decode_status(id: i64, status: ValueRef<'_>) -> rusqlite::Result<PetStatus> {
+    let text = status.as_str().ok();
+    text.and_then(PetStatus::parse).ok_or_else(|| {
+        rusqlite::Error::InvalidColumnType(
+            4,
+            format!("created_status of event {id}: {text:?}"),
+            Type::Text,
+        )
+    })
+}
+
 /// Where `kind` is in `Feed::last_of_kind`.
 fn kind_index(kind: EventKind) -> usize {
     usize::from(kind.code().unsigned_abs())
 }
 
-/// The most recent events, consecutive ids in columns (the writer assigns
+/// The retained events, consecutive ids in columns (the writer assigns
 /// them consecutively, so an id is found by subtraction).
 #[derive(Default)]
 pub(super) struct Tail {
@@ -188,7 +200,8 @@ impl Tail {
 
     /// Appends `event`. Ids are consecutive; should one not follow the
     /// last (ids missing from the file), the tail starts again from it, so
-    /// that it never holds a gap a page would take for the head.
+    /// that it never holds a gap a page would take for the head (a page
+    /// from before the gap then fails as a bug would: memory lacks it).
     fn push(&mut self, event: TailEvent) {
         if self.last().is_some_and(|last| last + 1 != event.id) {
             *self = Tail::default();

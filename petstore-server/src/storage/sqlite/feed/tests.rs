@@ -1,9 +1,7 @@
 //! The feed through the `Storage` interface: every acknowledged write's
 //! events (and no refused one's), the head moving before a write is
 //! answered, the filters, the scan's bound and the cursor's rules,
-//! retention, and a feed that survives reopening. Each runs twice: with
-//! memory keeping every event, and keeping only the last two (so that
-//! pages come from the file, and from both across the tail's start).
+//! retention, and a feed that survives reopening.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -16,7 +14,6 @@ use petstore_api::model::{
 };
 
 use super::super::SqliteStorage;
-use super::TAIL_MAX;
 use crate::storage::idempotency::{Fingerprint, fingerprint, order_fingerprint};
 use crate::storage::{
     CreateOutcome, EVENT_SCAN_MAX, EventKind, EventPage, EventQuery, EventsOutcome, FatalSender,
@@ -24,42 +21,13 @@ use crate::storage::{
     StoredOrder, UpdateOutcome,
 };
 
-/// Each scenario, with memory keeping every event and only the last two.
-macro_rules! with_either_tail {
-    ($($scenario:ident),* $(,)?) => {
-        mod in_memory {
-            $(#[tokio::test]
-            async fn $scenario() {
-                super::$scenario(super::TAIL_MAX).await
-            })*
-        }
-        mod from_the_file {
-            $(#[tokio::test]
-            async fn $scenario() {
-                super::$scenario(2).await
-            })*
-        }
-    };
-}
-
-with_either_tail!(
-    each_acknowledged_write_writes_its_events_and_a_refused_one_none,
-    the_head_moves_before_a_write_is_answered,
-    kinds_and_owner_filter_pages,
-    a_page_examines_at_most_the_scan_bound_and_says_where_to_go_on,
-    purging_removes_the_oldest_raises_the_floor_and_expires_cursors,
-    events_survive_reopening_and_ids_are_never_given_twice,
-    a_group_that_rolls_back_writes_no_event_and_gives_its_ids_again,
-);
-
-async fn open(path: &Path, tail: usize) -> SqliteStorage {
+async fn open(path: &Path) -> SqliteStorage {
     let log = slog::Logger::root(slog::Discard, slog::o!());
-    let (storage, _keys, _webhooks) = SqliteStorage::open_with_tail(
+    let (storage, _keys, _webhooks) = SqliteStorage::open(
         path.to_owned(),
         log,
         FatalSender::new(None),
         StorageMetrics::default(),
-        tail,
     )
     .await
     .expect("the database opens");
@@ -152,9 +120,10 @@ fn created(outcome: CreateOutcome) -> Pet {
     }
 }
 
-async fn each_acknowledged_write_writes_its_events_and_a_refused_one_none(tail: usize) {
+#[tokio::test]
+async fn each_acknowledged_write_writes_its_events_and_a_refused_one_none() {
     let dir = tempfile::tempdir().unwrap();
-    let storage = open(&dir.path().join("feed.db"), tail).await;
+    let storage = open(&dir.path().join("feed.db")).await;
     let before = Utc::now();
     let mut expected = Vec::new();
 
@@ -305,9 +274,10 @@ async fn each_acknowledged_write_writes_its_events_and_a_refused_one_none(tail: 
     storage.close().await;
 }
 
-async fn the_head_moves_before_a_write_is_answered(tail: usize) {
+#[tokio::test]
+async fn the_head_moves_before_a_write_is_answered() {
     let dir = tempfile::tempdir().unwrap();
-    let storage = Arc::new(open(&dir.path().join("head.db"), tail).await);
+    let storage = Arc::new(open(&dir.path().join("head.db")).await);
     let mut head = storage.events_head();
     assert_eq!(*head.borrow_and_update(), 0);
     let rex = storage.create(new_pet("Rex", None)).await.unwrap();
@@ -343,9 +313,10 @@ async fn the_head_moves_before_a_write_is_answered(tail: usize) {
     storage.close().await;
 }
 
-async fn kinds_and_owner_filter_pages(tail: usize) {
+#[tokio::test]
+async fn kinds_and_owner_filter_pages() {
     let dir = tempfile::tempdir().unwrap();
-    let storage = open(&dir.path().join("filters.db"), tail).await;
+    let storage = open(&dir.path().join("filters.db")).await;
     let available = Some(PetStatus::Available);
     let a = storage.create(new_pet("A", available)).await.unwrap();
     let b = storage.create(new_pet("B", available)).await.unwrap();
@@ -441,9 +412,10 @@ async fn kinds_and_owner_filter_pages(tail: usize) {
     storage.close().await;
 }
 
-async fn a_page_examines_at_most_the_scan_bound_and_says_where_to_go_on(tail: usize) {
+#[tokio::test]
+async fn a_page_examines_at_most_the_scan_bound_and_says_where_to_go_on() {
     let dir = tempfile::tempdir().unwrap();
-    let storage = open(&dir.path().join("scan.db"), tail).await;
+    let storage = open(&dir.path().join("scan.db")).await;
     // An empty feed: nothing to examine, at the head.
     let empty = page(&storage, query(None, 20)).await;
     assert!(empty.events.is_empty());
@@ -538,9 +510,10 @@ async fn a_page_examines_at_most_the_scan_bound_and_says_where_to_go_on(tail: us
     storage.close().await;
 }
 
-async fn purging_removes_the_oldest_raises_the_floor_and_expires_cursors(tail: usize) {
+#[tokio::test]
+async fn purging_removes_the_oldest_raises_the_floor_and_expires_cursors() {
     let dir = tempfile::tempdir().unwrap();
-    let storage = open(&dir.path().join("purge.db"), tail).await;
+    let storage = open(&dir.path().join("purge.db")).await;
     for i in 0..6 {
         storage
             .create(new_pet(&format!("old-{i}"), None))
@@ -598,10 +571,11 @@ async fn purging_removes_the_oldest_raises_the_floor_and_expires_cursors(tail: u
     storage.close().await;
 }
 
-async fn events_survive_reopening_and_ids_are_never_given_twice(tail: usize) {
+#[tokio::test]
+async fn events_survive_reopening_and_ids_are_never_given_twice() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("reopen.db");
-    let storage = open(&path, tail).await;
+    let storage = open(&path).await;
     let rex = storage
         .create(new_pet("Rex", Some(PetStatus::Available)))
         .await
@@ -611,7 +585,7 @@ async fn events_survive_reopening_and_ids_are_never_given_twice(tail: usize) {
     assert_eq!(before.len(), 3);
     storage.close().await;
 
-    let storage = open(&path, tail).await;
+    let storage = open(&path).await;
     assert_eq!(*storage.events_head().borrow(), 3);
     assert_eq!(all_events(&storage).await, before);
     let stats = storage.stats().await.unwrap();
@@ -638,7 +612,7 @@ async fn events_survive_reopening_and_ids_are_never_given_twice(tail: usize) {
     assert_eq!(storage.purge_events(later, 100).await.unwrap(), 6);
     storage.close().await;
 
-    let storage = open(&path, tail).await;
+    let storage = open(&path).await;
     assert_eq!(*storage.events_head().borrow(), 6);
     let empty = page(&storage, query(None, 10)).await;
     assert_eq!(
@@ -659,10 +633,11 @@ async fn events_survive_reopening_and_ids_are_never_given_twice(tail: usize) {
     storage.close().await;
 }
 
-async fn a_group_that_rolls_back_writes_no_event_and_gives_its_ids_again(tail: usize) {
+#[tokio::test]
+async fn a_group_that_rolls_back_writes_no_event_and_gives_its_ids_again() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rollback.db");
-    let storage = open(&path, tail).await;
+    let storage = open(&path).await;
     let available = Some(PetStatus::Available);
     let rex = storage.create(new_pet("Rex", available)).await.unwrap();
     // Another program makes the animal's status change fail after its
