@@ -87,44 +87,18 @@ fn visible_kinds(auth: &Authenticated, types: Option<&EventTypes>) -> EnumSet<Ev
     wanted.iter().filter(may_see).collect()
 }
 
-/// How often parked long polls read again, at most. Every commit moves
-/// the head and wakes every poll parked on it; one that wants other types
-/// (or another customer's orders) would otherwise read a page per commit
-/// for nothing, and 200 of them cost the writes a third of their rate
-/// (BENCHMARKS.md, "Issue 28, fourth pass"). A matching event waits at most
-/// this much longer.
-const PARKED_READ_GAP: Duration = Duration::from_millis(20);
-
-/// The next instant after `now` that is a whole number of
-/// [`PARKED_READ_GAP`]s after a fixed instant: parked polls all read at
-/// these ticks, so those at one cursor read the same page up to the same
-/// head, and the storage reads it once for them all.
-fn next_parked_read(now: tokio::time::Instant) -> tokio::time::Instant {
-    static EPOCH: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
-    let epoch = *EPOCH.get_or_init(|| now);
-    // Before it only on another runtime's paused clock (tests).
-    let Some(since_epoch) = now.checked_duration_since(epoch) else {
-        return now + PARKED_READ_GAP;
-    };
-    let gap = PARKED_READ_GAP.as_micros();
-    let ticks = since_epoch.as_micros() / gap + 1;
-    let since = u64::try_from(ticks * gap).unwrap_or(u64::MAX);
-    epoch + Duration::from_micros(since)
-}
-
 /// Reads pages of the feed until one has an event, or one that is empty
 /// although the head was not reached (a filter skipped every row it
 /// examined: the client reads on at once), or the wait ends, or the server
-/// stops. An empty page at the head waits for the head to move past it,
-/// with no query meanwhile, and is read again at the next tick of
-/// [`next_parked_read`].
+/// stops. An empty page at the head waits, with no query meanwhile, until
+/// an event of its kinds may have come after it
+/// ([`Storage::events_after`](crate::storage::Storage::events_after)).
 async fn feed_page(
     context: &Service,
     mut query: EventQuery,
     wait: Duration,
 ) -> Result<EventPage, ApiError> {
     let deadline = tokio::time::Instant::now() + wait;
-    let mut head = context.storage.events_head();
     let mut stopping = context.stopping.clone();
     // Whether the page is a read again after the head moved.
     let mut parked = false;
@@ -153,19 +127,14 @@ async fn feed_page(
             return Ok(page);
         }
         let _waiting = context.metrics.event_waiter();
+        let moved = context.storage.events_after(query.kinds, page.head);
         let moved = tokio::select! {
-            moved = tokio::time::timeout_at(deadline, head.wait_for(|head| *head > page.head)) => {
-                matches!(moved, Ok(Ok(_)))
-            }
+            moved = tokio::time::timeout_at(deadline, moved) => moved.unwrap_or(false),
             _ = stopping.wait_for(|stopping| *stopping) => false,
         };
         if !moved {
             return Ok(page);
         }
-        // Not registered on the head meanwhile: the commits of the gap wake
-        // nothing.
-        let tick = next_parked_read(tokio::time::Instant::now());
-        tokio::time::sleep_until(tick.min(deadline)).await;
         query.after = Some(page.next_after);
         parked = true;
     }

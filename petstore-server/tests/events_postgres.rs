@@ -5,7 +5,8 @@
 //! newer than a committed later id's); two instances changing the same
 //! animals at once give a tailer every event once, in order, each
 //! animal's statuses in the order they changed; purging keeps a prefix and
-//! raises the floor; the head moves again after a database restart.
+//! raises the floor; the head moves again after a database restart; a
+//! long poll parked on one kind sleeps through the others.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -472,6 +473,63 @@ async fn a_page_read_on_one_instance_has_what_another_just_acknowledged() {
     }
     one.close().await;
     two.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_poll_sleeps_through_other_kinds_and_wakes_for_its_own() {
+    let Some(database) = petstore_support::postgres::fresh_database().await else {
+        return;
+    };
+    let storage = Arc::new(open(&database).await);
+    let animal = storage
+        .create(pet("parked-on", Some(PetStatus::Available)))
+        .await
+        .unwrap();
+    let mut cursor = None;
+    new_events(&storage, &mut cursor).await;
+    let parked_at = cursor.expect("a head");
+    let parked = |kind: EventKind| {
+        let storage = Arc::clone(&storage);
+        tokio::spawn(async move { storage.events_after(EnumSet::only(kind), parked_at).await })
+    };
+    let delivered = parked(EventKind::OrderDelivered);
+    let placed = parked(EventKind::OrderPlaced);
+    for n in 0..50 {
+        storage
+            .create(pet(&format!("other-{n}"), None))
+            .await
+            .unwrap();
+    }
+    let order = match storage
+        .place_order(animal.id, owner(1), None)
+        .await
+        .unwrap()
+    {
+        PlaceOutcome::Placed(order) => order,
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        within("the poll on order.placed", SOON, placed)
+            .await
+            .unwrap()
+    );
+    // Another look of the scout after the one that woke that poll: one
+    // that woke every poll at each move of the head would have woken it.
+    let head = page(&storage, every_kind(cursor)).await.head;
+    storage.create(pet("one-more", None)).await.unwrap();
+    let created = storage.events_after(EnumSet::only(EventKind::PetCreated), head);
+    assert!(within("the poll on pet.created", SOON, created).await);
+    assert!(!delivered.is_finished(), "woken with no delivery after it");
+    storage
+        .update_order(order.id, OrderUpdateStatus::Delivered)
+        .await
+        .unwrap();
+    assert!(
+        within("the poll on order.delivered", SOON, delivered)
+            .await
+            .unwrap()
+    );
+    Arc::into_inner(storage).expect("one owner").close().await;
 }
 
 /// Orders and cancels the animals, in turn, `rounds` times, through

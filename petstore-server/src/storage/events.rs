@@ -20,6 +20,8 @@
 //!   ([`super::Storage::purge_events`]); the *floor* is the largest id
 //!   purged, and a cursor below it is expired ([`EventsOutcome::Expired`]).
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use enumset::{EnumSet, EnumSetType};
 use petstore_api::model::{EventArrayWriter, EventData, EventType, PetStatus, encode_event};
@@ -29,6 +31,63 @@ use super::orders::OwnerId;
 /// The most rows one page examines: with a filter that matches few events,
 /// a page stops there, so that no page costs more than a bounded scan.
 pub const EVENT_SCAN_MAX: u32 = 1000;
+
+/// How often parked long polls read again, at most. Every commit moves
+/// the head; a poll that wants other types (or another customer's orders)
+/// would otherwise read a page per commit for nothing, and 200 of them cost
+/// the writes a third of their rate (BENCHMARKS.md, "Issue 28, fourth
+/// pass"). A matching event waits at most this much longer.
+pub const PARKED_READ_GAP: Duration = Duration::from_millis(20);
+
+/// The next instant after `now` that is a whole number of
+/// [`PARKED_READ_GAP`]s after a fixed instant: parked polls all read at
+/// these ticks, so those at one cursor read the same page up to the same
+/// head, and the storage reads it once for them all.
+pub fn next_parked_read(now: tokio::time::Instant) -> tokio::time::Instant {
+    static EPOCH: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
+    let epoch = *EPOCH.get_or_init(|| now);
+    // Before it only on another runtime's paused clock (tests).
+    let Some(since_epoch) = now.checked_duration_since(epoch) else {
+        return now + PARKED_READ_GAP;
+    };
+    let gap = PARKED_READ_GAP.as_micros();
+    let ticks = since_epoch.as_micros() / gap + 1;
+    let since = u64::try_from(ticks * gap).unwrap_or(u64::MAX);
+    epoch + Duration::from_micros(since)
+}
+
+/// For each kind, an id that no event of that kind exceeds (among the ids
+/// it covers): what lets a page, or a long poll parked at the head, know
+/// that a kind has nothing after a cursor without examining a row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KindMarks([i64; KIND_CODES]);
+
+/// One more than the largest kind's code (they are 1 to 7).
+const KIND_CODES: usize = EventKind::ALL.len() + 1;
+
+impl KindMarks {
+    /// Every kind at `id`: nothing is known of them but that none exceeds
+    /// it.
+    pub fn all_at(id: i64) -> KindMarks {
+        KindMarks([id; KIND_CODES])
+    }
+
+    /// An event of `kind` has the id `id`.
+    pub fn mark(&mut self, kind: EventKind, id: i64) {
+        let mark = &mut self.0[kind_index(kind)];
+        *mark = (*mark).max(id);
+    }
+
+    /// Whether an event of one of `kinds` may have an id above `after`.
+    pub fn any_after(&self, kinds: EnumSet<EventKind>, after: i64) -> bool {
+        kinds.iter().any(|kind| self.0[kind_index(kind)] > after)
+    }
+}
+
+/// Where `kind` is in [`KindMarks`].
+fn kind_index(kind: EventKind) -> usize {
+    usize::from(kind.code().unsigned_abs())
+}
 
 /// A stored event's kind: its type and, for a status change, which one.
 /// The codes are stored in the databases and never change.
@@ -220,4 +279,29 @@ pub enum EventsOutcome {
         /// The largest id purged: every event above it is kept.
         floor: i64,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_has_its_own_mark() {
+        let places: std::collections::BTreeSet<usize> =
+            EventKind::ALL.into_iter().map(kind_index).collect();
+        assert_eq!(places.len(), EventKind::ALL.len());
+        assert!(places.iter().all(|&place| place < KIND_CODES));
+    }
+
+    #[test]
+    fn marks_say_which_kinds_may_have_events_after_a_cursor() {
+        let mut marks = KindMarks::all_at(10);
+        let delivered = EnumSet::only(EventKind::OrderDelivered);
+        assert!(marks.any_after(delivered, 9) && !marks.any_after(delivered, 10));
+        marks.mark(EventKind::PetCreated, 15);
+        marks.mark(EventKind::PetCreated, 12);
+        assert!(!marks.any_after(delivered, 10));
+        assert!(marks.any_after(EventKind::PetCreated | EventKind::OrderDelivered, 14));
+        assert!(!marks.any_after(EnumSet::only(EventKind::PetCreated), 15));
+    }
 }

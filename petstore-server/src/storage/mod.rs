@@ -3,6 +3,7 @@
 //! The HTTP layer sees only [`Storage`]; which database sits behind it is
 //! chosen once, at start-up, from the database URL.
 
+use enumset::EnumSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -17,7 +18,10 @@ mod sqlite;
 mod url;
 pub mod webhooks;
 
-pub use events::{EVENT_SCAN_MAX, EventKind, EventPage, EventQuery, EventsOutcome, StoredEvent};
+pub use events::{
+    EVENT_SCAN_MAX, EventKind, EventPage, EventQuery, EventsOutcome, KindMarks, PARKED_READ_GAP,
+    StoredEvent, next_parked_read,
+};
 pub use idempotency::{CreateOutcome, Fingerprint, Idempotency, PURGE_BATCH, Retention};
 pub use keys::{KeyError, KeyStorage, Revoked, StoredKey};
 pub use orders::{
@@ -370,6 +374,21 @@ pub trait Storage: Send + Sync + 'static {
     /// move is what prompted.
     async fn events_to_known_head(&self, query: EventQuery) -> Result<EventsOutcome, StorageError> {
         self.events(query).await
+    }
+
+    /// Waits until a page of `_kinds` after `head` (the head a page that
+    /// reached it was read up to) may find an event, and it is time to
+    /// read it: for a long poll parked at the head. `false` once the feed
+    /// stops moving (the storage closed). By default, once the head moved
+    /// past `head`, at the next tick of [`next_parked_read`], where the
+    /// polls at one cursor read together.
+    async fn events_after(&self, _kinds: EnumSet<EventKind>, head: i64) -> bool {
+        let mut moved = self.events_head();
+        if moved.wait_for(|moved| *moved > head).await.is_err() {
+            return false;
+        }
+        tokio::time::sleep_until(next_parked_read(tokio::time::Instant::now())).await;
+        true
     }
 
     /// The feed's head as it moves: the largest id a page may return. It

@@ -1,6 +1,6 @@
 //! The feed's statements, which every shared connection prepares (as the
-//! Store's are in `order_statements.rs`): a page (`feed.rs`) and the head's
-//! two (`head.rs`).
+//! Store's are in `order_statements.rs`): a page (`feed.rs`), the head's
+//! two (`head.rs`) and the kinds parked polls wait for (`parked.rs`).
 
 use tokio_postgres::{Client, Statement};
 
@@ -71,6 +71,11 @@ pub(super) const HORIZON: &str = "
                    WHERE sync_state IN ('sync', 'quorum'))) - '0/0'::pg_lsn)::bigint
     FROM pg_current_snapshot() AS snapshot";
 
+/// Each kind's last id among the events after `$1` up to `$2` (a range of
+/// the primary key).
+pub(super) const KINDS_BETWEEN: &str =
+    "SELECT kind, max(id) FROM events WHERE id > $1 AND id <= $2 GROUP BY kind";
+
 /// The feed's statements, prepared on every shared connection.
 pub(super) struct EventStatements {
     pub page: Statement,
@@ -78,19 +83,23 @@ pub(super) struct EventStatements {
     pub ids_taken: Statement,
     /// See [`HORIZON`].
     pub horizon: Statement,
+    /// See [`KINDS_BETWEEN`].
+    pub kinds_between: Statement,
 }
 
 impl EventStatements {
     pub async fn prepare(client: &Client) -> Result<EventStatements, tokio_postgres::Error> {
-        let (page, ids_taken, horizon) = tokio::try_join!(
+        let (page, ids_taken, horizon, kinds_between) = tokio::try_join!(
             client.prepare(PAGE),
             client.prepare(IDS_TAKEN),
             client.prepare(HORIZON),
+            client.prepare(KINDS_BETWEEN),
         )?;
         Ok(EventStatements {
             page,
             ids_taken,
             horizon,
+            kinds_between,
         })
     }
 }

@@ -39,6 +39,7 @@ mod feed;
 mod head;
 mod order_statements;
 mod orders;
+mod parked;
 mod reads;
 mod shared;
 mod webhook_statements;
@@ -49,14 +50,16 @@ use self::connect::{PoolConnect, Primary};
 use self::feed::ReadEvents;
 use self::head::Head;
 use self::orders::{Place, Update};
+use self::parked::Parked;
 use self::reads::{CountPets, GetPet, ListPets};
 use self::shared::{CONNECTION_TIMEOUT, STATEMENT_TIMEOUT, SharedConnections};
 use self::webhooks::WEBHOOK_CONNECTIONS;
 use super::{
-    EventQuery, EventsOutcome, ListQuery, OpenError, OrderPage, OrderQuery, Owner, OwnerId, Page,
-    PlaceOutcome, PoolStats, PostgresFailure, PostgresUrl, SharedStats, Storage, StorageError,
-    StorageStats, StoredOrder, UpdateOutcome,
+    EventKind, EventQuery, EventsOutcome, ListQuery, OpenError, OrderPage, OrderQuery, Owner,
+    OwnerId, Page, PlaceOutcome, PoolStats, PostgresFailure, PostgresUrl, SharedStats, Storage,
+    StorageError, StorageStats, StoredOrder, UpdateOutcome,
 };
+use enumset::EnumSet;
 use petstore_api::model::{Inventory, NewPet, OrderUpdateStatus, Pet, PetStatus};
 
 /// Schema migrations; `petstore_schema.version` counts those applied.
@@ -171,6 +174,8 @@ pub struct PostgresStorage {
     head: Head,
     /// The head's connection.
     watcher: Arc<SharedConnections>,
+    /// Each kind's last id up to the head, for long polls parked there.
+    parked: Parked,
     /// Plain creates, stored in batches on shared connections of their own.
     creates: CreateBatcher,
     /// Orders placed without an idempotency key, and orders updated,
@@ -292,13 +297,15 @@ impl PostgresStorage {
             Migration::Store(e) => in_database(e),
             Migration::Refused(e) => e,
         })?;
+        let head = Head::start(Arc::clone(&watcher), log.clone());
         Ok(PostgresStorage {
             gets: Batcher::start(Arc::clone(&readers), readers.max()),
             lists: Batcher::start(Arc::clone(&readers), readers.max()),
             counts: Batcher::start(Arc::clone(&readers), readers.max()),
             events: Batcher::start(Arc::clone(&readers), readers.max()),
             last_parked: std::sync::Mutex::new(None),
-            head: Head::start(Arc::clone(&watcher), log),
+            parked: Parked::start(Arc::clone(&readers), head.receiver(), log),
+            head,
             watcher,
             readers,
             creates: CreateBatcher::start(Arc::clone(&writers), WRITERS),
@@ -668,6 +675,13 @@ impl Storage for PostgresStorage {
         Ok(outcome)
     }
 
+    /// Woken by the kinds of the events after `head`, which one statement
+    /// a tick reads for every poll parked on this instance (`parked.rs`);
+    /// those it wakes at once read one page between them.
+    async fn events_after(&self, kinds: EnumSet<EventKind>, head: i64) -> bool {
+        self.parked.wait(kinds, head).await
+    }
+
     fn events_head(&self) -> tokio::sync::watch::Receiver<i64> {
         self.head.receiver()
     }
@@ -739,6 +753,7 @@ impl Storage for PostgresStorage {
 
     async fn close(&self) {
         self.head.stop();
+        self.parked.stop();
         self.readers.close();
         self.writers.close();
         self.watcher.close();

@@ -18,7 +18,7 @@ use rusqlite::types::{Type, ValueRef};
 
 use super::super::schema::sqlite;
 use super::log::{Purged, TailEvent};
-use crate::storage::{EventKind, StorageError};
+use crate::storage::{EventKind, KindMarks, StorageError};
 use petstore_api::model::PetStatus;
 
 /// The feed in memory: changed only by the writer, after each commit that
@@ -32,13 +32,10 @@ pub(in crate::storage::sqlite) struct Feed {
     oldest: Option<i64>,
     /// Every retained event.
     pub(super) tail: Tail,
-    /// For each kind (by its code), an id that none of that kind exceeds:
-    /// the last one appended, or the head at start-up.
-    last_of_kind: [i64; KIND_CODES],
+    /// For each kind, an id that none of that kind exceeds: the last one
+    /// appended, or the head at start-up.
+    last_of_kind: KindMarks,
 }
-
-/// One more than the largest kind's code (they are 1 to 7).
-const KIND_CODES: usize = EventKind::ALL.len() + 1;
 
 impl Feed {
     /// What the database holds of the feed, every retained event with it
@@ -67,7 +64,7 @@ impl Feed {
             count: count.unsigned_abs(),
             oldest,
             tail: Tail::default(),
-            last_of_kind: [head; KIND_CODES],
+            last_of_kind: KindMarks::all_at(head),
         };
         let mut select = conn
             .prepare(
@@ -102,7 +99,7 @@ impl Feed {
         self.oldest.get_or_insert(first.at);
         for event in events {
             self.tail.push(*event);
-            self.last_of_kind[kind_index(event.kind)] = event.id;
+            self.last_of_kind.mark(event.kind, event.id);
         }
     }
 
@@ -112,9 +109,7 @@ impl Feed {
         kinds: EnumSet<EventKind>,
         after: i64,
     ) -> bool {
-        kinds
-            .iter()
-            .any(|kind| self.last_of_kind[kind_index(kind)] > after)
+        self.last_of_kind.any_after(kinds, after)
     }
 
     /// A purge committed.
@@ -152,11 +147,6 @@ fn decode_status(id: i64, status: ValueRef<'_>) -> rusqlite::Result<PetStatus> {
             Type::Text,
         )
     })
-}
-
-/// Where `kind` is in `Feed::last_of_kind`.
-fn kind_index(kind: EventKind) -> usize {
-    usize::from(kind.code().unsigned_abs())
 }
 
 /// The retained events, consecutive ids in columns (the writer assigns
@@ -237,14 +227,6 @@ mod tests {
             subject: id + 100,
             created: None,
         }
-    }
-
-    #[test]
-    fn every_kind_has_its_place_among_the_last_ids() {
-        let places: std::collections::BTreeSet<usize> =
-            EventKind::ALL.into_iter().map(kind_index).collect();
-        assert_eq!(places.len(), EventKind::ALL.len());
-        assert!(places.iter().all(|&place| place < KIND_CODES));
     }
 
     #[test]

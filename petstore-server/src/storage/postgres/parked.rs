@@ -1,0 +1,171 @@
+//! What long polls parked at the head wait for on PostgreSQL: each kind's
+//! last id up to the head ([`KindMarks`]), found by one statement a tick
+//! for all of them, so that a poll is woken only when its kinds may have
+//! an event after it.
+//!
+//! Woken by every move of the head instead, 200 polls parked on a type
+//! that is not being written read a page each per tick for nothing, and
+//! cost the writes 7 to 14 % (BENCHMARKS.md, "Issue 28, fourth pass").
+//! Tracking the kinds in the database (an index on `(kind, id)`, or a row
+//! per kind) would cost every write instead; here a tick reads the
+//! primary key's range of the events written since the last one, once per
+//! instance, and only while polls are parked.
+//!
+//! The marks never understate: an id the scout has not looked at counts
+//! as of every kind (it is marked as the head when the scout skipped it,
+//! because no poll was parked, the range was too long, or the statement
+//! failed), so a poll may be woken for nothing but never sleeps through
+//! its event.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::shared::SharedConnections;
+use crate::storage::{EventKind, KindMarks, PARKED_READ_GAP, StorageError};
+
+/// The most ids one tick looks at; beyond (the head jumped, say after the
+/// scout was idle), every kind is marked at the head instead.
+const SCOUTED_MAX: i64 = 50_000;
+
+/// The marks parked polls wait on, and the scout task that moves them.
+pub(super) struct Parked {
+    /// Held so that polls can subscribe; the scout counts it out of the
+    /// polls parked.
+    marks: watch::Receiver<KindMarks>,
+    scout: JoinHandle<()>,
+}
+
+impl Parked {
+    /// Starts the scout on the current runtime: it follows `head`, reads on
+    /// `connections`, and logs its failures to `log`.
+    pub fn start(
+        connections: Arc<SharedConnections>,
+        head: watch::Receiver<i64>,
+        log: slog::Logger,
+    ) -> Parked {
+        let scouted = *head.borrow();
+        let (sender, marks) = watch::channel(KindMarks::all_at(scouted));
+        let scout = Scout {
+            connections,
+            head,
+            marks: sender,
+            scouted,
+            failing: false,
+            log,
+        };
+        Parked {
+            marks,
+            scout: tokio::spawn(scout.run()),
+        }
+    }
+
+    /// Waits until an event of one of `kinds` may have an id above `above`;
+    /// `false` once the scout has stopped (the storage closed).
+    pub async fn wait(&self, kinds: enumset::EnumSet<EventKind>, above: i64) -> bool {
+        let mut marks = self.marks.clone();
+        marks
+            .wait_for(|marks| marks.any_after(kinds, above))
+            .await
+            .is_ok()
+    }
+
+    /// Stops the scout: every poll parked on it is told.
+    pub fn stop(&self) {
+        self.scout.abort();
+    }
+}
+
+impl Drop for Parked {
+    fn drop(&mut self) {
+        self.scout.abort();
+    }
+}
+
+/// The scout task's state.
+struct Scout {
+    connections: Arc<SharedConnections>,
+    head: watch::Receiver<i64>,
+    marks: watch::Sender<KindMarks>,
+    /// The largest id the marks account for.
+    scouted: i64,
+    /// Whether the last statement failed (logged once until one succeeds).
+    failing: bool,
+    log: slog::Logger,
+}
+
+impl Scout {
+    async fn run(mut self) {
+        loop {
+            let scouted = self.scouted;
+            let head = match self.head.wait_for(|head| *head > scouted).await {
+                Ok(head) => *head,
+                Err(_) => return,
+            };
+            self.look(head).await;
+            self.scouted = head;
+            // One statement a tick at most, however often the head moves.
+            tokio::time::sleep(PARKED_READ_GAP).await;
+        }
+    }
+
+    /// Marks the kinds of the events after `scouted` up to `head`.
+    async fn look(&mut self, head: i64) {
+        // Only the `Parked` itself holds a receiver: no poll is parked.
+        let parked = self.marks.receiver_count() > 1;
+        if !parked || head - self.scouted > SCOUTED_MAX {
+            self.marks.send_replace(KindMarks::all_at(head));
+            return;
+        }
+        match self.kinds_between(self.scouted, head).await {
+            Ok(found) => {
+                if std::mem::take(&mut self.failing) {
+                    slog::info!(
+                        self.log,
+                        "events: parked long polls are woken by kind again"
+                    );
+                }
+                self.marks.send_if_modified(|marks| {
+                    let before = *marks;
+                    found.iter().for_each(|&(kind, id)| marks.mark(kind, id));
+                    *marks != before
+                });
+            }
+            Err(error) => {
+                if !std::mem::replace(&mut self.failing, true) {
+                    slog::warn!(self.log, "events: cannot read the kinds of new events; \
+                        parked long polls are woken by every move of the head meanwhile";
+                        "error" => %petstore_api::error::chain(&error));
+                }
+                self.marks.send_replace(KindMarks::all_at(head));
+            }
+        }
+    }
+
+    /// Each kind's last id after `from` up to `to`.
+    async fn kinds_between(
+        &self,
+        from: i64,
+        to: i64,
+    ) -> Result<Vec<(EventKind, i64)>, StorageError> {
+        let doing = "reading the kinds of new events";
+        let shared = self.connections.get().await?;
+        let rows = shared
+            .run(
+                doing,
+                shared
+                    .client
+                    .query(&shared.events.kinds_between, &[&from, &to]),
+            )
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let code: i16 = row.try_get(0).map_err(super::postgres(doing))?;
+                let kind = EventKind::from_code(code.into())
+                    .ok_or(StorageError::Invariant("an event of an unknown kind"))?;
+                Ok((kind, row.try_get(1).map_err(super::postgres(doing))?))
+            })
+            .collect()
+    }
+}
