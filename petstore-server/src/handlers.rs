@@ -127,15 +127,25 @@ async fn feed_page(
             return Ok(page);
         }
         let _waiting = context.metrics.event_waiter();
-        let moved = context.storage.events_after(query.kinds, page.head);
-        let moved = tokio::select! {
-            moved = tokio::time::timeout_at(deadline, moved) => moved.unwrap_or(false),
-            _ = stopping.wait_for(|stopping| *stopping) => false,
+        let waited = context
+            .storage
+            .events_after(query.kinds, page.head, deadline);
+        let waited = tokio::select! {
+            waited = waited => waited,
+            _ = stopping.wait_for(|stopping| *stopping) => return Ok(page),
         };
-        if !moved {
-            return Ok(page);
+        // Nothing of its kinds up to `quiet`: the cursor moves there, so a
+        // poll parked through many commits of other events is not left to
+        // examine them all, page after page, once it is answered.
+        let after = page.next_after.max(waited.quiet);
+        if !waited.read {
+            return Ok(EventPage {
+                next_after: after,
+                head: page.head.max(after),
+                ..page
+            });
         }
-        query.after = Some(page.next_after);
+        query.after = Some(after);
         parked = true;
     }
 }

@@ -6,7 +6,8 @@
 //! animals at once give a tailer every event once, in order, each
 //! animal's statuses in the order they changed; purging keeps a prefix and
 //! raises the floor; the head moves again after a database restart; a
-//! long poll parked on one kind sleeps through the others.
+//! long poll parked on one kind sleeps through the others, and learns how
+//! far they went.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -488,9 +489,15 @@ async fn a_parked_poll_sleeps_through_other_kinds_and_wakes_for_its_own() {
     let mut cursor = None;
     new_events(&storage, &mut cursor).await;
     let parked_at = cursor.expect("a head");
+    // Beyond every wait of this test: only an event ends these.
+    let far = tokio::time::Instant::now() + 3 * SOON;
     let parked = |kind: EventKind| {
         let storage = Arc::clone(&storage);
-        tokio::spawn(async move { storage.events_after(EnumSet::only(kind), parked_at).await })
+        tokio::spawn(async move {
+            storage
+                .events_after(EnumSet::only(kind), parked_at, far)
+                .await
+        })
     };
     let delivered = parked(EventKind::OrderDelivered);
     let placed = parked(EventKind::OrderPlaced);
@@ -508,27 +515,28 @@ async fn a_parked_poll_sleeps_through_other_kinds_and_wakes_for_its_own() {
         PlaceOutcome::Placed(order) => order,
         other => panic!("{other:?}"),
     };
-    assert!(
-        within("the poll on order.placed", SOON, placed)
-            .await
-            .unwrap()
-    );
+    let woken = within("the poll on order.placed", SOON, placed).await;
+    assert!(woken.unwrap().read);
     // Another look of the scout after the one that woke that poll: one
     // that woke every poll at each move of the head would have woken it.
     let head = page(&storage, every_kind(cursor)).await.head;
     storage.create(pet("one-more", None)).await.unwrap();
-    let created = storage.events_after(EnumSet::only(EventKind::PetCreated), head);
-    assert!(within("the poll on pet.created", SOON, created).await);
+    let created = storage.events_after(EnumSet::only(EventKind::PetCreated), head, far);
+    assert!(within("the poll on pet.created", SOON, created).await.read);
     assert!(!delivered.is_finished(), "woken with no delivery after it");
+    // A poll on `order.delivered` whose wait ends: the scout has looked
+    // past `head`, and its cursor may move past every event so far.
+    let now = tokio::time::Instant::now();
+    let ended = storage
+        .events_after(EnumSet::only(EventKind::OrderDelivered), parked_at, now)
+        .await;
+    assert!(!ended.read && ended.quiet > head, "{ended:?}, head {head}");
     storage
         .update_order(order.id, OrderUpdateStatus::Delivered)
         .await
         .unwrap();
-    assert!(
-        within("the poll on order.delivered", SOON, delivered)
-            .await
-            .unwrap()
-    );
+    let woken = within("the poll on order.delivered", SOON, delivered).await;
+    assert!(woken.unwrap().read);
     Arc::into_inner(storage).expect("one owner").close().await;
 }
 

@@ -56,6 +56,19 @@ pub fn next_parked_read(now: tokio::time::Instant) -> tokio::time::Instant {
     epoch + Duration::from_micros(since)
 }
 
+/// How a long poll parked at the head ended its wait
+/// ([`super::Storage::events_after`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParkedWait {
+    /// Whether to read again: an event of its kinds may have come. `false`:
+    /// the wait ended (its deadline, or the storage closed).
+    pub read: bool,
+    /// An id up to which the feed is known to hold no event of its kinds,
+    /// at least the head it parked at: the poll's cursor may move there
+    /// without examining a row.
+    pub quiet: i64,
+}
+
 /// For each kind, an id that no event of that kind exceeds (among the ids
 /// it covers): what lets a page, or a long poll parked at the head, know
 /// that a kind has nothing after a cursor without examining a row.

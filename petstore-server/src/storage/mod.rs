@@ -20,7 +20,7 @@ pub mod webhooks;
 
 pub use events::{
     EVENT_SCAN_MAX, EventKind, EventPage, EventQuery, EventsOutcome, KindMarks, PARKED_READ_GAP,
-    StoredEvent, next_parked_read,
+    ParkedWait, StoredEvent, next_parked_read,
 };
 pub use idempotency::{CreateOutcome, Fingerprint, Idempotency, PURGE_BATCH, Retention};
 pub use keys::{KeyError, KeyStorage, Revoked, StoredKey};
@@ -376,19 +376,26 @@ pub trait Storage: Send + Sync + 'static {
         self.events(query).await
     }
 
-    /// Waits until a page of `_kinds` after `head` (the head a page that
-    /// reached it was read up to) may find an event, and it is time to
-    /// read it: for a long poll parked at the head. `false` once the feed
-    /// stops moving (the storage closed). By default, once the head moved
-    /// past `head`, at the next tick of [`next_parked_read`], where the
-    /// polls at one cursor read together.
-    async fn events_after(&self, _kinds: EnumSet<EventKind>, head: i64) -> bool {
+    /// Waits, until `deadline` at most, until a page of `_kinds` after
+    /// `head` (the head a page that reached it was read up to) may find an
+    /// event, and it is time to read it: for a long poll parked at the
+    /// head. By default, once the head moved past `head`, at the next tick
+    /// of [`next_parked_read`], where the polls at one cursor read
+    /// together; it knows nothing of kinds (`quiet` is `head`).
+    async fn events_after(
+        &self,
+        _kinds: EnumSet<EventKind>,
+        head: i64,
+        deadline: tokio::time::Instant,
+    ) -> ParkedWait {
         let mut moved = self.events_head();
-        if moved.wait_for(|moved| *moved > head).await.is_err() {
-            return false;
+        let moved = tokio::time::timeout_at(deadline, moved.wait_for(|moved| *moved > head));
+        let read = matches!(moved.await, Ok(Ok(_)));
+        if read {
+            let tick = next_parked_read(tokio::time::Instant::now());
+            tokio::time::sleep_until(tick.min(deadline)).await;
         }
-        tokio::time::sleep_until(next_parked_read(tokio::time::Instant::now())).await;
-        true
+        ParkedWait { read, quiet: head }
     }
 
     /// The feed's head as it moves: the largest id a page may return. It

@@ -56,8 +56,8 @@ use self::shared::{CONNECTION_TIMEOUT, STATEMENT_TIMEOUT, SharedConnections};
 use self::webhooks::WEBHOOK_CONNECTIONS;
 use super::{
     EventKind, EventQuery, EventsOutcome, ListQuery, OpenError, OrderPage, OrderQuery, Owner,
-    OwnerId, Page, PlaceOutcome, PoolStats, PostgresFailure, PostgresUrl, SharedStats, Storage,
-    StorageError, StorageStats, StoredOrder, UpdateOutcome,
+    OwnerId, Page, ParkedWait, PlaceOutcome, PoolStats, PostgresFailure, PostgresUrl, SharedStats,
+    Storage, StorageError, StorageStats, StoredOrder, UpdateOutcome,
 };
 use enumset::EnumSet;
 use petstore_api::model::{Inventory, NewPet, OrderUpdateStatus, Pet, PetStatus};
@@ -678,8 +678,13 @@ impl Storage for PostgresStorage {
     /// Woken by the kinds of the events after `head`, which one statement
     /// a tick reads for every poll parked on this instance (`parked.rs`);
     /// those it wakes at once read one page between them.
-    async fn events_after(&self, kinds: EnumSet<EventKind>, head: i64) -> bool {
-        self.parked.wait(kinds, head).await
+    async fn events_after(
+        &self,
+        kinds: EnumSet<EventKind>,
+        head: i64,
+        deadline: tokio::time::Instant,
+    ) -> ParkedWait {
+        self.parked.wait(kinds, head, deadline).await
     }
 
     fn events_head(&self) -> tokio::sync::watch::Receiver<i64> {

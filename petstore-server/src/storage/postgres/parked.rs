@@ -15,7 +15,9 @@
 //! as of every kind (it is marked as the head when the scout skipped it,
 //! because no poll was parked, the range was too long, or the statement
 //! failed), so a poll may be woken for nothing but never sleeps through
-//! its event.
+//! its event. And a poll learns how far its kinds stayed quiet: its cursor
+//! moves there, whether it is woken or its wait ends, so that it never has
+//! the commits of other kinds to examine page after page.
 
 use std::sync::Arc;
 
@@ -23,17 +25,34 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::shared::SharedConnections;
-use crate::storage::{EventKind, KindMarks, PARKED_READ_GAP, StorageError};
+use crate::storage::{EventKind, KindMarks, PARKED_READ_GAP, ParkedWait, StorageError};
 
 /// The most ids one tick looks at; beyond (the head jumped, say after the
 /// scout was idle), every kind is marked at the head instead.
 const SCOUTED_MAX: i64 = 50_000;
 
+/// What the scout found: each kind's last id among those up to `up_to`.
+#[derive(Clone, Copy, Debug)]
+struct Scouted {
+    marks: KindMarks,
+    up_to: i64,
+}
+
+impl Scouted {
+    /// Every kind marked at `head`.
+    fn at(head: i64) -> Scouted {
+        Scouted {
+            marks: KindMarks::all_at(head),
+            up_to: head,
+        }
+    }
+}
+
 /// The marks parked polls wait on, and the scout task that moves them.
 pub(super) struct Parked {
     /// Held so that polls can subscribe; the scout counts it out of the
     /// polls parked.
-    marks: watch::Receiver<KindMarks>,
+    scouted: watch::Receiver<Scouted>,
     scout: JoinHandle<()>,
 }
 
@@ -45,30 +64,44 @@ impl Parked {
         head: watch::Receiver<i64>,
         log: slog::Logger,
     ) -> Parked {
-        let scouted = *head.borrow();
-        let (sender, marks) = watch::channel(KindMarks::all_at(scouted));
+        let (sender, scouted) = watch::channel(Scouted::at(*head.borrow()));
         let scout = Scout {
             connections,
             head,
-            marks: sender,
-            scouted,
+            scouted: sender,
             failing: false,
             log,
         };
         Parked {
-            marks,
+            scouted,
             scout: tokio::spawn(scout.run()),
         }
     }
 
-    /// Waits until an event of one of `kinds` may have an id above `above`;
-    /// `false` once the scout has stopped (the storage closed).
-    pub async fn wait(&self, kinds: enumset::EnumSet<EventKind>, above: i64) -> bool {
-        let mut marks = self.marks.clone();
-        marks
-            .wait_for(|marks| marks.any_after(kinds, above))
-            .await
-            .is_ok()
+    /// Waits, until `deadline` at most, until an event of one of `kinds`
+    /// may have an id above `above`, and says how far none has.
+    pub async fn wait(
+        &self,
+        kinds: enumset::EnumSet<EventKind>,
+        above: i64,
+        deadline: tokio::time::Instant,
+    ) -> ParkedWait {
+        let mut scouted = self.scouted.clone();
+        let mut quiet = above;
+        loop {
+            let now = *scouted.borrow_and_update();
+            if now.marks.any_after(kinds, quiet) {
+                return ParkedWait { read: true, quiet };
+            }
+            quiet = quiet.max(now.up_to);
+            // Past the deadline, or with the scout gone (closed).
+            if !matches!(
+                tokio::time::timeout_at(deadline, scouted.changed()).await,
+                Ok(Ok(()))
+            ) {
+                return ParkedWait { read: false, quiet };
+            }
+        }
     }
 
     /// Stops the scout: every poll parked on it is told.
@@ -87,9 +120,7 @@ impl Drop for Parked {
 struct Scout {
     connections: Arc<SharedConnections>,
     head: watch::Receiver<i64>,
-    marks: watch::Sender<KindMarks>,
-    /// The largest id the marks account for.
-    scouted: i64,
+    scouted: watch::Sender<Scouted>,
     /// Whether the last statement failed (logged once until one succeeds).
     failing: bool,
     log: slog::Logger,
@@ -98,27 +129,26 @@ struct Scout {
 impl Scout {
     async fn run(mut self) {
         loop {
-            let scouted = self.scouted;
-            let head = match self.head.wait_for(|head| *head > scouted).await {
+            let up_to = self.scouted.borrow().up_to;
+            let head = match self.head.wait_for(|head| *head > up_to).await {
                 Ok(head) => *head,
                 Err(_) => return,
             };
-            self.look(head).await;
-            self.scouted = head;
+            self.look(up_to, head).await;
             // One statement a tick at most, however often the head moves.
             tokio::time::sleep(PARKED_READ_GAP).await;
         }
     }
 
-    /// Marks the kinds of the events after `scouted` up to `head`.
-    async fn look(&mut self, head: i64) {
+    /// Marks the kinds of the events after `up_to` up to `head`.
+    async fn look(&mut self, up_to: i64, head: i64) {
         // Only the `Parked` itself holds a receiver: no poll is parked.
-        let parked = self.marks.receiver_count() > 1;
-        if !parked || head - self.scouted > SCOUTED_MAX {
-            self.marks.send_replace(KindMarks::all_at(head));
+        let parked = self.scouted.receiver_count() > 1;
+        if !parked || head - up_to > SCOUTED_MAX {
+            self.scouted.send_replace(Scouted::at(head));
             return;
         }
-        match self.kinds_between(self.scouted, head).await {
+        match self.kinds_between(up_to, head).await {
             Ok(found) => {
                 if std::mem::take(&mut self.failing) {
                     slog::info!(
@@ -126,10 +156,13 @@ impl Scout {
                         "events: parked long polls are woken by kind again"
                     );
                 }
-                self.marks.send_if_modified(|marks| {
-                    let before = *marks;
-                    found.iter().for_each(|&(kind, id)| marks.mark(kind, id));
-                    *marks != before
+                // Sent even when no mark moved: the polls learn how far
+                // their kinds stayed quiet.
+                self.scouted.send_modify(|scouted| {
+                    found
+                        .iter()
+                        .for_each(|&(kind, id)| scouted.marks.mark(kind, id));
+                    scouted.up_to = head;
                 });
             }
             Err(error) => {
@@ -138,7 +171,7 @@ impl Scout {
                         parked long polls are woken by every move of the head meanwhile";
                         "error" => %petstore_api::error::chain(&error));
                 }
-                self.marks.send_replace(KindMarks::all_at(head));
+                self.scouted.send_replace(Scouted::at(head));
             }
         }
     }
