@@ -51,6 +51,25 @@ pub(super) const PAGE: &str = "
         ORDER BY numbered.id LIMIT (SELECT $6::bigint + 1)
     ) AS page ON true";
 
+/// [`PAGE`] for a page of every kind, of any owner (a key that sees the
+/// whole feed): the first `$3` events after `$1` (from the floor when NULL)
+/// up to the head `$2`, each with the floor and the last value `events_ids`
+/// handed out; one row of NULLs but those two when there is none. Every
+/// row examined is kept, so it needs none of `PAGE`'s window: a plain range
+/// of the primary key, a third of `PAGE`'s time in the database (12 against
+/// 35–40 µs, `EXPLAIN ANALYZE`, 100,000 events).
+pub(super) const PAGE_ALL: &str = "
+    SELECT (SELECT floor FROM events_floor), page.id, page.kind, page.at, page.pet_id,
+           page.order_id, page.placed_at, page.name, page.category_id, page.created_status,
+           (SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END
+            FROM events_ids) AS taken
+    FROM (SELECT) AS one
+    LEFT JOIN (SELECT id, kind, at, pet_id, order_id, placed_at, name, category_id,
+                      created_status
+               FROM events
+               WHERE id > coalesce($1, (SELECT floor FROM events_floor)) AND id <= $2
+               ORDER BY id LIMIT $3) AS page ON true";
+
 /// The last value `events_ids` handed out (0 before the first). (`PAGE`
 /// reads it too.)
 pub(super) const IDS_TAKEN: &str =
@@ -79,6 +98,8 @@ pub(super) const KINDS_BETWEEN: &str =
 /// The feed's statements, prepared on every shared connection.
 pub(super) struct EventStatements {
     pub page: Statement,
+    /// See [`PAGE_ALL`].
+    pub page_all: Statement,
     /// See [`IDS_TAKEN`].
     pub ids_taken: Statement,
     /// See [`HORIZON`].
@@ -89,14 +110,16 @@ pub(super) struct EventStatements {
 
 impl EventStatements {
     pub async fn prepare(client: &Client) -> Result<EventStatements, tokio_postgres::Error> {
-        let (page, ids_taken, horizon, kinds_between) = tokio::try_join!(
+        let (page, page_all, ids_taken, horizon, kinds_between) = tokio::try_join!(
             client.prepare(PAGE),
+            client.prepare(PAGE_ALL),
             client.prepare(IDS_TAKEN),
             client.prepare(HORIZON),
             client.prepare(KINDS_BETWEEN),
         )?;
         Ok(EventStatements {
             page,
+            page_all,
             ids_taken,
             horizon,
             kinds_between,

