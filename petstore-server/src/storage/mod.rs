@@ -400,8 +400,9 @@ pub trait Storage: Send + Sync + 'static {
 
     /// The feed's head as it moves: the largest id a page may return. It
     /// changes after each commit that wrote events (on PostgreSQL, also
-    /// after other instances' commits, within a poll interval), so a
-    /// long-poll waits on it instead of querying.
+    /// after other instances' commits, within a poll interval), so that
+    /// what follows the feed (long polls, by default; the webhooks'
+    /// fan-out) waits on it instead of querying.
     fn events_head(&self) -> tokio::sync::watch::Receiver<i64>;
 
     /// Deletes at most `limit` of the oldest events, and only those
