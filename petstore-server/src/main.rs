@@ -123,6 +123,10 @@ async fn serve(settings: ServeSettings, open_files: OpenFiles) -> anyhow::Result
     // Taken first: SIGHUP's default action would end the process, and a
     // reload may come while a large catalogue is still loading.
     let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    // Taken before the server logs that it is serving: a SIGTERM sent as
+    // soon as it says so would otherwise end it without a graceful stop.
+    let stop = shutdown_signal()?;
+    tokio::pin!(stop);
     let log = logging::logger(settings.log(), std::io::stderr());
     open_files.log(&log);
     let api_keys = ApiKeys::parse(&std::env::var("PETSTORE_API_KEYS").unwrap_or_default())?;
@@ -152,12 +156,10 @@ async fn serve(settings: ServeSettings, open_files: OpenFiles) -> anyhow::Result
         log.clone(),
     )
     .await?;
-    let stop = shutdown_signal();
-    tokio::pin!(stop);
     let fatal = loop {
         tokio::select! {
             signal = &mut stop => {
-                slog::info!(log, "shutting down"; "signal" => signal?);
+                slog::info!(log, "shutting down"; "signal" => signal);
                 break None;
             }
             reason = server.fatal_failure() => {
@@ -215,14 +217,17 @@ fn raise_open_file_limit() -> OpenFiles {
     }
 }
 
-/// Waits for SIGINT or SIGTERM and names the one that came.
-async fn shutdown_signal() -> anyhow::Result<&'static str> {
+/// Takes SIGINT and SIGTERM from now on; the future names the first that
+/// comes.
+fn shutdown_signal() -> anyhow::Result<impl Future<Output = &'static str>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
-    Ok(tokio::select! {
-        _ = terminate.recv() => "SIGTERM",
-        _ = interrupt.recv() => "SIGINT",
+    Ok(async move {
+        tokio::select! {
+            _ = terminate.recv() => "SIGTERM",
+            _ = interrupt.recv() => "SIGINT",
+        }
     })
 }
 

@@ -103,6 +103,22 @@ fn an_unusable_database_path_fails_fast_with_its_name() {
 }
 
 #[test]
+fn a_sigterm_while_the_server_starts_stops_it_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut starting = Served::launch(
+        petstore(dir.path())
+            .args(["serve", "--bind", "127.0.0.1:0", "--admin-bind", "off"])
+            .env("PETSTORE_API_KEYS", KEY),
+    );
+    // Its first line, before the database is opened or anything listens.
+    starting.wait_for("open-file limit");
+    let (exit, log) = starting.terminate();
+    assert!(exit.success(), "exit status {exit:?}\n{log}");
+    assert!(log.contains("\"signal\":\"SIGTERM\""), "{log}");
+    assert!(log.contains("\"stopped\""), "{log}");
+}
+
+#[test]
 fn serve_uses_sqlite_in_the_working_directory_logs_and_stops_cleanly_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let mut served = Served::start(dir.path(), &[]);

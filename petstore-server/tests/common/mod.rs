@@ -87,6 +87,15 @@ impl Served {
 
     /// Runs `command` (which starts a server) and waits until it serves.
     pub fn spawn(command: &mut Command) -> Served {
+        let mut served = Served::launch(command);
+        let serving = served.wait_for("serving");
+        served.address = logged_address(&serving);
+        served.admin_address = logged_field(&serving, "admin_address");
+        served
+    }
+
+    /// Runs `command` (which starts a server), its address not known yet.
+    pub fn launch(command: &mut Command) -> Served {
         let mut child = ChildGuard::spawn(
             "petstore-server",
             command.stderr(Stdio::piped()).stdout(Stdio::null()),
@@ -101,17 +110,13 @@ impl Served {
                 }
             }
         });
-        let mut served = Served {
+        Served {
             child,
             address: String::new(),
             admin_address: None,
             lines,
             seen: Vec::new(),
-        };
-        let serving = served.wait_for("serving");
-        served.address = logged_address(&serving);
-        served.admin_address = logged_field(&serving, "admin_address");
-        served
+        }
     }
 
     /// The first stderr line containing `needle`; fails if the process
