@@ -123,15 +123,15 @@ async fn serve(settings: ServeSettings, open_files: OpenFiles) -> anyhow::Result
     // Taken first: SIGHUP's default action would end the process, and a
     // reload may come while a large catalogue is still loading.
     let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
-    // Taken before the server logs that it is serving: a SIGTERM sent as
-    // soon as it says so would otherwise end it without a graceful stop.
+    // Taken before the server starts: a SIGTERM sent as soon as it says it
+    // is serving would otherwise end it without a graceful stop.
     let stop = shutdown_signal()?;
     tokio::pin!(stop);
     let log = logging::logger(settings.log(), std::io::stderr());
     open_files.log(&log);
     let api_keys = ApiKeys::parse(&std::env::var("PETSTORE_API_KEYS").unwrap_or_default())?;
     let deadline = Duration::from_secs(settings.shutdown_timeout);
-    let server = petstore_server::start(
+    let starting = petstore_server::start(
         ServerConfig {
             bind: settings.bind,
             database: settings.database.url(),
@@ -154,8 +154,20 @@ async fn serve(settings: ServeSettings, open_files: OpenFiles) -> anyhow::Result
             edge: settings.edge.limits(),
         },
         log.clone(),
-    )
-    .await?;
+    );
+    let server = tokio::select! {
+        // A server that has started stops gracefully, below.
+        biased;
+        server = starting => server?,
+        // Nothing is served yet: a start-up that takes long (a large
+        // catalogue to load, a migration waiting for another instance's)
+        // is abandoned, as the signal's default action would.
+        signal = &mut stop => {
+            slog::info!(log, "shutting down before serving"; "signal" => signal);
+            slog::info!(log, "stopped"; "requests_cut" => 0);
+            return Ok(());
+        }
+    };
     let fatal = loop {
         tokio::select! {
             signal = &mut stop => {

@@ -477,6 +477,43 @@ async fn a_page_read_on_one_instance_has_what_another_just_acknowledged() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_page_with_an_event_after_it_is_not_at_the_head() {
+    let Some(database) = petstore_support::postgres::fresh_database().await else {
+        return;
+    };
+    let storage = open(&database).await;
+    for n in 0..3 {
+        storage
+            .create(pet(&format!("one-of-three-{n}"), None))
+            .await
+            .unwrap();
+    }
+    let mut cursor = None;
+    assert_eq!(new_events(&storage, &mut cursor).await.len(), 3);
+    // Every kind (a plain range), then a filter (the filtering statement).
+    for kinds in [EnumSet::all(), EnumSet::only(EventKind::PetCreated)] {
+        let query = EventQuery {
+            limit: 2,
+            kinds,
+            ..every_kind(None)
+        };
+        let first = page(&storage, query).await;
+        assert_eq!(first.events.len(), 2, "{first:?}");
+        assert!(!first.at_head, "the third event is left: {first:?}");
+        let rest = page(
+            &storage,
+            EventQuery {
+                after: Some(first.next_after),
+                ..query
+            },
+        )
+        .await;
+        assert_eq!((rest.events.len(), rest.at_head), (1, true), "{rest:?}");
+    }
+    storage.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parked_poll_sleeps_through_other_kinds_and_wakes_for_its_own() {
     let Some(database) = petstore_support::postgres::fresh_database().await else {
         return;

@@ -277,8 +277,8 @@ pub struct EventPage {
     /// The head this page was read up to: no event above it was examined.
     pub head: i64,
     /// Whether every event up to `head` was examined (so a later page can
-    /// only find events committed after this one was read: a long-poll
-    /// waits for the head to move past `head`).
+    /// only find events committed after this one was read: a long poll
+    /// parks, [`super::Storage::events_after`]).
     pub at_head: bool,
 }
 

@@ -91,9 +91,12 @@ pub(super) const HORIZON: &str = "
     FROM pg_current_snapshot() AS snapshot";
 
 /// Each kind's last id among the events after `$1` up to `$2` (a range of
-/// the primary key).
-pub(super) const KINDS_BETWEEN: &str =
-    "SELECT kind, max(id) FROM events WHERE id > $1 AND id <= $2 GROUP BY kind";
+/// the primary key), and the floor as kind 0, from one snapshot: a purge
+/// of that range would otherwise look like a range without events.
+pub(super) const KINDS_BETWEEN: &str = "
+    SELECT kind, max(id) FROM events WHERE id > $1 AND id <= $2 GROUP BY kind
+    UNION ALL
+    SELECT 0::smallint, floor FROM events_floor";
 
 /// The feed's statements, prepared on every shared connection.
 pub(super) struct EventStatements {

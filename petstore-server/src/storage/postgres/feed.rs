@@ -279,6 +279,8 @@ async fn page(shared: &Lease<'_>, query: EventQuery, head: i64) -> Result<PageRe
     // The last row examined, and how many were: (id, examined).
     let mut last_examined = None;
     let mut taken = None;
+    // Whether an event after a full page was read (and left for the next).
+    let mut beyond = false;
     for (at, row) in rows.iter().enumerate() {
         let Some(id) = row.try_get::<_, Option<i64>>(1).map_err(&decode)? else {
             // Nothing examined.
@@ -297,8 +299,11 @@ async fn page(shared: &Lease<'_>, query: EventQuery, head: i64) -> Result<PageRe
                 row.try_get(11).map_err(&decode)?,
             ),
         };
-        if events.len() < limit as usize && matched {
-            events.push(event_from_row(row)?);
+        if matched {
+            match events.len() < limit as usize {
+                true => events.push(event_from_row(row)?),
+                false => beyond = true,
+            }
         }
         if last {
             let examined = match every {
@@ -315,8 +320,10 @@ async fn page(shared: &Lease<'_>, query: EventQuery, head: i64) -> Result<PageRe
         .is_some_and(|(id, examined)| examined < i64::from(EVENT_SCAN_MAX) || id >= head);
     let (next_after, at_head) = match (events.last(), last_examined) {
         // Full: on from its last event (what follows it may not have been
-        // examined).
-        (Some(last), _) if events.len() == limit as usize => (last.id, last.id >= head || to_head),
+        // examined); at the head only if nothing it may show follows.
+        (Some(last), _) if events.len() == limit as usize => {
+            (last.id, last.id >= head || (to_head && !beyond))
+        }
         (_, Some((id, _))) => (id, to_head),
         (_, None) => (query.after.unwrap_or(floor), true),
     };

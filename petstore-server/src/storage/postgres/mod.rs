@@ -654,10 +654,11 @@ impl Storage for PostgresStorage {
         }
     }
 
-    /// Polls parked at one cursor for the same types read at the same tick
-    /// (`handlers.rs`) the same page up to the same head, which never
-    /// changes: the last one read is kept and given to the next poll that
-    /// asks for it, so that they cost one statement between them.
+    /// Polls parked for the same types, woken by the same look of the scout
+    /// (`parked.rs`), read from the same cursor (where their kinds were
+    /// quiet) up to the same head, which never changes: the last page read
+    /// is kept and given to the next poll that asks for it, so that they
+    /// cost one statement between them.
     async fn events_to_known_head(&self, query: EventQuery) -> Result<EventsOutcome, StorageError> {
         let head = self.head.now();
         let last_parked = || self.last_parked.lock().unwrap_or_else(|e| e.into_inner());

@@ -149,7 +149,12 @@ impl Scout {
             return;
         }
         match self.kinds_between(up_to, head).await {
-            Ok(found) => {
+            // Events of the range were purged: what they were is unknown,
+            // and a poll must read (its cursor may have expired).
+            Ok(Found { floor, .. }) if floor > up_to => {
+                self.scouted.send_replace(Scouted::at(head));
+            }
+            Ok(Found { kinds: found, .. }) => {
                 if std::mem::take(&mut self.failing) {
                     slog::info!(
                         self.log,
@@ -176,12 +181,8 @@ impl Scout {
         }
     }
 
-    /// Each kind's last id after `from` up to `to`.
-    async fn kinds_between(
-        &self,
-        from: i64,
-        to: i64,
-    ) -> Result<Vec<(EventKind, i64)>, StorageError> {
+    /// Each kind's last id after `from` up to `to`, and the floor.
+    async fn kinds_between(&self, from: i64, to: i64) -> Result<Found, StorageError> {
         let doing = "reading the kinds of new events";
         let shared = self.connections.get().await?;
         let rows = shared
@@ -192,13 +193,30 @@ impl Scout {
                     .query(&shared.events.kinds_between, &[&from, &to]),
             )
             .await?;
-        rows.iter()
-            .map(|row| {
-                let code: i16 = row.try_get(0).map_err(super::postgres(doing))?;
-                let kind = EventKind::from_code(code.into())
-                    .ok_or(StorageError::Invariant("an event of an unknown kind"))?;
-                Ok((kind, row.try_get(1).map_err(super::postgres(doing))?))
-            })
-            .collect()
+        let mut found = Found {
+            kinds: Vec::with_capacity(rows.len()),
+            floor: 0,
+        };
+        for row in &rows {
+            let code: i16 = row.try_get(0).map_err(super::postgres(doing))?;
+            let id: i64 = row.try_get(1).map_err(super::postgres(doing))?;
+            match code {
+                0 => found.floor = id,
+                code => found.kinds.push((
+                    EventKind::from_code(code.into())
+                        .ok_or(StorageError::Invariant("an event of an unknown kind"))?,
+                    id,
+                )),
+            }
+        }
+        Ok(found)
     }
+}
+
+/// What one look found.
+struct Found {
+    /// Each kind's last id in the range looked at.
+    kinds: Vec<(EventKind, i64)>,
+    /// The feed's floor.
+    floor: i64,
 }

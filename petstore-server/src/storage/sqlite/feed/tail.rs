@@ -2,11 +2,12 @@
 //! and the oldest one's time (for the figures), and every retained event
 //! in columns, so that a page costs what a page of pets does at any depth.
 //!
-//! 18 bytes an event. An animal has one event of its own, and each of its
-//! orders at most four (placed and ordered, then delivered and sold or
-//! cancelled and returned), and memory holds every animal and order
-//! already: the events add at most 18 bytes an animal and 72 an order,
-//! less what retention purges. (Memory kept only the last 2^20 events
+//! 18 bytes an event (up to twice that while the columns grow: they double,
+//! as the catalogue's do, and keep their room after a purge). An animal has
+//! one event of its own, and each of its orders at most four (placed and
+//! ordered, then delivered and sold or cancelled and returned), and memory
+//! holds every animal and order already: the events add about 18 bytes an
+//! animal and 72 an order, less what retention purges. (Memory kept only the last 2^20 events
 //! before, and older pages were read from the file: 4.7 times a page of
 //! pets, BENCHMARKS.md, "Issue 28, fifth pass".)
 
