@@ -155,19 +155,10 @@ async fn serve(settings: ServeSettings, open_files: OpenFiles) -> anyhow::Result
         },
         log.clone(),
     );
-    let server = tokio::select! {
-        // A server that has started stops gracefully, below.
-        biased;
-        server = starting => server?,
-        // Nothing is served yet: a start-up that takes long (a large
-        // catalogue to load, a migration waiting for another instance's)
-        // is abandoned, as the signal's default action would.
-        signal = &mut stop => {
-            slog::info!(log, "shutting down before serving"; "signal" => signal);
-            slog::info!(log, "stopped"; "requests_cut" => 0);
-            return Ok(());
-        }
-    };
+    // A signal that comes meanwhile waits for the start to finish: what
+    // the start spawned holds the logger, whose records are written only
+    // once every holder is gone, which a graceful stop sees to.
+    let server = starting.await?;
     let fatal = loop {
         tokio::select! {
             signal = &mut stop => {
