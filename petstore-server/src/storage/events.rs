@@ -43,7 +43,7 @@ pub const PARKED_READ_GAP: Duration = Duration::from_millis(20);
 /// [`PARKED_READ_GAP`]s after a fixed instant: parked polls all read at
 /// these ticks, so those at one cursor read the same page up to the same
 /// head, and the storage reads it once for them all.
-pub fn next_parked_read(now: tokio::time::Instant) -> tokio::time::Instant {
+pub(super) fn next_parked_read(now: tokio::time::Instant) -> tokio::time::Instant {
     static EPOCH: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
     let epoch = *EPOCH.get_or_init(|| now);
     // Before it only on another runtime's paused clock (tests).

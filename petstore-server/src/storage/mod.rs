@@ -18,9 +18,10 @@ mod sqlite;
 mod url;
 pub mod webhooks;
 
+use events::next_parked_read;
 pub use events::{
     EVENT_SCAN_MAX, EventKind, EventPage, EventQuery, EventsOutcome, KindMarks, PARKED_READ_GAP,
-    ParkedWait, StoredEvent, next_parked_read,
+    ParkedWait, StoredEvent,
 };
 pub use idempotency::{CreateOutcome, Fingerprint, Idempotency, PURGE_BATCH, Retention};
 pub use keys::{KeyError, KeyStorage, Revoked, StoredKey};

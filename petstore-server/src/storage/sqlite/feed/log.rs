@@ -8,9 +8,9 @@ use super::super::schema::sqlite;
 use crate::storage::{EventKind, StorageError};
 use petstore_api::model::{Order, OrderStatus, Pet, PetStatus};
 
-/// An event as memory's tail keeps it (see `tail.rs`).
+/// An event as memory retains it (see `retained.rs`).
 #[derive(Clone, Copy, Debug)]
-pub(in crate::storage::sqlite) struct TailEvent {
+pub(in crate::storage::sqlite) struct RetainedEvent {
     pub(in crate::storage::sqlite) id: i64,
     pub(super) kind: EventKind,
     /// Microseconds.
@@ -28,7 +28,7 @@ pub(in crate::storage::sqlite) struct EventLog {
     /// The next id when the group began: where a rollback goes back to.
     group_start: i64,
     /// The group's events so far.
-    group: Vec<TailEvent>,
+    group: Vec<RetainedEvent>,
 }
 
 impl EventLog {
@@ -67,7 +67,7 @@ impl EventLog {
     }
 
     /// The events the group wrote, in id order.
-    pub(in crate::storage::sqlite) fn written(&self) -> &[TailEvent] {
+    pub(in crate::storage::sqlite) fn written(&self) -> &[RetainedEvent] {
         &self.group
     }
 
@@ -140,7 +140,7 @@ impl EventLog {
             event.owner,
             event.created.map(PetStatus::as_str)
         ])?;
-        self.group.push(TailEvent {
+        self.group.push(RetainedEvent {
             id: self.next,
             kind: event.kind,
             at: event.at,

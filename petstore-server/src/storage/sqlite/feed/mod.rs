@@ -7,7 +7,7 @@
 //!   is changed, then the head (the largest committed id) is sent, then the
 //!   group is answered: a client that got its answer finds its events.
 //! - **Stored in the file, and every retained event in memory**
-//!   (`tail.rs`): the floor, a tally, and the events in columns, 18 bytes
+//!   (`retained.rs`): the floor, a tally, and the events in columns, 18 bytes
 //!   each, loaded at start-up. A page is read there (`pages.rs`), under the
 //!   same lock as a page of pets, and costs about as much at any depth.
 //! - **Never past the head.** A page reads the head first and examines no
@@ -17,14 +17,14 @@
 //!   order an event up to the head is about.
 //! - **Purged as a prefix** (`log.rs`): the smallest ids while they are
 //!   older than asked, the floor raised in the same transaction, then
-//!   memory's tail and tally.
+//!   memory's retained events and tally.
 
 mod log;
 mod pages;
-mod tail;
+mod retained;
 #[cfg(test)]
 mod tests;
 
 pub(super) use log::{EventLog, purge};
 pub(super) use pages::memory_page;
-pub(super) use tail::Feed;
+pub(super) use retained::Feed;

@@ -1,4 +1,4 @@
-//! Pages of the feed, read from memory's columns (`tail.rs`), each event's
+//! Pages of the feed, read from memory's columns (`retained.rs`), each event's
 //! data made from memory's animals and orders.
 
 use super::super::memory::Committed;
@@ -133,26 +133,26 @@ pub(in crate::storage::sqlite) fn memory_page(
         }));
     }
     let mut scan = Scan::new(query);
-    let ended = scan_tail(memory, &mut scan, after.saturating_add(1), head)?;
+    let ended = scan_retained(memory, &mut scan, after.saturating_add(1), head)?;
     scan.page(memory, after, head, ended)
         .map(EventsOutcome::Page)
 }
 
-/// Examines the tail's events from `from` on, up to `head`; says whether
+/// Examines the retained events from `from` on, up to `head`; says whether
 /// they ran out before the page was full or at the bound.
-fn scan_tail(
+fn scan_retained(
     memory: &Committed,
     scan: &mut Scan,
     from: i64,
     head: i64,
 ) -> Result<bool, StorageError> {
-    let tail = &memory.events.tail;
+    let retained = &memory.events.retained;
     for id in from..=head {
         if !scan.wants_more() {
             return Ok(false);
         }
-        let Some(event) = tail.get(id) else {
-            // Only if the file's ids had a gap (`Tail::push`).
+        let Some(event) = retained.get(id) else {
+            // Only if the file's ids had a gap (`Retained::push`).
             return Err(StorageError::Invariant(
                 "memory lacks an event between the floor and the head",
             ));

@@ -18,7 +18,7 @@ use rusqlite::Connection;
 use rusqlite::types::{Type, ValueRef};
 
 use super::super::schema::sqlite;
-use super::log::{Purged, TailEvent};
+use super::log::{Purged, RetainedEvent};
 use crate::storage::{EventKind, KindMarks, StorageError};
 use petstore_api::model::PetStatus;
 
@@ -32,7 +32,7 @@ pub(in crate::storage::sqlite) struct Feed {
     /// The time of the smallest id retained (microseconds).
     oldest: Option<i64>,
     /// Every retained event.
-    pub(super) tail: Tail,
+    pub(super) retained: Retained,
     /// For each kind, an id that none of that kind exceeds: the last one
     /// appended, or the head at start-up.
     last_of_kind: KindMarks,
@@ -64,7 +64,7 @@ impl Feed {
             floor,
             count: count.unsigned_abs(),
             oldest,
-            tail: Tail::default(),
+            retained: Retained::default(),
             last_of_kind: KindMarks::all_at(head),
         };
         let mut select = conn
@@ -80,7 +80,7 @@ impl Feed {
                 ValueRef::Null => None,
                 status => Some(decode_status(id, status).map_err(&sql)?),
             };
-            feed.tail.push(TailEvent {
+            feed.retained.push(RetainedEvent {
                 id,
                 kind: decode_kind(id, row.get(1).map_err(&sql)?).map_err(&sql)?,
                 at: row.get(2).map_err(&sql)?,
@@ -92,14 +92,14 @@ impl Feed {
     }
 
     /// A group committed these events (in id order).
-    pub(in crate::storage::sqlite) fn append(&mut self, events: &[TailEvent]) {
+    pub(in crate::storage::sqlite) fn append(&mut self, events: &[RetainedEvent]) {
         let Some(first) = events.first() else {
             return;
         };
         self.count += events.len() as u64;
         self.oldest.get_or_insert(first.at);
         for event in events {
-            self.tail.push(*event);
+            self.retained.push(*event);
             self.last_of_kind.mark(event.kind, event.id);
         }
     }
@@ -119,8 +119,8 @@ impl Feed {
         self.oldest = purged.oldest;
         if let Some(floor) = purged.floor {
             self.floor = self.floor.max(floor);
-            while self.tail.first().is_some_and(|first| first <= floor) {
-                self.tail.pop_front();
+            while self.retained.first().is_some_and(|first| first <= floor) {
+                self.retained.pop_front();
             }
         }
     }
@@ -153,7 +153,7 @@ fn decode_status(id: i64, status: ValueRef<'_>) -> rusqlite::Result<PetStatus> {
 /// The retained events, consecutive ids in columns (the writer assigns
 /// them consecutively, so an id is found by subtraction).
 #[derive(Default)]
-pub(super) struct Tail {
+pub(super) struct Retained {
     /// The first event's id.
     first: i64,
     kinds: VecDeque<EventKind>,
@@ -162,7 +162,7 @@ pub(super) struct Tail {
     subjects: VecDeque<i64>,
 }
 
-impl Tail {
+impl Retained {
     pub(super) fn len(&self) -> usize {
         self.kinds.len()
     }
@@ -177,10 +177,10 @@ impl Tail {
         (self.len() > 0).then(|| self.first + self.len() as i64 - 1)
     }
 
-    /// The event `id`, if the tail holds it.
-    pub(super) fn get(&self, id: i64) -> Option<TailEvent> {
+    /// The event `id`, if it is retained.
+    pub(super) fn get(&self, id: i64) -> Option<RetainedEvent> {
         let at = usize::try_from(id.checked_sub(self.first)?).ok()?;
-        Some(TailEvent {
+        Some(RetainedEvent {
             id,
             kind: *self.kinds.get(at)?,
             at: self.at[at],
@@ -190,12 +190,13 @@ impl Tail {
     }
 
     /// Appends `event`. Ids are consecutive; should one not follow the
-    /// last (ids missing from the file), the tail starts again from it, so
-    /// that it never holds a gap a page would take for the head (a page
-    /// from before the gap then fails as a bug would: memory lacks it).
-    fn push(&mut self, event: TailEvent) {
+    /// last (ids missing from the file), the retained events start again
+    /// from it, so that they never hold a gap a page would take for the
+    /// head (a page from before the gap then fails as a bug would: memory
+    /// lacks it).
+    fn push(&mut self, event: RetainedEvent) {
         if self.last().is_some_and(|last| last + 1 != event.id) {
-            *self = Tail::default();
+            *self = Retained::default();
         }
         if self.len() == 0 {
             self.first = event.id;
@@ -220,8 +221,8 @@ impl Tail {
 mod tests {
     use super::*;
 
-    fn event(id: i64) -> TailEvent {
-        TailEvent {
+    fn event(id: i64) -> RetainedEvent {
+        RetainedEvent {
             id,
             kind: EventKind::PetCreated,
             at: id * 10,
@@ -231,18 +232,21 @@ mod tests {
     }
 
     #[test]
-    fn the_tail_finds_events_by_id_and_starts_again_after_a_gap() {
-        let mut tail = Tail::default();
-        assert_eq!((tail.first(), tail.last()), (None, None));
-        (5..=7).for_each(|id| tail.push(event(id)));
-        assert_eq!((tail.first(), tail.last()), (Some(5), Some(7)));
-        assert_eq!(tail.get(6).map(|e| (e.at, e.subject)), Some((60, 106)));
-        assert!(tail.get(4).is_none() && tail.get(8).is_none());
-        tail.pop_front();
-        assert_eq!((tail.first(), tail.get(5).is_none()), (Some(6), true));
-        // Ids missing from the file: the tail holds only what follows.
-        tail.push(event(10));
-        assert_eq!((tail.first(), tail.last()), (Some(10), Some(10)));
-        assert!(tail.get(7).is_none());
+    fn the_retained_events_are_found_by_id_and_starts_again_after_a_gap() {
+        let mut retained = Retained::default();
+        assert_eq!((retained.first(), retained.last()), (None, None));
+        (5..=7).for_each(|id| retained.push(event(id)));
+        assert_eq!((retained.first(), retained.last()), (Some(5), Some(7)));
+        assert_eq!(retained.get(6).map(|e| (e.at, e.subject)), Some((60, 106)));
+        assert!(retained.get(4).is_none() && retained.get(8).is_none());
+        retained.pop_front();
+        assert_eq!(
+            (retained.first(), retained.get(5).is_none()),
+            (Some(6), true)
+        );
+        // Ids missing from the file: only what follows is retained.
+        retained.push(event(10));
+        assert_eq!((retained.first(), retained.last()), (Some(10), Some(10)));
+        assert!(retained.get(7).is_none());
     }
 }
