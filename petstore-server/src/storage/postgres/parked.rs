@@ -46,6 +46,23 @@ impl Scouted {
             up_to: head,
         }
     }
+
+    /// What the polls know once a look at the events after `up_to` up to
+    /// `head` found `found`: each kind's last id there, and that nothing
+    /// else is up to `head`. Unless events of that range were purged
+    /// before the look: what they were is unknown, so every kind is
+    /// marked at `head`, and a poll reads (its cursor may have expired:
+    /// it gets its `410` rather than a cursor moved past purged events).
+    fn after_look(mut self, found: &Found, head: i64) -> Scouted {
+        if found.floor > self.up_to {
+            return Scouted::at(head);
+        }
+        for &(kind, id) in &found.kinds {
+            self.marks.mark(kind, id);
+        }
+        self.up_to = head;
+        self
+    }
 }
 
 /// The marks parked polls wait on, and the scout task that moves them.
@@ -149,12 +166,7 @@ impl Scout {
             return;
         }
         match self.kinds_between(up_to, head).await {
-            // Events of the range were purged: what they were is unknown,
-            // and a poll must read (its cursor may have expired).
-            Ok(Found { floor, .. }) if floor > up_to => {
-                self.scouted.send_replace(Scouted::at(head));
-            }
-            Ok(Found { kinds: found, .. }) => {
+            Ok(found) => {
                 if std::mem::take(&mut self.failing) {
                     slog::info!(
                         self.log,
@@ -163,12 +175,8 @@ impl Scout {
                 }
                 // Sent even when no mark moved: the polls learn how far
                 // their kinds stayed quiet.
-                self.scouted.send_modify(|scouted| {
-                    found
-                        .iter()
-                        .for_each(|&(kind, id)| scouted.marks.mark(kind, id));
-                    scouted.up_to = head;
-                });
+                self.scouted
+                    .send_modify(|scouted| *scouted = scouted.after_look(&found, head));
             }
             Err(error) => {
                 if !std::mem::replace(&mut self.failing, true) {
@@ -219,4 +227,56 @@ struct Found {
     kinds: Vec<(EventKind, i64)>,
     /// The feed's floor.
     floor: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use enumset::EnumSet;
+
+    use super::*;
+
+    #[test]
+    fn a_look_marks_each_kind_it_found_and_tells_how_far_the_others_stayed_quiet() {
+        let found = Found {
+            kinds: vec![(EventKind::PetCreated, 14), (EventKind::OrderPlaced, 12)],
+            floor: 3,
+        };
+        let scouted = Scouted::at(10).after_look(&found, 20);
+        assert_eq!(scouted.up_to, 20);
+        assert!(
+            scouted
+                .marks
+                .any_after(EnumSet::only(EventKind::PetCreated), 13)
+        );
+        assert!(
+            !scouted
+                .marks
+                .any_after(EnumSet::only(EventKind::PetCreated), 14)
+        );
+        assert!(
+            scouted
+                .marks
+                .any_after(EnumSet::only(EventKind::OrderPlaced), 11)
+        );
+        assert!(
+            !scouted
+                .marks
+                .any_after(EnumSet::only(EventKind::OrderDelivered), 10)
+        );
+    }
+
+    #[test]
+    fn a_look_at_a_range_purged_before_it_marks_every_kind_at_the_head() {
+        // The range after 10 lost its first events to a purge (floor 12)
+        // before the look: an `order.delivered` may have been among them.
+        let found = Found {
+            kinds: vec![(EventKind::PetCreated, 14)],
+            floor: 12,
+        };
+        let scouted = Scouted::at(10).after_look(&found, 20);
+        assert_eq!(scouted.up_to, 20);
+        for kind in EventKind::ALL {
+            assert!(scouted.marks.any_after(EnumSet::only(kind), 19), "{kind:?}");
+        }
+    }
 }
