@@ -26,9 +26,12 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_postgres::config::{Host, TargetSessionAttrs};
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::tls::TlsStream;
+use tokio_postgres::{AsyncMessage, Client, Config, Connection, NoTls};
 
 /// How long one host's handshake may take when the URL sets no
 /// `connect_timeout`.
@@ -71,11 +74,23 @@ impl Primary {
     /// aborted). When every host failed, the last failure; when every host
     /// that has not failed hung, this waits: the caller's deadline ends it.
     pub async fn connect(&self) -> Connected {
+        self.connect_telling(None).await
+    }
+
+    /// [`Primary::connect`], for a connection that `LISTEN`s: each
+    /// notification it receives wakes `notified`. (Other connections drop
+    /// what they would receive.)
+    pub async fn connect_listening(&self, notified: Arc<Notify>) -> Connected {
+        self.connect_telling(Some(notified)).await
+    }
+
+    async fn connect_telling(&self, notified: Option<Arc<Notify>>) -> Connected {
         let first = self.last.load(Ordering::Relaxed);
         let count = self.hosts.len();
         let mut waiting = (0..count).map(|i| (first + i) % count);
         let mut attempts = FuturesUnordered::new();
-        attempts.extend(waiting.next().map(|host| self.attempt(host)));
+        let attempt = |host| self.attempt(host, notified.clone());
+        attempts.extend(waiting.next().map(attempt));
         let mut last_failure = None;
         while !attempts.is_empty() {
             // Whichever comes first, a host's answer or the stagger, the
@@ -92,7 +107,7 @@ impl Primary {
                 },
                 () = tokio::time::sleep(STAGGER), if waiting.len() > 0 => {}
             }
-            attempts.extend(waiting.next().map(|host| self.attempt(host)));
+            attempts.extend(waiting.next().map(attempt));
         }
         match last_failure {
             Some(failure) => Err(failure),
@@ -101,17 +116,18 @@ impl Primary {
     }
 
     /// One host's handshake within the timeout: `None` when it hung.
-    fn attempt(&self, host: usize) -> BoxFuture<'_, (usize, Option<Connected>)> {
+    fn attempt(
+        &self,
+        host: usize,
+        notified: Option<Arc<Notify>>,
+    ) -> BoxFuture<'_, (usize, Option<Connected>)> {
         let config = &self.hosts[host];
         async move {
             let handshake = config.connect(NoTls);
             let outcome = match tokio::time::timeout(self.handshake_timeout, handshake).await {
-                Ok(Ok((client, connection))) => Some(Ok((
-                    client,
-                    tokio::spawn(async move {
-                        let _ = connection.await;
-                    }),
-                ))),
+                Ok(Ok((client, connection))) => {
+                    Some(Ok((client, tokio::spawn(drive(connection, notified)))))
+                }
                 Ok(Err(error)) => Some(Err(error)),
                 Err(_) => None,
             };
@@ -122,6 +138,25 @@ impl Primary {
 }
 
 type Connected = Result<(Client, JoinHandle<()>), tokio_postgres::Error>;
+
+/// Runs `connection` until it ends, waking `notified` at each
+/// notification it receives.
+async fn drive<S, T>(mut connection: Connection<S, T>, notified: Option<Arc<Notify>>)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    T: TlsStream + Unpin,
+{
+    let Some(notified) = notified else {
+        let _ = connection.await;
+        return;
+    };
+    let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+    while let Some(Ok(message)) = messages.next().await {
+        if let AsyncMessage::Notification(_) = message {
+            notified.notify_one();
+        }
+    }
+}
 
 /// The pool's connections, made the same way.
 pub(super) struct PoolConnect(pub Arc<Primary>);

@@ -59,9 +59,12 @@
 //!
 //! Right after each of this instance's writes that may have written events
 //! commits, and when a page waits for the head (both by a local `Notify`),
-//! at most one round per [`ROUND_GAP`]; every [`POLL`] for other
-//! instances' writes; and, while a value waits for older
-//! transactions to end, again after a short wait that grows to [`POLL`].
+//! at most one round per [`ROUND_GAP`]; as soon as another instance
+//! notifies that it wrote (`LISTEN/NOTIFY`, `notify.rs`: a round that
+//! followed this instance's writes notifies the others), and every
+//! [`POLL`] in case a notification was lost; and, while a value waits for
+//! older transactions to end, again after a short wait that grows to
+//! [`POLL`].
 //! A round is two small statements on a connection of the watcher's own,
 //! made and replaced as the shared connections are (`shared.rs`), so the
 //! head comes back by itself after a database restart or a failover;
@@ -82,22 +85,31 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::connect::Primary;
+use super::notify::{Listener, NOTIFY};
 use super::shared::SharedConnections;
 use crate::storage::StorageError;
 
 /// How often the head is looked for with nothing else to prompt it (other
-/// instances' writes).
+/// instances' writes whose notification was lost).
 pub(super) const POLL: Duration = Duration::from_millis(200);
 
 /// The least time between the starts of two rounds: under a steady stream
 /// of writes, rounds run at most this often instead of once per commit.
 pub(super) const ROUND_GAP: Duration = Duration::from_millis(5);
+
+/// The least time between two notifications to the other instances: they
+/// learn of this one's writes at most this much later than of their own,
+/// and a busy instance notifies 50 times a second at most (each is a
+/// transaction of its own, about 0.1 ms of the database's time).
+const NOTICE_GAP: Duration = Duration::from_millis(20);
 
 /// The first wait before looking again while a value waits for older
 /// transactions (doubled each time, up to [`POLL`]).
@@ -120,28 +132,55 @@ const PENDING_MAX: usize = 64;
 pub(super) struct Head {
     /// Wakes the watcher for a round.
     wake: Arc<Notify>,
+    /// Set by this instance's writes: the next round tells the others.
+    written: Arc<AtomicBool>,
     head: watch::Receiver<i64>,
     watcher: JoinHandle<()>,
+    /// Wakes the watcher when another instance wrote.
+    listener: Listener,
 }
 
 impl Head {
     /// Starts the watcher, on the current runtime, with `connections` (one
-    /// is enough) of its own; it logs its failures to `log`.
-    pub fn start(connections: Arc<SharedConnections>, log: slog::Logger) -> Head {
+    /// is enough) of its own, and its listener, which connects through
+    /// `primary`; both log their failures to `log`.
+    pub fn start(
+        connections: Arc<SharedConnections>,
+        primary: Arc<Primary>,
+        log: slog::Logger,
+    ) -> Head {
+        Head::polling_every(connections, primary, log, POLL)
+    }
+
+    /// [`Head::start`], polling every `poll` (tests: only notifications
+    /// move a head that polls once an hour).
+    fn polling_every(
+        connections: Arc<SharedConnections>,
+        primary: Arc<Primary>,
+        log: slog::Logger,
+        poll: Duration,
+    ) -> Head {
         let wake = Arc::new(Notify::new());
+        let written = Arc::new(AtomicBool::new(false));
         let (head_sender, head) = watch::channel(0);
+        let listener = Listener::start(primary, Arc::clone(&wake), log.clone());
         let watcher = Watcher {
             connections,
             wake: Arc::clone(&wake),
+            written: Arc::clone(&written),
             head: head_sender,
             pending: VecDeque::new(),
             session: None,
+            poll,
+            noticed: None,
             log,
         };
         Head {
             wake,
+            written,
             head,
             watcher: tokio::spawn(watcher.run()),
+            listener,
         }
     }
 
@@ -159,6 +198,7 @@ impl Head {
     /// failed, perhaps after committing), before it is answered: the head
     /// moves at once, not at the next poll.
     pub fn written(&self) {
+        self.written.store(true, Ordering::Release);
         self.wake.notify_one();
     }
 
@@ -179,6 +219,7 @@ impl Head {
     /// waiting on it is told (its sender is dropped).
     pub fn stop(&self) {
         self.watcher.abort();
+        self.listener.stop();
     }
 }
 
@@ -204,11 +245,17 @@ struct Candidate {
 struct Watcher {
     connections: Arc<SharedConnections>,
     wake: Arc<Notify>,
+    /// Whether this instance wrote since the last round.
+    written: Arc<AtomicBool>,
     head: watch::Sender<i64>,
     /// Oldest first; `ids`, `next_xid` and `lsn` increase along it.
     pending: VecDeque<Candidate>,
     /// The connection (`Shared::serial`) the pending values were read on.
     session: Option<u64>,
+    /// How long to wait with nothing else to prompt a round.
+    poll: Duration,
+    /// When the other instances were last notified.
+    noticed: Option<Instant>,
     log: slog::Logger,
 }
 
@@ -237,13 +284,17 @@ impl Watcher {
                     }
                     retry = RETRY;
                     wait = match self.pending.is_empty() {
-                        true => POLL,
+                        true => self.poll,
                         false => {
                             let now = recheck;
-                            recheck = (recheck * 2).min(POLL);
+                            recheck = (recheck * 2).min(self.poll);
                             now
                         }
                     };
+                    if self.written.load(Ordering::Acquire) {
+                        // A notification put off (see `round`).
+                        wait = wait.min(NOTICE_GAP);
+                    }
                 }
                 Err(StorageError::Closed) => return,
                 Err(error) => {
@@ -262,9 +313,15 @@ impl Watcher {
     }
 
     /// One round: the last id taken, then the next xid; publishes what
-    /// became final.
+    /// became final, and tells the other instances when this one wrote.
     async fn round(&mut self) -> Result<(), StorageError> {
         let shared = self.connections.get().await?;
+        // Taken before the ids are read: a write that sets it later is
+        // told by a later round. Within `NOTICE_GAP` of the last
+        // notification, it is left for a later round (`run` has one come
+        // soon enough).
+        let due = self.noticed.is_none_or(|at| at.elapsed() >= NOTICE_GAP);
+        let written = due && self.written.swap(false, Ordering::AcqRel);
         let doing = "reading the events' ids taken";
         let taken = shared
             .run(
@@ -286,6 +343,18 @@ impl Watcher {
             // here.
             self.pending.clear();
             self.session = Some(shared.serial);
+        }
+        if written {
+            // Only a wake-up (`notify.rs`): when it fails, the others
+            // learn at their next poll, and this connection's failure
+            // shows in the next round.
+            let _ = shared
+                .run(
+                    "telling the other instances",
+                    shared.client.batch_execute(NOTIFY),
+                )
+                .await;
+            self.noticed = Some(Instant::now());
         }
         drop(shared);
         self.add(Candidate { ids, next_xid, lsn });
@@ -328,5 +397,78 @@ impl Watcher {
             *head = (*head).max(newest.ids);
             moved
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use enumset::EnumSet;
+    use petstore_api::model::NewPet;
+    use petstore_support::{SOON, eventually_some, within};
+
+    use super::*;
+    use crate::storage::{EventQuery, EventsOutcome, PostgresStorage, PostgresUrl, Storage};
+
+    /// Another instance's head that polls once an hour moves within the
+    /// test's bounds only if this instance's write told it so.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn another_instance_learns_of_a_write_from_its_notification() {
+        let Some(database) = petstore_support::postgres::fresh_database().await else {
+            return;
+        };
+        let url = PostgresUrl::parse(database.url()).expect("a PostgreSQL URL");
+        let writer = PostgresStorage::open(&url)
+            .await
+            .expect("open the database");
+        let config: tokio_postgres::Config = database.url().parse().expect("a PostgreSQL URL");
+        let primary = Primary::new(&config);
+        let connections = Arc::new(SharedConnections::new(Arc::clone(&primary), 1));
+        let discard = slog::Logger::root(slog::Discard, slog::o!());
+        let hour = Duration::from_secs(3600);
+        let other = Head::polling_every(connections, primary, discard, hour);
+        // A notification sent before both listen is lost (the poll would
+        // bring it, an hour later).
+        let (observer, connection) = tokio_postgres::connect(database.url(), tokio_postgres::NoTls)
+            .await
+            .expect("connect");
+        tokio::spawn(connection);
+        eventually_some("both instances listening", SOON, || async {
+            let row = observer
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity
+                     WHERE datname = current_database() AND query = $1 AND state = 'idle'",
+                    &[&super::super::notify::LISTEN],
+                )
+                .await
+                .expect("pg_stat_activity");
+            (row.get::<_, i64>(0) == 2).then_some(())
+        })
+        .await;
+        let created = NewPet {
+            name: "told".to_owned(),
+            category_id: 1,
+            status: None,
+        };
+        writer.create(created).await.expect("create");
+        let query = EventQuery {
+            after: None,
+            limit: 10,
+            kinds: EnumSet::all(),
+            owner: None,
+        };
+        let event = match writer.events(query).await.expect("a page") {
+            EventsOutcome::Page(page) => page.events.last().expect("the event").id,
+            EventsOutcome::Expired { .. } => panic!("nothing was purged"),
+        };
+        let mut head = other.receiver();
+        within(
+            "the other instance's head past the event",
+            SOON,
+            head.wait_for(|head| *head >= event),
+        )
+        .await
+        .expect("the watcher runs");
+        other.stop();
+        writer.close().await;
     }
 }

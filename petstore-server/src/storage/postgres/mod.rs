@@ -37,6 +37,7 @@ mod connect;
 mod event_statements;
 mod feed;
 mod head;
+mod notify;
 mod order_statements;
 mod orders;
 mod parked;
@@ -297,7 +298,7 @@ impl PostgresStorage {
             Migration::Store(e) => in_database(e),
             Migration::Refused(e) => e,
         })?;
-        let head = Head::start(Arc::clone(&watcher), log.clone());
+        let head = Head::start(Arc::clone(&watcher), Arc::clone(&primary), log.clone());
         Ok(PostgresStorage {
             gets: Batcher::start(Arc::clone(&readers), readers.max()),
             lists: Batcher::start(Arc::clone(&readers), readers.max()),
