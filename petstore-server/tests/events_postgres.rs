@@ -442,10 +442,11 @@ async fn the_head_never_passes_an_event_that_may_still_appear() {
 }
 
 /// What one instance acknowledged is in the next page read on another,
-/// although that one's head learns of other instances' writes only at its
-/// next poll: the page sees ids taken above its head and is read again
-/// once the head has passed them. Twenty times, each way in turn (a page
-/// that merely came after a poll would pass now and then, not every time).
+/// although that one's head learns of other instances' writes only when
+/// their notification arrives (or at its next poll): the page sees ids
+/// taken above its head and is read again once the head has passed them.
+/// Twenty times, each way in turn (a page that merely came after a
+/// notification or a poll would pass now and then, not every time).
 /// On a cluster of its own: another test's long transaction would hold
 /// the head back, and the page would rightly not wait for ever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -27,11 +27,10 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_postgres::config::{Host, TargetSessionAttrs};
 use tokio_postgres::tls::TlsStream;
-use tokio_postgres::{AsyncMessage, Client, Config, Connection, NoTls};
+use tokio_postgres::{AsyncMessage, Client, Config, Connection, NoTls, Notification};
 
 /// How long one host's handshake may take when the URL sets no
 /// `connect_timeout`.
@@ -78,18 +77,18 @@ impl Primary {
     }
 
     /// [`Primary::connect`], for a connection that `LISTEN`s: each
-    /// notification it receives wakes `notified`. (Other connections drop
-    /// what they would receive.)
-    pub async fn connect_listening(&self, notified: Arc<Notify>) -> Connected {
-        self.connect_telling(Some(notified)).await
+    /// notification it receives is given to `received`. (Other
+    /// connections drop what they would receive.)
+    pub async fn connect_listening(&self, received: OnNotification) -> Connected {
+        self.connect_telling(Some(received)).await
     }
 
-    async fn connect_telling(&self, notified: Option<Arc<Notify>>) -> Connected {
+    async fn connect_telling(&self, received: Option<OnNotification>) -> Connected {
         let first = self.last.load(Ordering::Relaxed);
         let count = self.hosts.len();
         let mut waiting = (0..count).map(|i| (first + i) % count);
         let mut attempts = FuturesUnordered::new();
-        let attempt = |host| self.attempt(host, notified.clone());
+        let attempt = |host| self.attempt(host, received.clone());
         attempts.extend(waiting.next().map(attempt));
         let mut last_failure = None;
         while !attempts.is_empty() {
@@ -119,14 +118,14 @@ impl Primary {
     fn attempt(
         &self,
         host: usize,
-        notified: Option<Arc<Notify>>,
+        received: Option<OnNotification>,
     ) -> BoxFuture<'_, (usize, Option<Connected>)> {
         let config = &self.hosts[host];
         async move {
             let handshake = config.connect(NoTls);
             let outcome = match tokio::time::timeout(self.handshake_timeout, handshake).await {
                 Ok(Ok((client, connection))) => {
-                    Some(Ok((client, tokio::spawn(drive(connection, notified)))))
+                    Some(Ok((client, tokio::spawn(drive(connection, received)))))
                 }
                 Ok(Err(error)) => Some(Err(error)),
                 Err(_) => None,
@@ -139,21 +138,24 @@ impl Primary {
 
 type Connected = Result<(Client, JoinHandle<()>), tokio_postgres::Error>;
 
-/// Runs `connection` until it ends, waking `notified` at each
-/// notification it receives.
-async fn drive<S, T>(mut connection: Connection<S, T>, notified: Option<Arc<Notify>>)
+/// What a listening connection does with each notification it receives.
+pub(super) type OnNotification = Arc<dyn Fn(&Notification) + Send + Sync>;
+
+/// Runs `connection` until it ends, giving each notification it receives
+/// to `received`.
+async fn drive<S, T>(mut connection: Connection<S, T>, received: Option<OnNotification>)
 where
     S: AsyncRead + AsyncWrite + Unpin,
     T: TlsStream + Unpin,
 {
-    let Some(notified) = notified else {
+    let Some(received) = received else {
         let _ = connection.await;
         return;
     };
     let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
     while let Some(Ok(message)) = messages.next().await {
-        if let AsyncMessage::Notification(_) = message {
-            notified.notify_one();
+        if let AsyncMessage::Notification(notification) = message {
+            received(&notification);
         }
     }
 }

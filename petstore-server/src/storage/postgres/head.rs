@@ -68,15 +68,17 @@
 //! A round is two small statements on a connection of the watcher's own,
 //! made and replaced as the shared connections are (`shared.rs`), so the
 //! head comes back by itself after a database restart or a failover;
-//! failures are logged once and retried.
+//! failures are logged once and retried. After this instance's writes, a
+//! third tells the others, once the head has moved (`notify.rs`).
 //!
 //! # Reading what was acknowledged, on any instance
 //!
 //! A page also reads the last id taken (`feed.rs`). When it went up to the
 //! head and that value is above it, ids were handed out that the head has
 //! not passed yet, perhaps to a change acknowledged before the page was
-//! asked for: another instance's (which this one's head learns of at its
-//! next poll) or this one's (its round not run yet). The page is then read
+//! asked for: another instance's (which this one's head learns of when
+//! that instance's notification arrives, or at its next poll) or this
+//! one's (its round not run yet). The page is then read
 //! again once the head reaches that value ([`Head::reaching`], which wakes
 //! the watcher and waits at most [`SETTLE_WAIT`]). So a client that got
 //! its `201` from any instance and then reads the feed on any sees its
@@ -93,7 +95,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::connect::Primary;
-use super::notify::{Listener, NOTIFY};
+use super::notify::{Listener, Sender};
 use super::shared::SharedConnections;
 use crate::storage::StorageError;
 
@@ -106,9 +108,9 @@ pub(super) const POLL: Duration = Duration::from_millis(200);
 pub(super) const ROUND_GAP: Duration = Duration::from_millis(5);
 
 /// The least time between two notifications to the other instances: they
-/// learn of this one's writes at most this much later than of their own,
-/// and a busy instance notifies 50 times a second at most (each is a
-/// transaction of its own, about 0.1 ms of the database's time).
+/// learn of this one's writes at most this much later than otherwise, and
+/// a busy instance notifies 50 times a second at most (each a commit of
+/// its own, flushed to the disk: `notify.rs`).
 const NOTICE_GAP: Duration = Duration::from_millis(20);
 
 /// The first wait before looking again while a value waits for older
@@ -163,7 +165,9 @@ impl Head {
         let wake = Arc::new(Notify::new());
         let written = Arc::new(AtomicBool::new(false));
         let (head_sender, head) = watch::channel(0);
-        let listener = Listener::start(primary, Arc::clone(&wake), log.clone());
+        let me = Sender::new();
+        let notice = me.notify_statement();
+        let listener = Listener::start(primary, me, Arc::clone(&wake), log.clone());
         let watcher = Watcher {
             connections,
             wake: Arc::clone(&wake),
@@ -172,6 +176,7 @@ impl Head {
             pending: VecDeque::new(),
             session: None,
             poll,
+            notice,
             noticed: None,
             log,
         };
@@ -254,6 +259,8 @@ struct Watcher {
     session: Option<u64>,
     /// How long to wait with nothing else to prompt a round.
     poll: Duration,
+    /// The statement that tells the other instances (`notify.rs`).
+    notice: String,
     /// When the other instances were last notified.
     noticed: Option<Instant>,
     log: slog::Logger,
@@ -315,13 +322,8 @@ impl Watcher {
     /// One round: the last id taken, then the next xid; publishes what
     /// became final, and tells the other instances when this one wrote.
     async fn round(&mut self) -> Result<(), StorageError> {
-        let shared = self.connections.get().await?;
-        // Taken before the ids are read: a write that sets it later is
-        // told by a later round. Within `NOTICE_GAP` of the last
-        // notification, it is left for a later round (`run` has one come
-        // soon enough).
-        let due = self.noticed.is_none_or(|at| at.elapsed() >= NOTICE_GAP);
-        let written = due && self.written.swap(false, Ordering::AcqRel);
+        let connections = Arc::clone(&self.connections);
+        let shared = connections.get().await?;
         let doing = "reading the events' ids taken";
         let taken = shared
             .run(
@@ -344,21 +346,25 @@ impl Watcher {
             self.pending.clear();
             self.session = Some(shared.serial);
         }
-        if written {
-            // Only a wake-up (`notify.rs`): when it fails, the others
-            // learn at their next poll, and this connection's failure
-            // shows in the next round.
+        self.add(Candidate { ids, next_xid, lsn });
+        self.publish(xmin, durable);
+        // Last, so that this head does not wait for it. Every write that
+        // set the flag has committed: the others' rounds will see it.
+        // Within `NOTICE_GAP` of the last notification, it is left for a
+        // later round (`run` has one come soon enough).
+        let due = self.noticed.is_none_or(|at| at.elapsed() >= NOTICE_GAP);
+        if due && self.written.swap(false, Ordering::AcqRel) {
+            // Only a wake-up: when it fails, the others learn at their
+            // next poll, and this connection's failure shows in the next
+            // round.
             let _ = shared
                 .run(
                     "telling the other instances",
-                    shared.client.batch_execute(NOTIFY),
+                    shared.client.batch_execute(&self.notice),
                 )
                 .await;
             self.noticed = Some(Instant::now());
         }
-        drop(shared);
-        self.add(Candidate { ids, next_xid, lsn });
-        self.publish(xmin, durable);
         Ok(())
     }
 
@@ -410,7 +416,9 @@ mod tests {
     use crate::storage::{EventQuery, EventsOutcome, PostgresStorage, PostgresUrl, Storage};
 
     /// Another instance's head that polls once an hour moves within the
-    /// test's bounds only if this instance's write told it so.
+    /// test's bounds only if this instance's writes told it so. (The first
+    /// write might also be found by a round the other's listener prompted
+    /// when it started; the second only by a notification.)
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn another_instance_learns_of_a_write_from_its_notification() {
         let Some(database) = petstore_support::postgres::fresh_database().await else {
@@ -444,30 +452,32 @@ mod tests {
             (row.get::<_, i64>(0) == 2).then_some(())
         })
         .await;
-        let created = NewPet {
-            name: "told".to_owned(),
-            category_id: 1,
-            status: None,
-        };
-        writer.create(created).await.expect("create");
-        let query = EventQuery {
-            after: None,
-            limit: 10,
-            kinds: EnumSet::all(),
-            owner: None,
-        };
-        let event = match writer.events(query).await.expect("a page") {
-            EventsOutcome::Page(page) => page.events.last().expect("the event").id,
-            EventsOutcome::Expired { .. } => panic!("nothing was purged"),
-        };
         let mut head = other.receiver();
-        within(
-            "the other instance's head past the event",
-            SOON,
-            head.wait_for(|head| *head >= event),
-        )
-        .await
-        .expect("the watcher runs");
+        for name in ["told", "told again"] {
+            let created = NewPet {
+                name: name.to_owned(),
+                category_id: 1,
+                status: None,
+            };
+            writer.create(created).await.expect("create");
+            let query = EventQuery {
+                after: None,
+                limit: 10,
+                kinds: EnumSet::all(),
+                owner: None,
+            };
+            let event = match writer.events(query).await.expect("a page") {
+                EventsOutcome::Page(page) => page.events.last().expect("the event").id,
+                EventsOutcome::Expired { .. } => panic!("nothing was purged"),
+            };
+            within(
+                "the other instance's head past the event",
+                SOON,
+                head.wait_for(|head| *head >= event),
+            )
+            .await
+            .expect("the watcher runs");
+        }
         other.stop();
         writer.close().await;
     }

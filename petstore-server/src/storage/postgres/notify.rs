@@ -1,18 +1,26 @@
 //! Telling the other instances that this one wrote events: `LISTEN/NOTIFY`
-//! on one channel, so that their heads move at once rather than at their
-//! next poll ([`POLL`](super::head::POLL)).
+//! on one channel, so that their heads move as soon as the notification
+//! arrives rather than at their next poll (`POLL`, `head.rs`).
 //!
 //! A notification only wakes a head's watcher for a round; the round reads
 //! what is in the database. So a notification lost (the listening
-//! connection down, the database restarted, the queue full) costs only
-//! time: the watcher still polls, as it did before instances notified.
+//! connection down, the database restarted) costs only time: the watcher
+//! still polls, as it did before instances notified.
 //!
-//! The writes themselves never notify: `NOTIFY` in a transaction takes a
-//! lock for the whole cluster at its commit, and would serialize every
-//! write. The watcher notifies instead, after a round that followed this
-//! instance's writes, at most once per round
-//! ([`ROUND_GAP`](super::head::ROUND_GAP)), in a transaction of its own
-//! that does not wait for the disk.
+//! - **Never from a write's transaction**: `NOTIFY` takes a lock for the
+//!   whole cluster at commit, and would serialize the writes. The watcher
+//!   notifies instead, after a round that followed this instance's writes,
+//!   at most every `NOTICE_GAP` (`head.rs`), once its head has moved.
+//! - **Committed to the disk**: a round's value passes only once the WAL
+//!   up to where it read is flushed, so a commit record left unflushed by
+//!   the notification would hold the others' heads back until the WAL
+//!   writer runs (`wal_writer_delay`, 200 ms by default). It does not wait
+//!   for synchronous standbys (`local`): the others' heads wait for those
+//!   themselves, and this one's next round need not.
+//! - **One statement**: no transaction block that a failure could leave
+//!   open on the watcher's connection.
+//! - **Signed**: the payload names the sending instance, whose own
+//!   listener ignores it (its head has moved already).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,36 +28,62 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use super::connect::Primary;
-use super::shared::CONNECTION_TIMEOUT;
+use super::connect::{OnNotification, Primary};
+use super::shared::{CONNECTION_TIMEOUT, STATEMENT_TIMEOUT};
 
 /// What the instances listen on.
 pub(super) const LISTEN: &str = "LISTEN petstore_events";
 
-/// What an instance sends once its writes committed: a transaction of its
-/// own (a notification is sent at commit), committed without waiting for
-/// the disk (losing it in a crash loses a wake-up, not an event).
-pub(super) const NOTIFY: &str = "BEGIN; SET LOCAL synchronous_commit = off; \
-    NOTIFY petstore_events; COMMIT";
+/// How often a listening connection is checked: one that stopped answering
+/// (a hung server, a partition) would otherwise keep it waiting, deaf,
+/// after the watcher moved to another primary.
+const CHECK: Duration = Duration::from_secs(5);
 
-/// The first wait before connecting again (doubled each time, up to
+/// The first wait before listening again (doubled each time, up to
 /// [`RETRY_MAX`]).
 const RETRY: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(5);
 
+/// This instance's name in its notifications.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Sender(String);
+
+impl Sender {
+    /// A name no other instance has (random).
+    pub fn new() -> Sender {
+        Sender(uuid::Uuid::new_v4().simple().to_string())
+    }
+
+    /// The statement that tells the other instances (see the module's
+    /// doc). The name is hexadecimal digits: nothing to quote.
+    pub fn notify_statement(&self) -> String {
+        format!(
+            "SELECT set_config('synchronous_commit', 'local', true), \
+                    pg_notify('petstore_events', '{}')",
+            self.0
+        )
+    }
+}
+
 /// The task that listens, on a connection of its own, and wakes a head's
-/// watcher at each notification.
+/// watcher at each other instance's notification.
 pub(super) struct Listener {
     task: JoinHandle<()>,
 }
 
 impl Listener {
     /// Listens on the current runtime, connecting through `primary`, and
-    /// wakes `watcher` at each notification, and whenever it starts
-    /// listening again (what was sent meanwhile was lost); logs to `log`.
-    pub fn start(primary: Arc<Primary>, watcher: Arc<Notify>, log: slog::Logger) -> Listener {
+    /// wakes `watcher` at each notification not from `me`, and whenever
+    /// it starts listening again (what was sent meanwhile was lost); logs
+    /// to `log`.
+    pub fn start(
+        primary: Arc<Primary>,
+        me: Sender,
+        watcher: Arc<Notify>,
+        log: slog::Logger,
+    ) -> Listener {
         Listener {
-            task: tokio::spawn(listen(primary, watcher, log)),
+            task: tokio::spawn(listen(primary, me, watcher, log)),
         }
     }
 
@@ -65,35 +99,17 @@ impl Drop for Listener {
     }
 }
 
-async fn listen(primary: Arc<Primary>, watcher: Arc<Notify>, log: slog::Logger) {
+async fn listen(primary: Arc<Primary>, me: Sender, watcher: Arc<Notify>, log: slog::Logger) {
     let mut retry = RETRY;
     let mut failing = false;
     loop {
-        let connected = tokio::time::timeout(
-            CONNECTION_TIMEOUT,
-            primary.connect_listening(Arc::clone(&watcher)),
-        )
-        .await;
-        let listening = match connected {
-            Ok(Ok((client, driver))) => match client.batch_execute(LISTEN).await {
-                Ok(()) => Ok((client, driver)),
-                Err(error) => {
-                    driver.abort();
-                    Err(petstore_api::error::chain(&error))
-                }
-            },
-            Ok(Err(error)) => Err(petstore_api::error::chain(&error)),
-            Err(_) => Err("no host answered in time".to_owned()),
-        };
-        match listening {
-            Ok((_client, driver)) => {
+        let started = tokio::time::Instant::now();
+        match listen_once(&primary, &me, &watcher).await {
+            Ok(ended) => {
                 if std::mem::take(&mut failing) {
                     slog::info!(log, "events: listening for other instances' writes again");
                 }
-                retry = RETRY;
-                watcher.notify_one();
-                // Until the connection ends; the client is held till then.
-                let _ = driver.await;
+                slog::debug!(log, "events: the listening connection ended"; "why" => ended);
             }
             Err(error) => {
                 if !std::mem::replace(&mut failing, true) {
@@ -103,7 +119,60 @@ async fn listen(primary: Arc<Primary>, watcher: Arc<Notify>, log: slog::Logger) 
                 }
             }
         }
+        // A connection that ends at once, again and again (a pooler, a
+        // short `idle_session_timeout`), is not made again at once.
+        if started.elapsed() >= RETRY_MAX {
+            retry = RETRY;
+        }
         tokio::time::sleep(retry).await;
         retry = (retry * 2).min(RETRY_MAX);
+    }
+}
+
+/// Listens on one connection until it ends or stops answering (why, as
+/// `Ok`); `Err` when listening could not start.
+async fn listen_once(
+    primary: &Primary,
+    me: &Sender,
+    watcher: &Arc<Notify>,
+) -> Result<&'static str, String> {
+    let chain = |error: tokio_postgres::Error| petstore_api::error::chain(&error);
+    let received: OnNotification = {
+        let (me, watcher) = (me.clone(), Arc::clone(watcher));
+        Arc::new(move |notification| {
+            if notification.payload() != me.0 {
+                watcher.notify_one();
+            }
+        })
+    };
+    let connected = tokio::time::timeout(CONNECTION_TIMEOUT, primary.connect_listening(received))
+        .await
+        .map_err(|_| "no host answered in time".to_owned())?;
+    let (client, mut driver) = connected.map_err(chain)?;
+    match tokio::time::timeout(STATEMENT_TIMEOUT, client.batch_execute(LISTEN)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => {
+            driver.abort();
+            return Err(chain(error));
+        }
+        Err(_) => {
+            driver.abort();
+            return Err("LISTEN was not answered in time".to_owned());
+        }
+    }
+    watcher.notify_one();
+    let mut checks = tokio::time::interval_at(tokio::time::Instant::now() + CHECK, CHECK);
+    checks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = &mut driver => return Ok("closed"),
+            _ = checks.tick() => {
+                let check = tokio::time::timeout(STATEMENT_TIMEOUT, client.simple_query(""));
+                if !matches!(check.await, Ok(Ok(_))) {
+                    driver.abort();
+                    return Ok("it stopped answering");
+                }
+            }
+        }
     }
 }
