@@ -938,3 +938,58 @@ async fn the_head_moves_again_after_a_database_restart() {
     .await;
     storage.close().await;
 }
+
+/// A value of the head waits until the WAL up to it is flushed, and a
+/// commit that does not wait for the disk leaves the WAL unflushed (the
+/// webhooks' bookkeeping commits so, and so does the notification to the
+/// other instances unless it writes to the WAL): the watcher has the WAL
+/// flushed (by its notification, or on its own when a value waits only for
+/// the disk) rather than wait for the WAL writer. Here every write of the
+/// storage commits so (`synchronous_commit=off` in its URL) and the WAL
+/// writer runs every 10 s: each write is still in the feed at once. (It
+/// fails with neither flush.) On a cluster of its own, whose WAL writer
+/// this test slows down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_feed_does_not_wait_for_the_wal_writer() {
+    let Some(cluster) = petstore_support::postgres::own_cluster().await else {
+        return;
+    };
+    let database = cluster.fresh_database().await;
+    let admin = raw(&database).await;
+    // (Each its own statement: `ALTER SYSTEM` runs in no transaction.)
+    for statement in [
+        "ALTER SYSTEM SET wal_writer_delay = '10s'",
+        "SELECT pg_reload_conf()",
+    ] {
+        admin.batch_execute(statement).await.unwrap();
+    }
+    eventually_some("the WAL writer runs every 10 s", SOON, || async {
+        let row = admin.query_one("SHOW wal_writer_delay", &[]).await.unwrap();
+        (row.get::<_, String>(0) == "10s").then_some(())
+    })
+    .await;
+    let url = format!("{}?options=-c%20synchronous_commit%3Doff", database.url());
+    let storage = PostgresStorage::open(&PostgresUrl::parse(&url).unwrap())
+        .await
+        .expect("open the database");
+    let mut cursor = None;
+    new_events(&storage, &mut cursor).await;
+    // The WAL writer would show each in 10 to 30 s.
+    let at_once = Duration::from_secs(5);
+    for n in 0..3 {
+        let created = storage
+            .create(pet(&format!("async-{n}"), None))
+            .await
+            .unwrap();
+        let shown = async {
+            loop {
+                let events = new_events(&storage, &mut cursor).await;
+                if events.iter().any(|event| event.resource() == created.id) {
+                    return;
+                }
+            }
+        };
+        within("the write in the feed", at_once, shown).await;
+    }
+    storage.close().await;
+}

@@ -90,6 +90,16 @@ pub(super) const HORIZON: &str = "
                    WHERE sync_state IN ('sync', 'quorum'))) - '0/0'::pg_lsn)::bigint
     FROM pg_current_snapshot() AS snapshot";
 
+/// Has the WAL flushed up to where it is written now: a value of the head
+/// waits for that (`head.rs`). PostgreSQL never flushes the commit of a
+/// transaction that wrote nothing else, whatever `synchronous_commit`
+/// says, so this one writes an empty logical message (transactional,
+/// prefix `petstore`: logical decoding plugins that forward messages see
+/// it), and commits waiting for the local disk only (the head waits for
+/// synchronous standbys itself).
+pub(super) const FLUSH: &str = "SELECT set_config('synchronous_commit', 'local', true), \
+    pg_logical_emit_message(true, 'petstore', '')";
+
 /// Each kind's last id among the events after `$1` up to `$2` (a range of
 /// the primary key), and the floor as kind 0, from one snapshot: a purge
 /// of that range would otherwise look like a range without events.

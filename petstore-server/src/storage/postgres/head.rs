@@ -44,7 +44,13 @@
 //! failover) losing that WAL would hand the same ids out again, below the
 //! head, where a page could skip them. Once the WAL up to `lsn` is flushed
 //! (and, when the primary has synchronous standbys it can see, on them
-//! too), the sequence comes back past `s` from any crash. The
+//! too), the sequence comes back past `s` from any crash. A value that
+//! waits only for the WAL's flush (a commit that does not wait for the
+//! disk came after it: the webhooks' bookkeeping, or a URL that sets
+//! `synchronous_commit = off`) is not left to the WAL writer, which may
+//! take `wal_writer_delay` (200 ms) or three times that: the round has
+//! the WAL flushed ([`FLUSH`](super::event_statements::FLUSH)) and looks
+//! again. The
 //! comparisons mean something only within one server's life, so the
 //! values still waiting are dropped whenever the watcher's connection is
 //! a new one (the database may have restarted), and read again on it.
@@ -95,6 +101,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::connect::Primary;
+use super::event_statements::FLUSH;
 use super::notify::{Listener, Sender};
 use super::shared::SharedConnections;
 use crate::storage::StorageError;
@@ -348,22 +355,28 @@ impl Watcher {
         }
         self.add(Candidate { ids, next_xid, lsn });
         self.publish(xmin, durable);
+        let unflushed = self
+            .pending
+            .front()
+            .is_some_and(|first| first.next_xid <= xmin && first.lsn > durable);
         // Last, so that this head does not wait for it. Every write that
         // set the flag has committed: the others' rounds will see it.
         // Within `NOTICE_GAP` of the last notification, it is left for a
         // later round (`run` has one come soon enough).
         let due = self.noticed.is_none_or(|at| at.elapsed() >= NOTICE_GAP);
-        if due && self.written.swap(false, Ordering::AcqRel) {
-            // Only a wake-up: when it fails, the others learn at their
-            // next poll, and this connection's failure shows in the next
-            // round.
+        let notify = due && self.written.swap(false, Ordering::AcqRel);
+        if notify || unflushed {
+            // The notification flushes the WAL too (`notify.rs`). When it
+            // fails, the others learn at their next poll, this head waits
+            // for the WAL writer, and this connection's failure shows in
+            // the next round.
+            let statement = if notify { self.notice.as_str() } else { FLUSH };
             let _ = shared
-                .run(
-                    "telling the other instances",
-                    shared.client.batch_execute(&self.notice),
-                )
+                .run("flushing the WAL", shared.client.batch_execute(statement))
                 .await;
-            self.noticed = Some(Instant::now());
+            if notify {
+                self.noticed = Some(Instant::now());
+            }
         }
         Ok(())
     }
