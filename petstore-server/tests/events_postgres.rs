@@ -945,10 +945,10 @@ async fn the_head_moves_again_after_a_database_restart() {
 /// other instances unless it writes to the WAL): the watcher has the WAL
 /// flushed (by its notification, or on its own when a value waits only for
 /// the disk) rather than wait for the WAL writer. Here every write of the
-/// storage commits so (`synchronous_commit=off` in its URL) and the WAL
-/// writer runs every 10 s: each write is still in the feed at once. (It
-/// fails with neither flush.) On a cluster of its own, whose WAL writer
-/// this test slows down.
+/// storage commits so (`synchronous_commit=off` in its URL), and so does
+/// another session's, and the WAL writer runs every 10 s: each write is
+/// still in the feed at once. (It fails with neither flush.) On a cluster
+/// of its own, whose WAL writer this test slows down.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_feed_does_not_wait_for_the_wal_writer() {
     let Some(cluster) = petstore_support::postgres::own_cluster().await else {
@@ -991,5 +991,30 @@ async fn the_feed_does_not_wait_for_the_wal_writer() {
         };
         within("the write in the feed", at_once, shown).await;
     }
+    // A write this instance did not make (another instance's, say, whose
+    // notification is not awaited here): the watcher finds it at its poll,
+    // and has the WAL flushed itself.
+    admin
+        .batch_execute("SET synchronous_commit = off")
+        .await
+        .unwrap();
+    let elsewhere: i64 = admin
+        .query_one(
+            "INSERT INTO pets (name, category_id, status) VALUES ('elsewhere', 1, 'available')
+             RETURNING id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let shown = async {
+        loop {
+            let events = new_events(&storage, &mut cursor).await;
+            if events.iter().any(|event| event.resource() == elsewhere) {
+                return;
+            }
+        }
+    };
+    within("another session's write in the feed", at_once, shown).await;
     storage.close().await;
 }

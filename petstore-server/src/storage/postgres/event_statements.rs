@@ -76,27 +76,31 @@ pub(super) const IDS_TAKEN: &str =
     "SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM events_ids";
 
 /// The statement's snapshot's `xmin`, the next xid the cluster will
-/// assign, the end of the WAL written and how far it is durable: flushed,
-/// and on the synchronous standbys when there are any (and their positions
-/// may be seen). See `head.rs`. (The function behind
-/// `pg_stat_replication`, without the view's copy of every session's
-/// activity.)
+/// assign, the end of the WAL written, how far it is durable (flushed,
+/// and on the synchronous standbys when there are any and their positions
+/// may be seen), and how far it is flushed here. See `head.rs`. (The
+/// function behind `pg_stat_replication`, without the view's copy of
+/// every session's activity.)
 pub(super) const HORIZON: &str = "
     SELECT pg_snapshot_xmin(snapshot)::text::bigint,
            pg_snapshot_xmax(snapshot)::text::bigint + age(pg_snapshot_xmax(snapshot)::xid),
            (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint,
            (least(pg_current_wal_flush_lsn(),
                   (SELECT min(flush_lsn) FROM pg_stat_get_wal_senders()
-                   WHERE sync_state IN ('sync', 'quorum'))) - '0/0'::pg_lsn)::bigint
+                   WHERE sync_state IN ('sync', 'quorum'))) - '0/0'::pg_lsn)::bigint,
+           (pg_current_wal_flush_lsn() - '0/0'::pg_lsn)::bigint
     FROM pg_current_snapshot() AS snapshot";
 
 /// Has the WAL flushed up to where it is written now: a value of the head
-/// waits for that (`head.rs`). PostgreSQL never flushes the commit of a
-/// transaction that wrote nothing else, whatever `synchronous_commit`
-/// says, so this one writes an empty logical message (transactional,
-/// prefix `petstore`: logical decoding plugins that forward messages see
-/// it), and commits waiting for the local disk only (the head waits for
-/// synchronous standbys itself).
+/// waits for that (`head.rs`). PostgreSQL does not wait for the flush of a
+/// transaction that wrote nothing but its commit, whatever
+/// `synchronous_commit` says (the WAL writer flushes it later), so this
+/// one writes an empty logical message (transactional, prefix `petstore`:
+/// logical decoding plugins that forward messages see it; it takes a
+/// transaction id), and commits waiting for the local disk only (the head
+/// waits for synchronous standbys itself). A role needs `EXECUTE` on
+/// `pg_logical_emit_message`, which PostgreSQL grants to every role; where
+/// it is refused, the head does without (`head.rs`).
 pub(super) const FLUSH: &str = "SELECT set_config('synchronous_commit', 'local', true), \
     pg_logical_emit_message(true, 'petstore', '')";
 

@@ -74,8 +74,10 @@
 //! A round is two small statements on a connection of the watcher's own,
 //! made and replaced as the shared connections are (`shared.rs`), so the
 //! head comes back by itself after a database restart or a failover;
-//! failures are logged once and retried. After this instance's writes, a
-//! third tells the others, once the head has moved (`notify.rs`).
+//! failures are logged once and retried. A third, after the value is
+//! published, when this instance wrote, tells the others and has the WAL
+//! flushed (`notify.rs`), or only has it flushed, when the oldest value
+//! waits for nothing else and nothing else flushes it.
 //!
 //! # Reading what was acknowledged, on any instance
 //!
@@ -99,11 +101,12 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tokio_postgres::error::SqlState;
 
 use super::connect::Primary;
 use super::event_statements::FLUSH;
 use super::notify::{Listener, Sender};
-use super::shared::SharedConnections;
+use super::shared::{STATEMENT_TIMEOUT, SharedConnections};
 use crate::storage::StorageError;
 
 /// How often the head is looked for with nothing else to prompt it (other
@@ -173,7 +176,7 @@ impl Head {
         let written = Arc::new(AtomicBool::new(false));
         let (head_sender, head) = watch::channel(0);
         let me = Sender::new();
-        let notice = me.notify_statement();
+        let (notice, notice_alone) = (me.notify_statement(), me.notify_alone());
         let listener = Listener::start(primary, me, Arc::clone(&wake), log.clone());
         let watcher = Watcher {
             connections,
@@ -184,6 +187,9 @@ impl Head {
             session: None,
             poll,
             notice,
+            notice_alone,
+            flush_refused: false,
+            telling_failed: false,
             noticed: None,
             flushed: 0,
             log,
@@ -267,11 +273,18 @@ struct Watcher {
     session: Option<u64>,
     /// How long to wait with nothing else to prompt a round.
     poll: Duration,
-    /// The statement that tells the other instances (`notify.rs`).
+    /// The statements that tell the other instances (`notify.rs`), with
+    /// and without flushing the WAL.
     notice: String,
+    notice_alone: String,
+    /// Whether the database refused `FLUSH` (no `EXECUTE` on
+    /// `pg_logical_emit_message`): values then wait for the WAL writer.
+    flush_refused: bool,
+    /// Whether the last flush or notification failed (logged once).
+    telling_failed: bool,
     /// When the other instances were last notified.
     noticed: Option<Instant>,
-    /// How far the WAL was flushed at the last round.
+    /// How far the WAL was flushed here at the last round.
     flushed: i64,
     log: slog::Logger,
 }
@@ -293,7 +306,11 @@ impl Watcher {
             }
             last_round = Some(Instant::now());
             match self.round().await {
-                Ok(()) => {
+                Ok(flushed) => {
+                    if flushed {
+                        // What waited for the disk is final now.
+                        recheck = RECHECK;
+                    }
                     if failing {
                         failing = false;
                         slog::info!(self.log, "events: the feed's head moves again";
@@ -331,7 +348,8 @@ impl Watcher {
 
     /// One round: the last id taken, then the next xid; publishes what
     /// became final, and tells the other instances when this one wrote.
-    async fn round(&mut self) -> Result<(), StorageError> {
+    /// Says whether it had the WAL flushed (look again soon).
+    async fn round(&mut self) -> Result<bool, StorageError> {
         let connections = Arc::clone(&self.connections);
         let shared = connections.get().await?;
         let doing = "reading the events' ids taken";
@@ -349,6 +367,7 @@ impl Watcher {
             .await?;
         let column = |i| horizon.try_get::<_, i64>(i).map_err(super::postgres(doing));
         let (xmin, next_xid, lsn, durable) = (column(0)?, column(1)?, column(2)?, column(3)?);
+        let flushed_here = column(4)?;
         if self.session != Some(shared.serial) {
             // Another connection, perhaps to a restarted database or a
             // promoted standby: what the old one saw compares with nothing
@@ -358,36 +377,78 @@ impl Watcher {
         }
         self.add(Candidate { ids, next_xid, lsn });
         self.publish(xmin, durable);
-        // Only once nothing else flushes the WAL (it has not moved since
-        // the last round): under writes, their commits flush it anyway,
-        // and a flush of ours each round cost them 2 to 3 µs of the
-        // database's time a request.
-        let stalled = std::mem::replace(&mut self.flushed, durable) == durable;
+        // Only when the WAL flushed here has not moved since the last
+        // round (under writes, their commits flush it anyway, and a flush
+        // of ours each round cost them 2 to 3 µs of the database's time a
+        // request), and only what a flush here can help: not a standby
+        // that lags.
+        let stalled = std::mem::replace(&mut self.flushed, flushed_here) == flushed_here;
         let unflushed = stalled
+            && !self.flush_refused
             && self
                 .pending
                 .front()
-                .is_some_and(|first| first.next_xid <= xmin && first.lsn > durable);
+                .is_some_and(|first| first.next_xid <= xmin && first.lsn > flushed_here);
         // Last, so that this head does not wait for it. Every write that
         // set the flag has committed: the others' rounds will see it.
         // Within `NOTICE_GAP` of the last notification, it is left for a
         // later round (`run` has one come soon enough).
         let due = self.noticed.is_none_or(|at| at.elapsed() >= NOTICE_GAP);
         let notify = due && self.written.swap(false, Ordering::AcqRel);
-        if notify || unflushed {
-            // The notification flushes the WAL too (`notify.rs`). When it
-            // fails, the others learn at their next poll, this head waits
-            // for the WAL writer, and this connection's failure shows in
-            // the next round.
-            let statement = if notify { self.notice.as_str() } else { FLUSH };
-            let _ = shared
-                .run("flushing the WAL", shared.client.batch_execute(statement))
-                .await;
-            if notify {
-                self.noticed = Some(Instant::now());
-            }
+        if notify {
+            self.noticed = Some(Instant::now());
         }
-        Ok(())
+        Ok((notify || unflushed) && self.tell(&shared.client, notify).await)
+    }
+
+    /// Has the WAL flushed, telling the other instances too when `notify`
+    /// (the notification flushes it: `notify.rs`); says whether it did.
+    /// Failures are logged once: the others then learn at their next
+    /// poll, and this head waits for the WAL writer. A connection that
+    /// broke shows in the next round.
+    async fn tell(&mut self, client: &tokio_postgres::Client, notify: bool) -> bool {
+        let statement = match (notify, self.flush_refused) {
+            (true, false) => self.notice.as_str(),
+            (true, true) => self.notice_alone.as_str(),
+            (false, _) => FLUSH,
+        };
+        let outcome = tokio::time::timeout(STATEMENT_TIMEOUT, client.batch_execute(statement));
+        let (error, refused) = match outcome.await {
+            Ok(Ok(())) => {
+                if std::mem::take(&mut self.telling_failed) {
+                    slog::info!(
+                        self.log,
+                        "events: flushing the WAL and telling the other \
+                        instances again"
+                    );
+                }
+                return !self.flush_refused;
+            }
+            Ok(Err(error)) => {
+                let refused = error.code().is_some_and(|code| {
+                    *code == SqlState::INSUFFICIENT_PRIVILEGE
+                        || *code == SqlState::UNDEFINED_FUNCTION
+                });
+                (petstore_api::error::chain(&error), refused)
+            }
+            Err(_) => ("no answer in time".to_owned(), false),
+        };
+        if refused && !self.flush_refused {
+            self.flush_refused = true;
+            slog::warn!(self.log, "events: the database refuses pg_logical_emit_message; \
+                the feed's head waits for the WAL writer after commits that do not wait \
+                for the disk (up to 3 × wal_writer_delay)"; "error" => error);
+            if notify {
+                // Told without the flush, then.
+                let alone = client.batch_execute(&self.notice_alone);
+                let _ = tokio::time::timeout(STATEMENT_TIMEOUT, alone).await;
+            }
+        } else if !std::mem::replace(&mut self.telling_failed, true) {
+            slog::warn!(self.log, "events: cannot flush the WAL or tell the other instances; \
+                they learn of this one's events at their next poll, and this one's head \
+                may wait for the WAL writer meanwhile"; "error" => error);
+        }
+        false
     }
 
     /// Queues a round's value, unless the head already covers it.
@@ -465,8 +526,11 @@ mod tests {
         eventually_some("both instances listening", SOON, || async {
             let row = observer
                 .query_one(
+                    // (A listener's last query is `LISTEN`, or the empty
+                    // one that checks its connection every 5 s.)
                     "SELECT count(*) FROM pg_stat_activity
-                     WHERE datname = current_database() AND query = $1 AND state = 'idle'",
+                     WHERE datname = current_database() AND query IN ($1, '')
+                       AND state = 'idle'",
                     &[&super::super::notify::LISTEN],
                 )
                 .await

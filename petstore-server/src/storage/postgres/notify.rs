@@ -9,8 +9,8 @@
 //!
 //! - **Never from a write's transaction**: `NOTIFY` takes a lock for the
 //!   whole cluster at commit, and would serialize the writes. The watcher
-//!   notifies instead, after a round that followed this instance's writes,
-//!   at most every `NOTICE_GAP` (`head.rs`), once its head has moved.
+//!   notifies instead, at the end of a round that followed this instance's
+//!   writes, at most every `NOTICE_GAP` (`head.rs`).
 //! - **Committed to the disk**: a round's value passes only once the WAL
 //!   up to where it read is flushed, so a commit record left unflushed by
 //!   the notification would hold the others' heads back until the WAL
@@ -23,7 +23,7 @@
 //! - **One statement**: no transaction block that a failure could leave
 //!   open on the watcher's connection.
 //! - **Signed**: the payload names the sending instance, whose own
-//!   listener ignores it (its head has moved already).
+//!   listener ignores it (its own round already looked).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,10 +58,20 @@ impl Sender {
         Sender(uuid::Uuid::new_v4().simple().to_string())
     }
 
-    /// The statement that tells the other instances (see the module's
-    /// doc). The name is hexadecimal digits: nothing to quote.
+    /// The statement that tells the other instances, and flushes the WAL
+    /// (see the module's doc). The name is hexadecimal digits: nothing to
+    /// quote.
     pub fn notify_statement(&self) -> String {
-        format!("{FLUSH}, pg_notify('petstore_events', '{}')", self.0)
+        format!("{FLUSH}, {}", self.notification())
+    }
+
+    /// The statement that only tells them, where `FLUSH` is refused.
+    pub fn notify_alone(&self) -> String {
+        format!("SELECT {}", self.notification())
+    }
+
+    fn notification(&self) -> String {
+        format!("pg_notify('petstore_events', '{}')", self.0)
     }
 }
 
@@ -104,11 +114,8 @@ async fn listen(primary: Arc<Primary>, me: Sender, watcher: Arc<Notify>, log: sl
     let mut failing = false;
     loop {
         let started = tokio::time::Instant::now();
-        match listen_once(&primary, &me, &watcher).await {
+        match listen_once(&primary, &me, &watcher, &log, &mut failing).await {
             Ok(ended) => {
-                if std::mem::take(&mut failing) {
-                    slog::info!(log, "events: listening for other instances' writes again");
-                }
                 slog::debug!(log, "events: the listening connection ended"; "why" => ended);
             }
             Err(error) => {
@@ -130,11 +137,14 @@ async fn listen(primary: Arc<Primary>, me: Sender, watcher: Arc<Notify>, log: sl
 }
 
 /// Listens on one connection until it ends or stops answering (why, as
-/// `Ok`); `Err` when listening could not start.
+/// `Ok`); `Err` when listening could not start. Logs that it listens
+/// again after `failing`.
 async fn listen_once(
     primary: &Primary,
     me: &Sender,
     watcher: &Arc<Notify>,
+    log: &slog::Logger,
+    failing: &mut bool,
 ) -> Result<&'static str, String> {
     let chain = |error: tokio_postgres::Error| petstore_api::error::chain(&error);
     let received: OnNotification = {
@@ -160,6 +170,9 @@ async fn listen_once(
             return Err("LISTEN was not answered in time".to_owned());
         }
     }
+    if std::mem::take(failing) {
+        slog::info!(log, "events: listening for other instances' writes again");
+    }
     watcher.notify_one();
     let mut checks = tokio::time::interval_at(tokio::time::Instant::now() + CHECK, CHECK);
     checks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -172,6 +185,65 @@ async fn listen_once(
                     driver.abort();
                     return Ok("it stopped answering");
                 }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each statement runs, and the one that flushes leaves every WAL
+    /// record written before it flushed, although the commit before it
+    /// did not wait for the disk (on a cluster of its own: no other
+    /// session flushes meanwhile, and the WAL writer waits 10 s).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_notification_flushes_what_was_written_before_it() {
+        let Some(cluster) = petstore_support::postgres::own_cluster().await else {
+            return;
+        };
+        let database = cluster.fresh_database().await;
+        let (client, connection) = tokio_postgres::connect(database.url(), tokio_postgres::NoTls)
+            .await
+            .expect("connect");
+        tokio::spawn(connection);
+        for statement in [
+            "ALTER SYSTEM SET wal_writer_delay = '10s'",
+            "SELECT pg_reload_conf()",
+        ] {
+            client.batch_execute(statement).await.unwrap();
+        }
+        // Commits that do not wait for the disk.
+        client
+            .batch_execute("SET synchronous_commit = off; CREATE TABLE written (x int)")
+            .await
+            .unwrap();
+        let me = Sender::new();
+        for statement in [me.notify_statement(), me.notify_alone(), FLUSH.to_owned()] {
+            let written: i64 = client
+                .query_one(
+                    "INSERT INTO written VALUES (1)
+                     RETURNING (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            client.batch_execute(&statement).await.unwrap();
+            let flushed: i64 = client
+                .query_one(
+                    "SELECT (pg_current_wal_flush_lsn() - '0/0'::pg_lsn)::bigint",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if statement != me.notify_alone() {
+                assert!(
+                    flushed >= written,
+                    "{statement}: flushed {flushed}, written {written}"
+                );
             }
         }
     }
