@@ -955,19 +955,8 @@ async fn the_feed_does_not_wait_for_the_wal_writer() {
         return;
     };
     let database = cluster.fresh_database().await;
+    cluster.slow_wal_writer().await.unwrap();
     let admin = raw(&database).await;
-    // (Each its own statement: `ALTER SYSTEM` runs in no transaction.)
-    for statement in [
-        "ALTER SYSTEM SET wal_writer_delay = '10s'",
-        "SELECT pg_reload_conf()",
-    ] {
-        admin.batch_execute(statement).await.unwrap();
-    }
-    eventually_some("the WAL writer runs every 10 s", SOON, || async {
-        let row = admin.query_one("SHOW wal_writer_delay", &[]).await.unwrap();
-        (row.get::<_, String>(0) == "10s").then_some(())
-    })
-    .await;
     let url = format!("{}?options=-c%20synchronous_commit%3Doff", database.url());
     let storage = PostgresStorage::open(&PostgresUrl::parse(&url).unwrap())
         .await

@@ -442,6 +442,31 @@ impl Cluster {
         }
     }
 
+    /// Has the WAL writer run only every 10 s (PostgreSQL's default: every
+    /// 200 ms), so that a commit that does not wait for the disk stays
+    /// unflushed unless something else flushes it; returns once the server
+    /// runs with it (a reload is taken up asynchronously).
+    pub async fn slow_wal_writer(&self) -> Result<(), String> {
+        let client = admin_client(&self.url("postgres")).await?;
+        let sql = |e: tokio_postgres::Error| format!("slowing the WAL writer: {e}");
+        // Each its own statement: ALTER SYSTEM runs in no transaction.
+        for statement in [
+            "ALTER SYSTEM SET wal_writer_delay = '10s'",
+            "SELECT pg_reload_conf()",
+        ] {
+            client.batch_execute(statement).await.map_err(sql)?;
+        }
+        let deadline = Deadline::after(READY_TIMEOUT);
+        loop {
+            let row = client.query_one("SHOW wal_writer_delay", &[]).await;
+            if row.map_err(sql)?.get::<_, &str>(0) == "10s" {
+                return Ok(());
+            }
+            deadline.check("the WAL writer runs every 10 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Promotes this standby to primary; returns once it accepts writes.
     pub async fn promote(&self) -> Result<(), String> {
         let client = admin_client(&self.url("postgres")).await?;

@@ -208,12 +208,7 @@ mod tests {
             .await
             .expect("connect");
         tokio::spawn(connection);
-        for statement in [
-            "ALTER SYSTEM SET wal_writer_delay = '10s'",
-            "SELECT pg_reload_conf()",
-        ] {
-            client.batch_execute(statement).await.unwrap();
-        }
+        cluster.slow_wal_writer().await.unwrap();
         // Commits that do not wait for the disk.
         client
             .batch_execute("SET synchronous_commit = off; CREATE TABLE written (x int)")
