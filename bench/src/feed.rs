@@ -263,6 +263,32 @@ impl IdleFollowers {
     }
 }
 
+/// Where [`follower_latency`]'s followers are parked.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum FollowersOn {
+    /// The instance the commits are made on.
+    TheWriter,
+    /// Another instance on the same database.
+    AnotherInstance,
+}
+
+impl FollowersOn {
+    /// Followers on `followed`, commits on `writer`.
+    pub fn of(followed: SocketAddr, writer: SocketAddr) -> Self {
+        match followed == writer {
+            true => Self::TheWriter,
+            false => Self::AnotherInstance,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::TheWriter => "the writer",
+            Self::AnotherInstance => "another instance",
+        }
+    }
+}
+
 /// What [`follower_latency`] measured.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Latency {
@@ -285,12 +311,14 @@ struct Receipt {
 }
 
 /// Parks `followers` long polls of `pet.created` after `head` on the
-/// server at `addr`, then creates `commits` pets one at a time: each after
-/// every follower has received the previous one and had a moment to park
-/// again. Records, per follower and commit, the delay from the create's
-/// `201` to the follower's receipt.
+/// server at `addr`, then creates `commits` pets one at a time on the
+/// server at `writer` (the same one, or another instance on the same
+/// database): each after every follower has received the previous one and
+/// had a moment to park again. Records, per follower and commit, the delay
+/// from the create's `201` to the follower's receipt.
 pub async fn follower_latency(
     (addr, key): (SocketAddr, &str),
+    writer: SocketAddr,
     followers: usize,
     commits: usize,
     head: u64,
@@ -332,7 +360,7 @@ pub async fn follower_latency(
     for _ in 0..commits {
         tokio::time::sleep(PARK_AGAIN).await;
         let sent = Instant::now();
-        let pet = create(&http, addr, key).await?;
+        let pet = create(&http, writer, key).await?;
         let created = Instant::now();
         latency.creates_ms.push(ms(sent, created));
         for got in 0..followers {

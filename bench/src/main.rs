@@ -43,6 +43,7 @@ mod webhook;
 mod wrk;
 
 use canned::FeedCursors;
+use feed::FollowersOn;
 use options::{Options, Switch};
 use report::{Round, Row, Sample, pets_label};
 use scenario::Scenario;
@@ -199,10 +200,11 @@ impl Bench {
                 followers.push(format!("{label}: {summary}"));
                 followers_failed |= failed;
             }
-            if let Some(latency) = outcome.latency {
-                let parked = self.options.latency_followers as usize;
-                latencies.push((setup.backend.name(), parked, latency));
-            }
+            let parked = self.options.latency_followers as usize;
+            let backend = setup.backend.name();
+            latencies.extend(
+                (outcome.latency.into_iter()).map(|(on, latency)| (backend, on, parked, latency)),
+            );
             let backend = setup.backend.name();
             webhooks.extend(outcome.webhooks.into_iter().map(|w| (backend, w)));
         }
@@ -409,9 +411,10 @@ impl Bench {
             .map(|run| self.webhooks_after_runs(run, setup, (&server, &key), &label))
             .transpose()?
             .unwrap_or_default();
-        let latency = (o.follower_latency > 0 && base)
-            .then(|| self.follower_latency(&server, &key, &label))
-            .transpose()?;
+        let latency = match o.follower_latency > 0 && base {
+            true => self.follower_latencies(setup.backend, (&server, &url, &key), &label)?,
+            false => Vec::new(),
+        };
         server.stop()?;
         ceiling.stop()?;
         if let Some(peer) = peer {
@@ -481,10 +484,32 @@ impl Bench {
     }
 
     /// `--follower-latency`: the followers parked at the feed's head (as it
-    /// is now, after the runs) and the commits, on `server`.
+    /// is now, after the runs) and the commits, on `server`; on PostgreSQL
+    /// then the same with the followers on a second instance on the same
+    /// database, which learns of the commits from the first one's
+    /// notification.
+    fn follower_latencies(
+        &self,
+        backend: Backend,
+        (server, url, key): (&Service, &str, &str),
+        label: &str,
+    ) -> anyhow::Result<Vec<(FollowersOn, feed::Latency)>> {
+        let on_the_writer = self.follower_latency((server, server), key, label)?;
+        let mut latencies = vec![(FollowersOn::TheWriter, on_the_writer)];
+        if backend == Backend::Postgres {
+            let binary = &self.binaries.server;
+            let second = self.start_server("petstore-server-2", binary, (url, key), None)?;
+            let on_another = self.follower_latency((&second, server), key, label);
+            second.stop()?;
+            latencies.push((FollowersOn::AnotherInstance, on_another?));
+        }
+        Ok(latencies)
+    }
+
+    /// The followers parked on `followed`, the commits made on `writer`.
     fn follower_latency(
         &self,
-        server: &Service,
+        (followed, writer): (&Service, &Service),
         key: &str,
         label: &str,
     ) -> anyhow::Result<feed::Latency> {
@@ -492,12 +517,19 @@ impl Bench {
             self.options.follower_latency,
             self.options.latency_followers as usize,
         );
-        println!("bench: [{label}] follower latency: {followers} followers, {commits} commits");
-        let head = self.runtime.block_on(feed::locate(server.addr, key))?.head;
-        let measure = feed::follower_latency((server.addr, key), followers, commits, head);
+        let on = FollowersOn::of(followed.addr, writer.addr).name();
+        println!(
+            "bench: [{label}] follower latency: {followers} followers on {on}, {commits} commits"
+        );
+        let head = self
+            .runtime
+            .block_on(feed::locate(followed.addr, key))?
+            .head;
+        let target = (followed.addr, key);
+        let measure = feed::follower_latency(target, writer.addr, followers, commits, head);
         let latency = self.runtime.block_on(measure)?;
         let p99 = report::percentile(latency.delays_ms.clone(), 99.0);
-        println!("bench: [{label}] follower latency p99 {p99:.2} ms");
+        println!("bench: [{label}] follower latency, followers on {on}: p99 {p99:.2} ms");
         Ok(latency)
     }
 
@@ -809,8 +841,9 @@ struct SetupOutcome {
     first_answer: Duration,
     /// What the idle followers did, and whether any of their polls failed.
     followers: Option<(String, bool)>,
-    /// `--follower-latency`.
-    latency: Option<feed::Latency>,
+    /// `--follower-latency`: on the writer, and (PostgreSQL) on another
+    /// instance.
+    latency: Vec<(FollowersOn, feed::Latency)>,
     /// `--webhook-latency`: beside the runs, and under a steady load.
     webhooks: Vec<webhook::WebhookLatency>,
 }

@@ -58,8 +58,9 @@ pub struct Options {
     pub follower_types: String,
     /// After the runs of each 1k setup, measure the delay from a commit to the
     /// followers parked at the head receiving it: K pets created one at a time,
-    /// each once every follower has the previous one. Only the scenarios named
-    /// with --scenario run beside it (none without one)
+    /// each once every follower has the previous one; on PostgreSQL, then the
+    /// same with the followers on a second instance on the same database. Only
+    /// the scenarios named with --scenario run beside it (none without one)
     #[arg(long, value_name = "K", default_value_t = 0)]
     pub follower_latency: usize,
     /// The followers parked for --follower-latency

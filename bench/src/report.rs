@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use super::feed::Latency;
+use super::feed::{FollowersOn, Latency};
 use super::scenario::Scenario;
 use super::webhook::{PATIENCE, WebhookLatency};
 
@@ -363,15 +363,17 @@ fn feed_table(rows: &[Row]) -> String {
         + &out
 }
 
-/// The follower latency of each setup that measured it (backend, followers
-/// parked, what they received), as markdown; empty for none.
-pub fn latency_table(rows: &[(&str, usize, Latency)]) -> String {
+/// The follower latency of each setup that measured it (backend, where the
+/// followers were parked, how many, what they received), as markdown; empty
+/// for none.
+pub fn latency_table(rows: &[(&str, FollowersOn, usize, Latency)]) -> String {
     let mut out = String::new();
-    for (backend, followers, latency) in rows {
+    for (backend, on, followers, latency) in rows {
         let delays = |p: f64| percentile(latency.delays_ms.clone(), p);
         let _ = writeln!(
             out,
-            "| {backend} | {followers} | {} | {:.2} | **{:.2}** | {:.2} | {:.2} | {} |",
+            "| {backend} | {} | {followers} | {} | {:.2} | **{:.2}** | {:.2} | {:.2} | {} |",
+            on.name(),
             latency.creates_ms.len(),
             delays(50.0),
             delays(99.0),
@@ -385,9 +387,10 @@ pub fn latency_table(rows: &[(&str, usize, Latency)]) -> String {
     }
     "\nFrom a commit to the followers parked at the head (`--follower-latency`): ms from the \
      create's `201` reaching the bench to each follower's page reaching it (negative: the \
-     follower was first), over every follower and commit:\n\n\
-     | backend | followers | commits | p50 ms | p99 ms | max ms | create p50 ms | receipts not from a parked poll |\n\
-     |---|--:|--:|--:|--:|--:|--:|--:|\n"
+     follower was first), over every follower and commit. On PostgreSQL, then the same with \
+     the followers on a second instance on the same database, and the commits on the first:\n\n\
+     | backend | followers on | followers | commits | p50 ms | p99 ms | max ms | create p50 ms | receipts not from a parked poll |\n\
+     |---|---|--:|--:|--:|--:|--:|--:|--:|\n"
         .to_owned()
         + &out
 }
@@ -718,11 +721,16 @@ mod tests {
             creates_ms: vec![2.0, 4.0, 3.0],
             not_parked: 1,
         };
-        let table = latency_table(&[("sqlite", 200, latency)]);
-        assert!(
-            table.contains("| sqlite | 200 | 3 | 9.40 | **19.20** | 19.40 | 3.00 | 1 |"),
-            "{table}"
-        );
+        let table = latency_table(&[
+            ("sqlite", FollowersOn::TheWriter, 200, latency.clone()),
+            ("postgres", FollowersOn::AnotherInstance, 200, latency),
+        ]);
+        for row in [
+            "| sqlite | the writer | 200 | 3 | 9.40 | **19.20** | 19.40 | 3.00 | 1 |",
+            "| postgres | another instance | 200 | 3 | 9.40 | **19.20** | 19.40 | 3.00 | 1 |",
+        ] {
+            assert!(table.contains(row), "{table}");
+        }
         assert!(latency_table(&[]).is_empty());
     }
 
