@@ -23,7 +23,7 @@ use dropshot::{
 };
 use http::HeaderMap;
 
-use crate::error::{ApiError, ErrorCode};
+use crate::error::{ApiError, ErrorCode, insufficient_scope_challenge};
 use crate::scopes::{Scope, Scopes, admitting};
 
 /// What the implementation decides about each request's key.
@@ -229,16 +229,4 @@ impl SharedExtractor for Authenticated {
             parameters: Vec::new(),
         }
     }
-}
-
-/// RFC 6750 §3's challenge on a `403 insufficient_scope`: the scopes any one
-/// of which would admit the operation, space-separated.
-fn insufficient_scope_challenge(needed: &[Scope]) -> HeaderValue {
-    let scopes: Vec<&str> = needed.iter().map(|scope| scope.as_str()).collect();
-    let challenge = format!(
-        r#"Bearer realm="petstore", error="insufficient_scope", scope="{}""#,
-        scopes.join(" ")
-    );
-    // Scope names are fixed ASCII tokens (`pets:read`), always a valid value.
-    HeaderValue::try_from(challenge).expect("scope names are header-safe")
 }

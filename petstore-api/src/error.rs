@@ -8,7 +8,7 @@
 
 use crate::scopes::Scope;
 use dropshot::{ErrorStatusCode, HttpError, HttpResponseError};
-use http::header::{ALLOW, RETRY_AFTER};
+use http::header::{ALLOW, RETRY_AFTER, WWW_AUTHENTICATE};
 use http::{HeaderMap, HeaderValue};
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -157,11 +157,16 @@ impl ApiError {
                 )
             }
         };
-        ApiError::new(
+        let mut error = ApiError::new(
             ErrorStatusCode::FORBIDDEN,
             ErrorCode::InsufficientScope,
             message,
-        )
+        );
+        error
+            .headers
+            .get_or_insert_default()
+            .insert(WWW_AUTHENTICATE, insufficient_scope_challenge(needed));
+        error
     }
 
     /// 404: no such resource.
@@ -236,7 +241,9 @@ impl ApiError {
             ErrorStatusCode::GONE,
             ErrorCode::CursorExpired,
             format!(
-                "the events after {after} were purged (the feed keeps events for its retention,                  and has purged every event up to {floor}); read the feed again without after,                  from the oldest event it keeps"
+                "the events after {after} were purged (the feed keeps events for its \
+                 retention, and has purged every event up to {floor}); read the feed again \
+                 without after, from the oldest event it keeps"
             ),
         )
     }
@@ -453,6 +460,18 @@ impl HttpResponseError for ApiError {
     fn headers(&self) -> HeaderMap {
         self.headers.as_deref().cloned().unwrap_or_default()
     }
+}
+
+/// RFC 6750 §3's challenge on a `403 insufficient_scope`: the scopes any one
+/// of which would admit the operation, space-separated.
+pub(crate) fn insufficient_scope_challenge(needed: &[Scope]) -> HeaderValue {
+    let scopes: Vec<&str> = needed.iter().map(|scope| scope.as_str()).collect();
+    let challenge = format!(
+        r#"Bearer realm="petstore", error="insufficient_scope", scope="{}""#,
+        scopes.join(" ")
+    );
+    // Scope names are fixed ASCII tokens (`pets:read`), always a valid value.
+    HeaderValue::try_from(challenge).expect("scope names are header-safe")
 }
 
 #[cfg(test)]

@@ -170,16 +170,14 @@ fn event_after_param<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Optio
     event_id_param(deserializer, "after").map(Some)
 }
 
-/// A query parameter naming an event by its `id`: decimal digits, in the
-/// int64 range; the message names the parameter.
+/// A query parameter naming an event by its `id`: 1 to 18 decimal digits;
+/// the message names the parameter.
 fn event_id_param<'de, D: Deserializer<'de>>(deserializer: D, name: &str) -> Result<i64, D::Error> {
     let text = String::deserialize(deserializer)?;
-    let id = Some(&text)
-        .filter(|text| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()))
-        .and_then(|text| text.parse::<i64>().ok());
-    id.ok_or_else(|| {
+    crate::model::parse_event_id(&text).ok_or_else(|| {
         serde::de::Error::custom(format!(
-            "{name} must be the id of an event (decimal digits), got {text:?}"
+            "{name} must be the id of an event (1 to {} decimal digits), got {text:?}",
+            crate::model::EVENT_ID_DIGITS_MAX
         ))
     })
 }

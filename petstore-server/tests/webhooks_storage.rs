@@ -171,6 +171,7 @@ fn outcome_at(next: NextStep, at: DateTime<Utc>) -> AttemptOutcome {
         status,
         error,
         at,
+        ended: at,
         next,
     }
 }

@@ -79,6 +79,18 @@ pub const EVENT_SOURCE: &str = "/v1";
 /// The media type of every event's `data`.
 pub const EVENT_DATA_CONTENT_TYPE: &str = "application/json";
 
+/// The most digits an event `id` is written with (the contract's
+/// `^[0-9]{1,18}$`): every int64 of up to 18 digits.
+pub const EVENT_ID_DIGITS_MAX: usize = 18;
+
+/// An event `id` as the feed writes it, parsed: 1 to
+/// [`EVENT_ID_DIGITS_MAX`] decimal digits, nothing else.
+pub fn parse_event_id(text: &str) -> Option<i64> {
+    let digits =
+        (1..=EVENT_ID_DIGITS_MAX).contains(&text.len()) && text.bytes().all(|b| b.is_ascii_digit());
+    digits.then(|| text.parse().ok()).flatten()
+}
+
 /// A change in the store, as a CloudEvent (CloudEvents 1.0, JSON format).
 ///
 /// `id` is unique and increases in the feed's order; it is the cursor

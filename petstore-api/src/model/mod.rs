@@ -15,7 +15,8 @@ mod webhook;
 
 pub use encoded::{EncodedEvents, EncodedPets, EventArrayWriter, PetArrayWriter, encode_event};
 pub use event::{
-    CLOUDEVENTS_SPEC_VERSION, EVENT_DATA_CONTENT_TYPE, EVENT_SOURCE, Event, EventData, EventType,
+    CLOUDEVENTS_SPEC_VERSION, EVENT_DATA_CONTENT_TYPE, EVENT_ID_DIGITS_MAX, EVENT_SOURCE, Event,
+    EventData, EventType, parse_event_id,
 };
 pub use order::{
     Inventory, NewOrder, Order, OrderInclude, OrderStatus, OrderUpdate, OrderUpdateStatus,

@@ -311,14 +311,11 @@ pub struct ReplayRange {
 /// of them.
 fn event_id<'de, D: Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> {
     let text = String::deserialize(deserializer)?;
-    Some(&text)
-        .filter(|text| (1..=18).contains(&text.len()) && text.bytes().all(|b| b.is_ascii_digit()))
-        .and_then(|text| text.parse().ok())
-        .ok_or_else(|| {
-            serde::de::Error::custom(format!(
-                "an event id is 1 to 18 decimal digits, got {text:?}"
-            ))
-        })
+    super::parse_event_id(&text).ok_or_else(|| {
+        serde::de::Error::custom(format!(
+            "an event id is 1 to 18 decimal digits, got {text:?}"
+        ))
+    })
 }
 
 /// What a replay made pending (since 1.7.0).

@@ -29,7 +29,8 @@ pub enum KeysCommand {
         expires_in: Option<Duration>,
         /// What the key may do: comma-separated scopes among pets:read, pets:write,
         /// orders:place (a customer: its own orders), orders:manage (staff: every
-        /// order), inventory:read; or all. Default: all, every scope, as keys made
+        /// order), inventory:read, events:read (the feed of events), webhooks:manage
+        /// (webhook subscriptions); or all. Default: all, every scope, as keys made
         /// before scopes existed; give a customer or a shop-front only what it needs.
         #[arg(
             long,

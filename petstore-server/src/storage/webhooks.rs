@@ -190,8 +190,12 @@ pub struct AttemptOutcome {
     pub status: Option<u16>,
     /// What failed, if it did (at most a few hundred characters).
     pub error: Option<String>,
-    /// When the attempt was made.
+    /// When the attempt was made (its `webhook-timestamp`).
     pub at: DateTime<Utc>,
+    /// When it ended: the answer came, or it failed (a timeout, say).
+    /// Deliveries and failures are dated by it, and the next attempt waits
+    /// from it.
+    pub ended: DateTime<Utc>,
     /// What happens next.
     pub next: NextStep,
 }

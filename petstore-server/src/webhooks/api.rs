@@ -177,11 +177,13 @@ impl Webhooks {
         };
         let mut deliveries = Vec::new();
         // Ids start at 1: a range from 0 starts at the first event.
-        let mut after = (from - 1).max(0);
-        let mut examined = 0;
-        while after < to && examined < model::REPLAY_EVENTS_MAX {
+        let mut through = (from - 1).max(0);
+        // Ids are never used twice, so a span of this many holds at most as
+        // many events.
+        let last = to.min(through.saturating_add(model::REPLAY_EVENTS_MAX as i64));
+        while through < last {
             let query = EventQuery {
-                after: Some(after),
+                after: Some(through),
                 limit: LIST_MAX,
                 kinds: subscription.kinds,
                 owner: subscription.sees_owner,
@@ -192,16 +194,22 @@ impl Webhooks {
                     return Ok(Err(ApiError::replay_range_expired(from, floor)));
                 }
             };
-            let moved = page.next_after > after;
-            examined += page.events.len().max(1);
+            let moved = page.next_after > through;
             deliveries.extend(
                 page.events
                     .into_iter()
-                    .filter(|event| event.id <= to)
+                    .filter(|event| event.id <= last)
                     .map(delivery_of),
             );
-            after = page.next_after.min(to);
-            if !moved || page.at_head {
+            if page.at_head && page.next_after <= last {
+                // Nothing it may see follows yet: the rest of the range is
+                // examined too (what is committed later is delivered as
+                // ever).
+                through = to;
+                break;
+            }
+            through = page.next_after.min(last);
+            if !moved {
                 break;
             }
         }
@@ -210,7 +218,7 @@ impl Webhooks {
         self.changed.notify_one();
         Ok(Ok(ReplayAccepted {
             deliveries: replayed,
-            through: after.max(from - 1),
+            through,
         }))
     }
 }

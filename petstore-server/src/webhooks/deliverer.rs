@@ -225,6 +225,7 @@ impl Deliverer {
                 status: Some(status.as_u16()),
                 error: None,
                 at,
+                ended: Utc::now(),
                 next: NextStep::Delivered,
             };
         }
@@ -233,20 +234,22 @@ impl Deliverer {
                 status: Some(status.as_u16()),
                 error: Some("the receiver answered 410 Gone: the subscription is disabled".into()),
                 at,
+                ended: Utc::now(),
                 next: NextStep::Gone,
             };
         }
         let wait = response
             .headers()
             .get(http::header::RETRY_AFTER)
-            .and_then(|value| retry_after(value, at.into()));
+            .and_then(|value| retry_after(value, std::time::SystemTime::now()));
         let error = format!("the receiver answered {status}");
         self.failed(delivery, at, Some(status.as_u16()), error, wait)
     }
 
     /// A failed attempt: tried again after the schedule's next delay (or
-    /// the receiver's `Retry-After`, when longer), or failed for good when
-    /// the schedule is exhausted.
+    /// the receiver's `Retry-After`, when longer), counted from the failure
+    /// (a timeout ends long after the attempt began), or failed for good
+    /// when the schedule is exhausted.
     fn failed(
         &self,
         delivery: &ClaimedDelivery,
@@ -255,18 +258,20 @@ impl Deliverer {
         error: String,
         retry_after: Option<Duration>,
     ) -> AttemptOutcome {
+        let ended = Utc::now();
         let next = match self.schedule.after_attempt(delivery.attempt) {
             None => NextStep::Exhausted,
             Some(delay) => {
                 let delay = retry_after.map_or(delay, |asked| asked.max(delay));
                 let delay = chrono::TimeDelta::from_std(delay).unwrap_or(chrono::TimeDelta::MAX);
-                NextStep::RetryAt(at.checked_add_signed(delay).unwrap_or(at))
+                NextStep::RetryAt(ended.checked_add_signed(delay).unwrap_or(ended))
             }
         };
         AttemptOutcome {
             status,
             error: Some(error.chars().take(ERROR_MAX_CHARS).collect()),
             at,
+            ended,
             next,
         }
     }

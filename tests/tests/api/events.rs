@@ -187,6 +187,9 @@ on_every_backend! {
             ("?limit=101", "limit"),
             ("?after=-1", "after"),
             ("?after=x", "after"),
+            // The contract's ids have at most 18 digits.
+            ("?after=1000000000000000000", "after"),
+            ("?after=0000000000000000001", "after"),
             ("?types=order.shipped", "order.shipped"),
             ("?types=", "types"),
             ("?wait=31", "wait"),

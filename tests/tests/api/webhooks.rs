@@ -193,6 +193,10 @@ on_every_backend! {
         assert!(got.iter().all(|r| verifies(r, secret)));
         let waited = got[2].at.duration_since(got[1].at).unwrap();
         assert!(waited >= Duration::from_secs(2), "Retry-After: 2 was honoured ({waited:?})");
+        // The schedule's delay counts from the failure: after the timeout.
+        let waited = got[3].at.duration_since(got[2].at).unwrap();
+        let after_the_timeout = petstore_tests::WEBHOOK_TIMEOUT + petstore_tests::WEBHOOK_RETRY_DELAYS[2];
+        assert!(waited + Duration::from_millis(20) >= after_the_timeout, "retried {waited:?} after the attempt that hung");
         let id = webhook["id"].as_i64().unwrap();
         eventually_some("the delivery delivered", DELIVERY, || async {
             let deliveries = get_json(&server, KEY, &format!("/{id}/deliveries")).await;
@@ -201,6 +205,11 @@ on_every_backend! {
         }).await;
         let deliveries = get_json(&server, KEY, &format!("/{id}/deliveries")).await;
         assert_eq!(deliveries[0]["attempts"], 4, "{deliveries}");
+        // The last failure is dated when it failed: the hang's timeout.
+        let read = get_json(&server, KEY, &format!("/{id}")).await;
+        let failed: chrono::DateTime<chrono::Utc> = read["lastFailureAt"].as_str().unwrap().parse().unwrap();
+        let hung = chrono::DateTime::<chrono::Utc>::from(got[2].at);
+        assert!(failed >= hung + petstore_tests::WEBHOOK_TIMEOUT - Duration::from_millis(20), "{failed} {hung}");
     }
 
     async fn a_410_disables_the_subscription_and_a_replay_sends_again(server) {
@@ -234,6 +243,48 @@ on_every_backend! {
         names.sort();
         assert_eq!(names, [first["name"].as_str().unwrap(), second["name"].as_str().unwrap()]);
         assert_eq!(get_json(&server, KEY, &format!("/{id}")).await["state"], "active");
+    }
+
+    async fn a_replay_examines_at_most_1000_events_a_call_and_ends_at_to(server) {
+        let receiver = Receiver::healthy().await;
+        // No event of this type is ever written here: every replay examines
+        // and delivers nothing, whatever the range.
+        let webhook = subscribe_as(&server, KEY, json!({"url": receiver.url("/"), "types": ["order.placed"]})).await;
+        let id = webhook["id"].as_i64().unwrap();
+        let start: i64 = feed_head(&server).await.parse().unwrap();
+        futures::stream::iter(0..1050)
+            .for_each_concurrent(16, |n| {
+                let server = &server;
+                async move { available(server, &format!("Replayed {n}")).await; }
+            })
+            .await;
+        let head: i64 = feed_head(&server).await.parse().unwrap();
+        assert!(head >= start + 1050, "{start} {head}");
+        let replay = async |from: i64, to: i64| {
+            let body = json!({"from": from.to_string(), "to": to.to_string()});
+            let response = webhooks_as(&server, KEY, Method::POST, &format!("/{id}/replay"), Some(body)).await;
+            assert_eq!(response.status(), StatusCode::ACCEPTED);
+            let accepted: Value = response.json().await.unwrap();
+            assert_eq!(accepted["deliveries"], 0, "{accepted}");
+            accepted["through"].as_str().unwrap().parse::<i64>().unwrap()
+        };
+        // From the subscription's start to far past the newest event: calls
+        // of at most 1,000 ids each, the last at `to`.
+        let to = head + 5000;
+        let (mut from, mut calls) = (start + 1, 0);
+        loop {
+            let through = replay(from, to).await;
+            assert!(through >= from - 1 && through < from + 1000 || through == to, "{from} → {through}");
+            calls += 1;
+            if through == to {
+                break;
+            }
+            from = through + 1;
+            assert!(calls < 10, "the replay does not reach `to`");
+        }
+        assert_eq!(calls, 2, "1,050 events, then the head");
+        // A range wholly past the newest event is examined at once.
+        assert_eq!(replay(head + 10, head + 20).await, head + 20);
     }
 
     async fn a_delivery_failing_every_attempt_fails_and_disables_the_subscription(server) {
@@ -320,8 +371,11 @@ on_every_backend! {
         assert_eq!(got_now.len(), got.len());
         assert_eq!(got.len(), 1, "{got:?}");
         assert_eq!(got[0].json()["data"]["id"], order["id"]);
-        // Asking for what the key may not see is refused, naming the scope.
+        // Asking for what the key may not see is refused, naming the scope,
+        // with the challenge of every 403.
         let response = webhooks_as(&server, &customer, Method::POST, "", Some(json!({"url": receiver.url("/"), "types": ["pet.created"]}))).await;
+        let challenge = response.headers()["www-authenticate"].to_str().unwrap().to_owned();
+        assert_eq!(challenge, r#"Bearer realm="petstore", error="insufficient_scope", scope="pets:read""#);
         let error = assert_error(response, StatusCode::FORBIDDEN, "insufficient_scope").await;
         assert!(error["message"].as_str().unwrap().contains("pets:read"), "{error}");
         // Subscriptions are their maker's: another customer sees none of them.

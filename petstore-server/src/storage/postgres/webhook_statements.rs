@@ -209,7 +209,7 @@ pub(super) const CLAIM: &str = concat!(
 
 /// Records attempt `$4` of delivery (`$1`, `$2`) if `$3` still holds its
 /// lease: its state `$5`, next attempt `$6`, status `$7`, error `$8`, time
-/// `$9`; then on its subscription when it last succeeded or failed (the
+/// `$9` and end `$11`; then on its subscription when it last succeeded or failed (the
 /// latest, in whatever order finishes come), and the reason `$10` it is
 /// disabled for, if any. One statement: the delivery's row is locked
 /// before its subscription's, as everywhere else. Its count is 1 if it
@@ -224,23 +224,23 @@ pub(super) const FINISH: &str = "
         SET state = $5::text, next_at = coalesce($6::timestamptz, next_at),
             lease_owner = NULL, lease_until = NULL, last_status = $7::integer,
             last_error = $8::text, last_at = $9::timestamptz,
-            delivered_at = CASE WHEN $5::text = 'delivered' THEN $9::timestamptz END
+            delivered_at = CASE WHEN $5::text = 'delivered' THEN $11::timestamptz END
         WHERE webhook_id = $1 AND event_id = $2 AND state = 'sending'
           AND lease_owner = $3 AND attempts = $4
         RETURNING webhook_id),
     subscription AS (UPDATE webhooks w SET
         last_success_at = CASE WHEN $5::text = 'delivered'
-                          THEN greatest(w.last_success_at, $9::timestamptz)
+                          THEN greatest(w.last_success_at, $11::timestamptz)
                           ELSE w.last_success_at END,
         last_failure_at = CASE WHEN $5::text = 'delivered' THEN w.last_failure_at
-                          ELSE greatest(w.last_failure_at, $9::timestamptz) END,
+                          ELSE greatest(w.last_failure_at, $11::timestamptz) END,
         state = CASE WHEN $10::text IS NULL THEN w.state ELSE 'disabled' END,
         disabled_reason = coalesce($10::text, w.disabled_reason)
     FROM finished WHERE w.id = finished.webhook_id
       AND ($10::text IS NOT NULL
            OR coalesce(CASE WHEN $5::text = 'delivered' THEN w.last_success_at
                        ELSE w.last_failure_at END, '-infinity')
-              < $9::timestamptz - interval '1 second')
+              < $11::timestamptz - interval '1 second')
     RETURNING 1)
     -- A data-modifying WITH runs to completion whether or not it is read.
     SELECT count(*) FROM finished";

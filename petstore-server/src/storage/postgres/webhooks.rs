@@ -269,7 +269,7 @@ async fn finish(
     let state: &str = next.delivery_state().into();
     let reason: Option<&str> = next.disables().map(Into::into);
     let attempt = i32::try_from(delivery.attempt).unwrap_or(i32::MAX);
-    let params: [&(dyn ToSql + Sync); 10] = [
+    let params: [&(dyn ToSql + Sync); 11] = [
         &delivery.webhook_id,
         &delivery.event_id,
         &instance,
@@ -280,6 +280,7 @@ async fn finish(
         &outcome.error,
         &outcome.at,
         &reason,
+        &outcome.ended,
     ];
     let sql = postgres("recording a webhook delivery's attempt");
     let statement = client

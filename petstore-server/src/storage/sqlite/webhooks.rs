@@ -555,14 +555,14 @@ impl WebhookStorage for SqliteWebhooks {
             let delivered = next.delivery_state() == DeliveryState::Delivered;
             let state: &str = next.delivery_state().into();
             let reason: Option<&str> = next.disables().map(Into::into);
-            let at = micros(outcome.at);
+            let (at, ended) = (micros(outcome.at), micros(outcome.ended));
             let tx = immediate(conn, doing)?;
             let finished = tx
                 .execute(
                     "UPDATE webhook_deliveries
                      SET state = ?5, next_at = coalesce(?6, next_at), lease_owner = NULL,
                          lease_until = NULL, last_status = ?7, last_error = ?8, last_at = ?9,
-                         delivered_at = CASE WHEN ?5 = 'delivered' THEN ?9 END
+                         delivered_at = CASE WHEN ?5 = 'delivered' THEN ?10 END
                      WHERE webhook_id = ?1 AND event_id = ?2 AND state = 'sending'
                        AND lease_owner = ?3 AND attempts = ?4",
                     params![
@@ -574,14 +574,15 @@ impl WebhookStorage for SqliteWebhooks {
                         next.retry_at().map(micros),
                         outcome.status,
                         outcome.error,
-                        at
+                        at,
+                        ended
                     ],
                 )
                 .map_err(&sql)?;
             if finished == 0 {
                 return Ok(false);
             }
-            tx.execute(AFTER_ATTEMPT, params![webhook_id, delivered, at, reason])
+            tx.execute(AFTER_ATTEMPT, params![webhook_id, delivered, ended, reason])
                 .map_err(&sql)?;
             tx.commit().map_err(&sql)?;
             Ok(true)
