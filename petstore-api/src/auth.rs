@@ -164,6 +164,11 @@ impl Authenticated {
     pub fn may(&self, scope: Scope) -> bool {
         self.caller.scopes.contains(scope)
     }
+
+    /// Every scope the key holds.
+    pub fn scopes(&self) -> Scopes {
+        self.caller.scopes
+    }
 }
 
 #[async_trait::async_trait]

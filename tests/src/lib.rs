@@ -389,6 +389,19 @@ impl TestServer {
             .expect("the key is revoked");
     }
 
+    /// Gives the stored key named `name` the scopes `scopes` (as
+    /// `petstore-server keys scopes` does); the server applies them within
+    /// 2 s.
+    pub async fn set_key_scopes(&self, name: &str, scopes: &str) {
+        let scopes: Scopes = scopes.parse().expect("scopes as `keys scopes` takes them");
+        let keys = storage::open_keys(&self.database.url)
+            .await
+            .expect("the key store opens");
+        keys.set_key_scopes(name, scopes)
+            .await
+            .expect("the key's scopes are changed");
+    }
+
     /// Waits until a `GET path` with `key` gets a status `accepted` takes
     /// (keys and their scopes reach a running server within 2 s; the wait's
     /// deadline is [`KEY_CHANGE`]).

@@ -15,16 +15,14 @@ use petstore_api::scopes::Scope;
 use strum::VariantArray;
 
 use super::Webhooks;
-use super::fanout::delivery_of;
+use super::fanout::{delivery_of, receivable};
 use super::secrets::{SealingKeys, SigningSecret};
 use super::target::TargetRefused;
 use crate::storage::webhooks::{
     DeliveryState, DisabledReason, NewSubscription, SealedSecret, StoredDelivery,
     StoredSubscription, SubscriptionOwner, SubscriptionState,
 };
-use crate::storage::{
-    EventKind, EventQuery, EventsOutcome, LIST_MAX, OwnerId, Storage, StorageError,
-};
+use crate::storage::{EventKind, EventsOutcome, OwnerId, Storage, StorageError};
 
 /// Whose subscriptions a key sees: its own, those it made (another key's
 /// is no subscription at all: `404`).
@@ -160,7 +158,7 @@ impl Webhooks {
     }
 
     /// `replayWebhook`: the range's events, as the subscription sees them,
-    /// become pending deliveries again (at most [`REPLAY_MAX`] examined).
+    /// become pending deliveries again (at most [`model::REPLAY_EVENTS_MAX`] ids examined).
     pub async fn replay(
         &self,
         auth: &Authenticated,
@@ -182,12 +180,7 @@ impl Webhooks {
         // many events.
         let last = to.min(through.saturating_add(model::REPLAY_EVENTS_MAX as i64));
         while through < last {
-            let query = EventQuery {
-                after: Some(through),
-                limit: LIST_MAX,
-                kinds: subscription.kinds,
-                owner: subscription.sees_owner,
-            };
+            let query = receivable(&subscription, auth.scopes(), through);
             let page = match storage.events(query).await? {
                 EventsOutcome::Page(page) => page,
                 EventsOutcome::Expired { floor } => {
@@ -201,10 +194,14 @@ impl Webhooks {
                     .filter(|event| event.id <= last)
                     .map(delivery_of),
             );
-            if page.at_head && page.next_after <= last {
-                // Nothing it may see follows yet: the rest of the range is
-                // examined too (what is committed later is delivered as
-                // ever).
+            // Nothing it may see follows yet: the rest of the range is
+            // examined too, since what is committed later is delivered as
+            // ever — unless the subscription was fanned out beyond this
+            // instance's head (another instance's head was ahead): those
+            // events are examined on a later call, once this head passes
+            // them.
+            let past_fanned_out = page.next_after >= subscription.fanned_out;
+            if page.at_head && page.next_after <= last && past_fanned_out {
                 through = to;
                 break;
             }

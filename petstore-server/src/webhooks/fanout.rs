@@ -123,16 +123,7 @@ async fn fan_out_one(
     let mut round = Round::Nothing;
     *read = (*read).max(subscription.fanned_out);
     loop {
-        let query = EventQuery {
-            after: Some(*read),
-            limit: LIST_MAX,
-            kinds: subscription.kinds & visible_to(scopes),
-            owner: if scopes.contains(Scope::OrdersManage) {
-                subscription.sees_owner
-            } else {
-                Some(OwnerId(subscription.creator.0))
-            },
-        };
+        let query = receivable(subscription, scopes, *read);
         let (to, deliveries, at_head) = match storage.events(query).await? {
             EventsOutcome::Page(page) => (
                 page.next_after,
@@ -185,6 +176,24 @@ async fn store_cursor(
     }
     subscription.fanned_out = read;
     Ok(Round::Nothing)
+}
+
+/// The page of the events after `after` that `subscription` receives now,
+/// its maker's key holding `scopes`: the kinds it asked for that the key
+/// may still see, and every order's only while the key holds
+/// `orders:manage`. (What a subscription receives follows its key's
+/// scopes of the moment, for fan-out and replay alike.)
+pub fn receivable(subscription: &StoredSubscription, scopes: Scopes, after: i64) -> EventQuery {
+    EventQuery {
+        after: Some(after),
+        limit: LIST_MAX,
+        kinds: subscription.kinds & visible_to(scopes),
+        owner: if scopes.contains(Scope::OrdersManage) {
+            subscription.sees_owner
+        } else {
+            Some(OwnerId(subscription.creator.0))
+        },
+    }
 }
 
 /// The kinds of event a key with `scopes` may see (as in the feed).

@@ -409,6 +409,36 @@ on_every_backend! {
         assert_eq!(receiver.received().len(), 1, "nothing for a revoked key");
     }
 
+    async fn a_replay_sends_only_what_the_key_may_see_now(server) {
+        // Staff subscribe to every order's placements, then become a
+        // customer: a replay of the whole range re-sends their own orders
+        // only, as the fan-out would.
+        let staff = server.stored_key("replaying-staff", "orders:manage,orders:place,webhooks:manage").await;
+        let receiver = Receiver::healthy().await;
+        let webhook = subscribe_as(&server, &staff, json!({"url": receiver.url("/"), "types": ["order.placed"]})).await;
+        let id = webhook["id"].as_i64().unwrap();
+        let from = feed_head(&server).await.parse::<i64>().unwrap() + 1;
+        let others = server.place_order(&available(&server, "Another's").await["id"]).await;
+        let response = server.anonymous(Method::POST, "/store/orders").bearer_auth(&staff).json(&json!({"petId": available(&server, "Own").await["id"]})).send().await.unwrap();
+        let own: Value = response.json().await.unwrap();
+        let got = delivered(&receiver, 2).await;
+        let mut ids: Vec<Value> = got.iter().map(|r| r.json()["data"]["id"].clone()).collect();
+        ids.sort_by_key(|id| id.as_i64());
+        assert_eq!(ids, [others["id"].clone(), own["id"].clone()], "staff receive every order's");
+        server.set_key_scopes("replaying-staff", "orders:place,webhooks:manage").await;
+        // Once the server has the new scopes, the key may no longer deliver.
+        server.key_answers(&staff, "/store/orders?include=placedBy", |status| status == 403).await;
+        let body = json!({"from": from.to_string(), "to": (from + 100).to_string()});
+        let response = webhooks_as(&server, &staff, Method::POST, &format!("/{id}/replay"), Some(body)).await;
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+        let accepted: Value = response.json().await.unwrap();
+        assert_eq!(accepted["deliveries"], 1, "its own order only: {accepted}");
+        let again = delivered(&receiver, 3).await;
+        assert_eq!(again[2].json()["data"]["id"], own["id"], "the replay re-sent its own order");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(receiver.received().len(), 3, "and nothing else");
+    }
+
     async fn subscriptions_are_listed_read_and_deleted(server) {
         let receiver = Receiver::healthy().await;
         let mut made = Vec::new();
