@@ -60,7 +60,7 @@ pub const LIMIT_DEFAULT: i32 = 20;
 pub const REQUEST_BODY_MAX_BYTES: usize = 16 * 1024;
 
 /// The contract version this interface implements (`info.version`).
-pub const CONTRACT_VERSION: semver::Version = semver::Version::new(1, 7, 0);
+pub const CONTRACT_VERSION: semver::Version = semver::Version::new(1, 7, 1);
 
 /// The pet store API.
 #[dropshot::api_description]
@@ -291,8 +291,9 @@ pub trait PetstoreApi {
     /// cannot be read again.
     ///
     /// The `url` must be an absolute `https` URL whose host resolves only
-    /// to public addresses (unless the operator admits private ones); any
-    /// other is `422` (`webhook_target_refused`), and the message says why.
+    /// to public addresses (unless the operator admits private ones, and
+    /// with them plain `http`); any other is `422`
+    /// (`webhook_target_refused`), and the message says why.
     /// Asking for a type of event the key may not see is `403`
     /// (`insufficient_scope`), and so is omitting `types` with a key that
     /// may see none. This operation is not idempotent: a retry after a lost
@@ -407,10 +408,11 @@ pub trait PetstoreApi {
     ///
     /// One call examines at most 1,000 events, in the feed's order.
     /// `through` is the last event `id` it examined, or `to` when it
-    /// examined the whole range: while `through` is less than `to`, call
-    /// again with `from` after `through`. A `from` greater than `to` is
-    /// `422` (`invalid_replay_range`); a `from` older than the feed's retention (its events were
-    /// purged) is `410` (`cursor_expired`).
+    /// examined the whole range (every event up to the newest, when `to`
+    /// is beyond it): while `through` is less than `to`, call again with
+    /// `from` after `through`. A `from` greater than `to` is `422`
+    /// (`invalid_replay_range`); a `from` older than the feed's retention
+    /// (its events were purged) is `410` (`cursor_expired`).
     #[endpoint {
         method = POST,
         path = "/v1/webhooks/{webhookId}/replay",

@@ -489,7 +489,8 @@ the API key may see now. `null` is not accepted in its place.
         #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
         pub types: ::std::vec::Vec<crate::EventType>,
         /**Where the events are delivered: an absolute `https` URL whose host
-resolves only to public addresses. Printable ASCII, as URLs are
+resolves only to public addresses (unless the operator admits
+private ones, and with them plain `http`). Printable ASCII, as URLs are
 (percent-encode anything else; a host with other letters in its
 punycode `xn--` form).
 */
@@ -503,7 +504,8 @@ punycode `xn--` form).
     }
 
     /**Where the events are delivered: an absolute `https` URL whose host
-resolves only to public addresses. Printable ASCII, as URLs are
+resolves only to public addresses (unless the operator admits
+private ones, and with them plain `http`). Printable ASCII, as URLs are
 (percent-encode anything else; a host with other letters in its
 punycode `xn--` form).
 */
@@ -3253,7 +3255,9 @@ Decisions where the interface specification is silent:
 - **Webhooks (since 1.7.0).** A webhook subscription (`createWebhook`,
   scope `webhooks:manage`) has the events of the types it names pushed
   to an `https` endpoint as they happen: each event the key that made it
-  could read with `listEvents`, as `listEvents` answers it, in a `POST`
+  may see (its scopes filter them as they filter `listEvents`, whose own
+  scope `events:read` a subscription does not need), as `listEvents`
+  answers it, in a `POST`
   signed as Standard Webhooks 1.0 says (`webhook-id`,
   `webhook-timestamp`, `webhook-signature`: HMAC-SHA256 with the
   subscription's secret, which is shown once). A delivery that fails is
@@ -3261,7 +3265,8 @@ Decisions where the interface specification is silent:
   attempt failing, disables the subscription until it is replayed.
   Deliveries are at least once (de-duplicate on `webhook-id`), in the
   feed's order for each animal and each order. Endpoints must be
-  `https` and resolve only to public addresses. The tag `Webhooks` has
+  `https` and resolve only to public addresses, unless the operator
+  admits private ones (and then plain `http` too). The tag `Webhooks` has
   the whole of the rules; a subscription belongs to the key that made
   it.
 - **Links (since 1.5.0).** `createPet`'s `201` links to `getPet`,
@@ -3271,7 +3276,7 @@ Decisions where the interface specification is silent:
   each through the created item's `id` (OpenAPI `links`).
 
 
-Version: 1.7.0*/
+Version: 1.7.1*/
 pub struct Client {
     pub(crate) baseurl: String,
     pub(crate) client: reqwest::Client,
@@ -3311,7 +3316,7 @@ impl Client {
 
 impl ClientInfo<()> for Client {
     fn api_version() -> &'static str {
-        "1.7.0"
+        "1.7.1"
     }
 
     fn baseurl(&self) -> &str {
@@ -3418,7 +3423,7 @@ let response = client.get_pet()
     .await;
 ```*/
     #[deprecated(
-        since = "1.7.0",
+        since = "1.7.1",
         note = "this operation will be removed on 5 December 2030; use list_pets with the status filter instead"
     )]
     #[allow(deprecated)]
@@ -3674,7 +3679,8 @@ shown only here (and by `rotateWebhookSecret`): keep it, since it
 cannot be read again.
 
 The `url` must be an absolute `https` URL whose host resolves only
-to public addresses (unless the operator admits private ones);
+to public addresses (unless the operator admits private ones, and
+with them plain `http`);
 any other is `422` (`webhook_target_refused`), and the message says
 why. Asking for a type of event the key may not see is `403`
 (`insufficient_scope`), and so is omitting `types` with a key that
@@ -3830,10 +3836,11 @@ resource's in the feed's order as ever; the `202` says how many.
 
 One call examines at most 1,000 events, in the feed's order.
 `through` is the last event `id` it examined, or `to` when it
-examined the whole range: while `through` is less than `to`, call
-again with `from` after `through`. A `from` greater than `to` is
-`400`; a `from` older than the feed's retention (its events were
-purged) is `410` (`cursor_expired`).
+examined the whole range (every event up to the newest, when `to`
+is beyond it): while `through` is less than `to`, call again with
+`from` after `through`. A `from` greater than `to` is `422`
+(`invalid_replay_range`); a `from` older than the feed's retention
+(its events were purged) is `410` (`cursor_expired`).
 
 Scope: `webhooks:manage`, for a subscription made with the same API
 key (any other is `404`, as if it did not exist).
@@ -4176,7 +4183,7 @@ pub mod builder {
 [`Client::get_pet`]: super::Client::get_pet*/
     #[derive(Debug, Clone)]
     #[deprecated(
-        since = "1.7.0",
+        since = "1.7.1",
         note = "this operation will be removed on 5 December 2030; use list_pets with the status filter instead"
     )]
     pub struct GetPet<'a> {

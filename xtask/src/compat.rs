@@ -384,6 +384,10 @@ mod tests {
             "petstore-1.7.0.yaml",
             "4ca67c9d61e8a0b73a50db4a3edf180821d375b6e004a091abc1755a7c81b21c",
         ),
+        (
+            "petstore-1.7.1.yaml",
+            "4ead7f8837dc103160f9e2c83539612877efcc63da066420a30abfafe2c5cace",
+        ),
     ];
 
     fn sha256(path: &Path) -> String {

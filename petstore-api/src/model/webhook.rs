@@ -23,7 +23,8 @@ pub const WEBHOOK_URL_MAX_CHARS: usize = 2048;
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NewWebhook {
     /// Where the events are delivered: an absolute `https` URL whose host
-    /// resolves only to public addresses. Printable ASCII, as URLs are
+    /// resolves only to public addresses (unless the operator admits
+    /// private ones, and with them plain `http`). Printable ASCII, as URLs are
     /// (percent-encode anything else; a host with other letters in its
     /// punycode `xn--` form).
     // Only its length and characters are checked here; whether it may be
