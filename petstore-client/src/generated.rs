@@ -3423,7 +3423,7 @@ let response = client.get_pet()
     .await;
 ```*/
     #[deprecated(
-        since = "1.7.1",
+        since = "1.0.0",
         note = "this operation will be removed on 5 December 2030; use list_pets with the status filter instead"
     )]
     #[allow(deprecated)]
@@ -4183,7 +4183,7 @@ pub mod builder {
 [`Client::get_pet`]: super::Client::get_pet*/
     #[derive(Debug, Clone)]
     #[deprecated(
-        since = "1.7.1",
+        since = "1.0.0",
         note = "this operation will be removed on 5 December 2030; use list_pets with the status filter instead"
     )]
     pub struct GetPet<'a> {

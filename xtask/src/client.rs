@@ -35,6 +35,7 @@ use syn::{
     Attribute, Expr, ExprLit, ImplItem, Item, Lit, PredicateType, Type, TypeParamBound, parse_quote,
 };
 
+use crate::compat::{self, Released};
 use crate::{openapi::contract_path, workspace_root};
 
 mod release;
@@ -63,8 +64,9 @@ const HEADER: &str = "\
 /// Each generated file, relative to the workspace root, and its text.
 fn rendered() -> anyhow::Result<[(&'static str, String); 3]> {
     let spec = contract()?;
+    let released = compat::released(&compat::released_dir())?;
     Ok([
-        (GENERATED, render(&spec)?),
+        (GENERATED, render(&spec, &released)?),
         (MOCK, render_mock(&spec)?),
         (CLI, render_cli(&spec)?),
     ])
@@ -379,9 +381,9 @@ fn deprecation_table(spec: &OpenAPI) -> anyhow::Result<Item> {
 }
 
 /// The generated client for the contract, as the committed file's text.
-fn render(spec: &OpenAPI) -> anyhow::Result<String> {
+fn render(spec: &OpenAPI, released: &[Released]) -> anyhow::Result<String> {
     let mut file = parse("a client", generator(spec).generate_tokens(spec))?;
-    mark_deprecated(&mut file, spec)?;
+    mark_deprecated(&mut file, spec, released)?;
     exhaustive_only_where_meant(&file, spec)?;
     Ok(text(&file))
 }
@@ -422,6 +424,23 @@ fn exhaustive_only_where_meant(file: &syn::File, spec: &OpenAPI) -> anyhow::Resu
     Ok(())
 }
 
+/// The contract version that deprecated `operation_id`: the oldest released
+/// document that marks it `deprecated`, or `spec`'s own version when none
+/// does (this version deprecates it). Not simply `spec`'s version, which
+/// would move `#[deprecated(since)]` with every release.
+fn deprecated_since(spec: &OpenAPI, released: &[Released], operation_id: &str) -> String {
+    released
+        .iter()
+        .find(|document| {
+            operations(&document.api)
+                .any(|(_, _, op)| op.deprecated && op.operation_id.as_deref() == Some(operation_id))
+        })
+        .map_or_else(
+            || spec.info.version.clone(),
+            |document| document.version.to_string(),
+        )
+}
+
 /// Every operation of the document with its method and path.
 fn operations(spec: &OpenAPI) -> impl Iterator<Item = (&str, &str, &Operation)> {
     spec.paths.iter().flat_map(|(path, item)| {
@@ -434,7 +453,11 @@ fn operations(spec: &OpenAPI) -> impl Iterator<Item = (&str, &str, &Operation)> 
 
 /// Adds `#[deprecated]` to the `Client` method and the builder type of every
 /// operation the document marks `deprecated: true`.
-fn mark_deprecated(file: &mut syn::File, spec: &OpenAPI) -> anyhow::Result<()> {
+fn mark_deprecated(
+    file: &mut syn::File,
+    spec: &OpenAPI,
+    released: &[Released],
+) -> anyhow::Result<()> {
     for (method, path, operation) in operations(spec) {
         if !operation.deprecated {
             continue;
@@ -443,7 +466,7 @@ fn mark_deprecated(file: &mut syn::File, spec: &OpenAPI) -> anyhow::Result<()> {
             .operation_id
             .as_deref()
             .with_context(|| format!("{} {path} has no operationId", method.to_uppercase()))?;
-        let since = &spec.info.version;
+        let since = deprecated_since(spec, released, operation_id);
         let note = deprecation_note(spec, operation);
         let deprecated: Attribute = parse_quote!(#[deprecated(since = #since, note = #note)]);
         let allow: Attribute = parse_quote!(#[allow(deprecated)]);
@@ -622,7 +645,7 @@ mod tests {
             "properties": {"petId": {"type": "integer", "format": "int64"}},
         });
         let spec: OpenAPI = serde_json::from_value(document).unwrap();
-        let error = render(&spec).unwrap_err().to_string();
+        let error = render(&spec, &[]).unwrap_err().to_string();
         assert!(
             error.contains("not #[non_exhaustive]: PlaceOrderBody;"),
             "{error}"
@@ -670,8 +693,36 @@ mod tests {
     /// second, generated `types::EventType`.
     #[test]
     fn event_types_are_the_crate_s_own() {
-        let client = render(&contract().unwrap()).unwrap();
+        let client = render(&contract().unwrap(), &[]).unwrap();
         assert!(client.contains("pub types: ::std::vec::Vec<crate::EventType>"));
         assert!(!client.contains("pub enum EventType"));
+    }
+
+    /// `#[deprecated(since)]` names the version that deprecated the
+    /// operation, whatever version the client is generated from: `getPet`
+    /// since 1.0.0; an operation this (unreleased) version deprecates, this
+    /// version.
+    #[test]
+    fn deprecated_since_is_the_version_that_deprecated_the_operation() {
+        let released = compat::released(&compat::released_dir()).unwrap();
+        let mut spec = contract().unwrap();
+        spec.info.version = "1.99.0".to_owned();
+        let mut document = serde_json::to_value(&spec).unwrap();
+        document["paths"]["/pets"]["get"]["deprecated"] = true.into();
+        let spec: OpenAPI = serde_json::from_value(document).unwrap();
+
+        let client = render(&spec, &released).unwrap();
+        let since = |function: &str| {
+            let at = client.find(&format!("pub fn {function}(&self)")).unwrap();
+            let attribute = client[..at].rfind("#[deprecated(").unwrap();
+            let since = &client[attribute..at];
+            since[since.find("since = \"").unwrap() + 9..]
+                .split('"')
+                .next()
+                .unwrap()
+                .to_owned()
+        };
+        assert_eq!(since("get_pet"), "1.0.0");
+        assert_eq!(since("list_pets"), "1.99.0");
     }
 }

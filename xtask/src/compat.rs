@@ -109,10 +109,10 @@ pub fn compare(old: &OpenAPI, new: &OpenAPI) -> (Vec<Finding>, Verdict) {
 }
 
 /// A released document.
-struct Released {
+pub struct Released {
     path: PathBuf,
-    version: Version,
-    api: OpenAPI,
+    pub version: Version,
+    pub api: OpenAPI,
 }
 
 /// The directory of released documents.
@@ -130,7 +130,8 @@ fn parse(path: &Path) -> anyhow::Result<(OpenAPI, Version)> {
     Ok((api, version))
 }
 
-fn released(dir: &Path) -> anyhow::Result<Vec<Released>> {
+/// Every released document of `dir`, oldest first.
+pub fn released(dir: &Path) -> anyhow::Result<Vec<Released>> {
     let mut released = Vec::new();
     for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
         let path = entry?.path();
