@@ -1361,7 +1361,12 @@ TLS error), as a short text. Absent when it did not fail.
             skip_serializing_if = "::std::option::Option::is_none"
         )]
         pub last_status: ::std::option::Option<i32>,
-        ///When the next attempt is due, in UTC. Present only while `pending`.
+        /**The earliest time the next attempt may be made, in UTC. Present
+only while `pending`. The attempt also waits until the same
+resource's earlier events are delivered or have failed, and,
+while the subscription is `disabled`, until `replayWebhook`
+enables it again; so this time may be past.
+*/
         #[serde(
             rename = "nextAttemptAt",
             skip_serializing_if = "::std::option::Option::is_none"
@@ -1369,7 +1374,7 @@ TLS error), as a short text. Absent when it did not fail.
         pub next_attempt_at: ::std::option::Option<
             ::chrono::DateTime<::chrono::offset::Utc>,
         >,
-        /**`pending` (waiting for its first attempt or a retry, due at
+        /**`pending` (waiting for its first attempt or a retry, not before
 `nextAttemptAt`), `sending` (an attempt is under way), `delivered`
 (the endpoint answered `2xx`) or `failed` (every attempt of the
 schedule failed, or the endpoint answered `410 Gone`). A string,
@@ -3276,7 +3281,7 @@ Decisions where the interface specification is silent:
   each through the created item's `id` (OpenAPI `links`).
 
 
-Version: 1.7.1*/
+Version: 1.7.2*/
 pub struct Client {
     pub(crate) baseurl: String,
     pub(crate) client: reqwest::Client,
@@ -3316,7 +3321,7 @@ impl Client {
 
 impl ClientInfo<()> for Client {
     fn api_version() -> &'static str {
-        "1.7.1"
+        "1.7.2"
     }
 
     fn baseurl(&self) -> &str {

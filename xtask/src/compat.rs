@@ -389,6 +389,10 @@ mod tests {
             "petstore-1.7.1.yaml",
             "4ead7f8837dc103160f9e2c83539612877efcc63da066420a30abfafe2c5cace",
         ),
+        (
+            "petstore-1.7.2.yaml",
+            "56209a8445d8b6f4816ef2c622998a598b1d17a208d28e3ef8da1fa591b79f68",
+        ),
     ];
 
     fn sha256(path: &Path) -> String {

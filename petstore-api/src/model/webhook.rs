@@ -240,7 +240,7 @@ pub struct WebhookDelivery {
     #[serde(rename = "type")]
     #[schemars(with = "String")]
     pub event_type: EventType,
-    /// `pending` (waiting for its first attempt or a retry, due at
+    /// `pending` (waiting for its first attempt or a retry, not before
     /// `nextAttemptAt`), `sending` (an attempt is under way), `delivered`
     /// (the endpoint answered `2xx`) or `failed` (every attempt of the
     /// schedule failed, or the endpoint answered `410 Gone`). A string, not
@@ -268,7 +268,11 @@ pub struct WebhookDelivery {
     )]
     #[schemars(with = "DateTime<Utc>")]
     pub last_attempt_at: Option<DateTime<Utc>>,
-    /// When the next attempt is due, in UTC. Present only while `pending`.
+    /// The earliest time the next attempt may be made, in UTC. Present
+    /// only while `pending`. The attempt also waits until the same
+    /// resource's earlier events are delivered or have failed, and, while
+    /// the subscription is `disabled`, until `replayWebhook` enables it
+    /// again; so this time may be past.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",

@@ -65,6 +65,10 @@ pub enum TargetRefused {
     /// No host.
     #[error("the URL has no host")]
     NoHost,
+    /// Port 0, which no endpoint listens on (a connection to it always
+    /// fails, so every delivery would).
+    #[error("the URL's port is 0, which nothing can be delivered to")]
+    PortZero,
     /// The host is, or resolves to, an address deliveries may not go to.
     #[error("{}", address_refused(.host.as_deref(), *.addr, .what))]
     Address {
@@ -245,6 +249,9 @@ impl TargetPolicy {
         self.check_scheme(&url)?;
         if !url.username().is_empty() || url.password().is_some() {
             return Err(TargetRefused::Userinfo);
+        }
+        if url.port() == Some(0) {
+            return Err(TargetRefused::PortZero);
         }
         match url.host() {
             None => Err(TargetRefused::NoHost),
@@ -591,6 +598,10 @@ mod tests {
                 "the URL has a user name or password"
             );
         }
+        assert_eq!(
+            refused(PRIVATE_ALLOWED, "http://127.0.0.1:0/in"),
+            "the URL's port is 0, which nothing can be delivered to"
+        );
         assert!(refused(STRICT, "hooks.example.com/in").starts_with("not a URL"));
         assert!(refused(STRICT, "https://").starts_with("not a URL"));
 

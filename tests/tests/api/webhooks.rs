@@ -478,6 +478,7 @@ on_every_backend! {
             (json!({"url": "not-a-url"}), StatusCode::UNPROCESSABLE_ENTITY, "webhook_target_refused"),
             (json!({"url": "ftp://127.0.0.1/"}), StatusCode::UNPROCESSABLE_ENTITY, "webhook_target_refused"),
             (json!({"url": "http://user:pass@127.0.0.1/"}), StatusCode::UNPROCESSABLE_ENTITY, "webhook_target_refused"),
+            (json!({"url": "http://127.0.0.1:0/"}), StatusCode::UNPROCESSABLE_ENTITY, "webhook_target_refused"),
         ] {
             let response = webhooks_as(&server, KEY, Method::POST, "", Some(body.clone())).await;
             let error = assert_error(response, status, code).await;
