@@ -159,6 +159,14 @@ pub(super) const MIGRATIONS: &[&str] = &[
         WHERE state IN ('pending', 'sending');
     CREATE INDEX webhook_deliveries_finished ON webhook_deliveries (last_at)
         WHERE state IN ('delivered', 'failed');",
+    // The claims' index in the order deliveries are claimed (`next_at`,
+    // then `event_id`), so that a claim reads its first few due deliveries
+    // from it. On `next_at` alone, a claim sorted every due delivery: 52 ms
+    // a claim behind 35,000, which held a backlog's delivery near 300 a
+    // second (BENCHMARKS.md, "Issue 28, eighth pass").
+    "DROP INDEX webhook_deliveries_due;
+    CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_at, event_id)
+        WHERE state IN ('pending', 'sending');",
 ];
 
 /// How long a connection waits on a lock (e.g. another program holding the
