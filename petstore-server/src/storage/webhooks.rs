@@ -304,8 +304,10 @@ pub trait WebhookStorage: Send + Sync + 'static {
     /// ever (the deliverer sleeps until then): the earliest due time of a
     /// pending delivery of an active subscription that no earlier delivery
     /// of its resource holds back, or the end of a lease (a delivery being
-    /// sent is taken again when its lease runs out). A delivery held back
-    /// is not counted: it becomes due when the one before it is finished.
+    /// sent is taken again when its lease runs out; a backend may leave
+    /// leases out, as PostgreSQL's does, since the deliverer wakes at least
+    /// once a second). A delivery held back is not counted: it becomes due
+    /// when the one before it is finished.
     async fn next_due(&self) -> Result<Option<DateTime<Utc>>, StorageError>;
 
     /// At most `limit` deliveries of subscription `id`, newest event first,
