@@ -264,7 +264,9 @@ pub(super) const FINISH: &str = "
 /// that it stops there, not at the end of the backlog). Not the end of a
 /// lease, which would need every open delivery read to find the few being
 /// sent: the deliverer wakes at least once a second anyway, and a lease
-/// lasts the request's timeout and 5 s more.
+/// lasts the request's timeout and 5 s more. (`state IN (…)` is written
+/// out beside `state = 'pending'` as the partial indexes' predicate, as in
+/// the claim.)
 pub(super) const NEXT_DUE: &str = concat!(
     "SELECT min(p.next_at)
      FROM webhooks w CROSS JOIN LATERAL (
