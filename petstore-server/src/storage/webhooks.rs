@@ -300,14 +300,16 @@ pub trait WebhookStorage: Send + Sync + 'static {
         outcome: AttemptOutcome,
     ) -> Result<bool, StorageError>;
 
-    /// When a claim would next find a delivery if nothing else changed, if
-    /// ever (the deliverer sleeps until then): the earliest due time of a
-    /// pending delivery of an active subscription that no earlier delivery
-    /// of its resource holds back, or the end of a lease (a delivery being
-    /// sent is taken again when its lease runs out; a backend may leave
-    /// leases out, as PostgreSQL's does, since the deliverer wakes at least
-    /// once a second). A delivery held back is not counted: it becomes due
-    /// when the one before it is finished.
+    /// When a claim would next find a pending delivery if nothing else
+    /// changed, if ever (the deliverer sleeps until then, at most a
+    /// second): the earliest due time of a pending delivery of an active
+    /// subscription that no earlier delivery of its resource holds back. A
+    /// delivery held back is not counted: it becomes due when the one
+    /// before it is finished. Nor is the end of a lease (a delivery being
+    /// sent is claimed again when its lease runs out): finding the few
+    /// deliveries being sent would read every open one, and the
+    /// deliverer's one-second tick takes them again, a lease lasting the
+    /// request's timeout and more.
     async fn next_due(&self) -> Result<Option<DateTime<Utc>>, StorageError>;
 
     /// At most `limit` deliveries of subscription `id`, newest event first,

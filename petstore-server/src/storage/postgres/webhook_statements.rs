@@ -261,12 +261,9 @@ pub(super) const FINISH: &str = "
 /// When a claim would next find a delivery (see `WebhookStorage::next_due`):
 /// the earliest of each active subscription's first pending delivery, in
 /// the claim's order, that nothing holds back (read as a claim reads, so
-/// that it stops there, not at the end of the backlog). Not the end of a
-/// lease, which would need every open delivery read to find the few being
-/// sent: the deliverer wakes at least once a second anyway, and a lease
-/// lasts the request's timeout and 5 s more. (`state IN (…)` is written
-/// out beside `state = 'pending'` as the partial indexes' predicate, as in
-/// the claim.)
+/// that it stops there, not at the end of the backlog); leases left out.
+/// (`state IN (…)` is written out beside `state = 'pending'` as the
+/// partial indexes' predicate, as in the claim.)
 pub(super) const NEXT_DUE: &str = concat!(
     "SELECT min(p.next_at)
      FROM webhooks w CROSS JOIN LATERAL (

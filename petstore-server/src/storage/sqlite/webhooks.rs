@@ -591,11 +591,18 @@ impl WebhookStorage for SqliteWebhooks {
     }
 
     async fn next_due(&self) -> Result<Option<DateTime<Utc>>, StorageError> {
+        // Each active subscription's first pending delivery, in the
+        // claim's order, that nothing holds back (`…_due_per_webhook`).
+        // Leases are left out, as on PostgreSQL (see the trait).
+        // (`state IN (…)` beside `state = 'pending'` is the partial index's
+        // predicate, which SQLite uses only when the query names it.)
         const NEXT_DUE: &str = concat!(
-            "SELECT min(CASE d.state WHEN 'sending' THEN d.lease_until ELSE d.next_at END)
-             FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
-             WHERE w.state = 'active' AND d.state IN ('pending', 'sending') AND ",
-            none_open_before!()
+            "SELECT min((SELECT d.next_at FROM webhook_deliveries d
+                         WHERE d.webhook_id = w.id AND d.state IN ('pending', 'sending')
+                           AND d.state = 'pending' AND ",
+            none_open_before!(),
+            "            ORDER BY d.next_at, d.event_id LIMIT 1))
+             FROM webhooks w WHERE w.state = 'active'"
         );
         self.with(Commits::Relaxed, |conn| {
             let next: Option<i64> = conn
