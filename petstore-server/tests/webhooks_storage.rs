@@ -15,6 +15,8 @@
 //!   other subscriptions') do not wait for them;
 //! - a lease that runs out is claimed again, and the old claim's finish
 //!   then counts for nothing; the next due time leaves leases out;
+//! - a claim takes no more of a subscription than its room, the earliest
+//!   due first, and the next due time leaves out the subscriptions asked;
 //! - a rotated secret signs beside the new one until it expires;
 //! - a purge deletes only finished deliveries, older than asked.
 //!
@@ -29,9 +31,10 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use enumset::EnumSet;
 use petstore_server::storage::{
-    self, AttemptOutcome, ClaimedDelivery, Database, DatabaseUrl, DeliveryState, DisabledReason,
-    EventKind, NewDelivery, NewSubscription, NextStep, OwnerId, PostgresUrl, SealedSecret,
-    StorageMetrics, StoredDelivery, StoredSubscription, SubscriptionState, WebhookStorage,
+    self, AttemptOutcome, ClaimRoom, ClaimedDelivery, Database, DatabaseUrl, DeliveryState,
+    DisabledReason, EventKind, NewDelivery, NewSubscription, NextStep, OwnerId, PostgresUrl,
+    SealedSecret, StorageMetrics, StoredDelivery, StoredSubscription, SubscriptionState,
+    WebhookStorage,
 };
 use petstore_support::postgres::TestDatabase;
 use petstore_support::{SOON, eventually_some};
@@ -116,6 +119,7 @@ on_both_backends!(
     one_resource_is_delivered_in_event_order,
     an_expired_lease_is_claimed_again_and_the_old_claim_counts_for_nothing,
     the_next_due_time_leaves_leases_to_the_deliverers_tick,
+    a_claim_takes_no_more_of_a_subscription_than_its_room,
     a_rotated_secret_signs_beside_the_new_one_until_it_expires,
     a_purge_deletes_only_finished_deliveries_older_than_asked,
 );
@@ -195,9 +199,18 @@ async fn get(store: &dyn WebhookStorage, id: i64) -> StoredSubscription {
     store.get_subscription(id, None).await.unwrap().unwrap()
 }
 
+/// Room for `total` deliveries, of any subscription.
+fn room(total: usize) -> ClaimRoom {
+    ClaimRoom {
+        total,
+        each: total,
+        fuller: Vec::new(),
+    }
+}
+
 /// Claims what is due for `instance`, in (subscription, event) order.
 async fn claim(store: &dyn WebhookStorage, instance: &str) -> Vec<ClaimedDelivery> {
-    let mut claimed = store.claim(instance, 100, LEASE).await.unwrap();
+    let mut claimed = store.claim(instance, &room(100), LEASE).await.unwrap();
     claimed.sort_by_key(|c| (c.webhook_id, c.event_id));
     claimed
 }
@@ -367,7 +380,7 @@ async fn a_claim_counts_an_attempt_and_a_retry_is_due_when_it_says(store: &dyn W
     let subscription = subscribe(store, 1).await;
     let id = subscription.id;
     fan_out(store, id, vec![delivery(2, 1)]).await;
-    assert!(store.next_due().await.unwrap().unwrap() <= Utc::now());
+    assert!(store.next_due(&[]).await.unwrap().unwrap() <= Utc::now());
 
     let first = only(claim(store, "a").await);
     assert_eq!(
@@ -406,7 +419,7 @@ async fn a_claim_counts_an_attempt_and_a_retry_is_due_when_it_says(store: &dyn W
     let read = get(store, id).await;
     assert!(read.last_failure_at.is_some() && read.last_success_at.is_none());
     assert_eq!((read.state, read.pending), (SubscriptionState::Active, 1));
-    assert_eq!(store.next_due().await.unwrap(), Some(retry_at));
+    assert_eq!(store.next_due(&[]).await.unwrap(), Some(retry_at));
     assert!(claim(store, "a").await.is_empty(), "not due yet");
 
     let second = only(claim_eventually(store, "a").await);
@@ -430,7 +443,7 @@ async fn a_claim_counts_an_attempt_and_a_retry_is_due_when_it_says(store: &dyn W
         (0, delivered.delivered_at)
     );
     assert!(claim(store, "a").await.is_empty());
-    assert_eq!(store.next_due().await.unwrap(), None);
+    assert_eq!(store.next_due(&[]).await.unwrap(), None);
     assert!(
         !store
             .finish("a", &second, outcome(NextStep::Delivered))
@@ -470,7 +483,7 @@ async fn an_exhausted_schedule_or_a_410_disables_the_subscription_until_a_replay
             claim(store, "a").await.is_empty(),
             "a disabled subscription waits"
         );
-        assert_eq!(store.next_due().await.unwrap(), None);
+        assert_eq!(store.next_due(&[]).await.unwrap(), None);
         assert!(!ids(&store.active_subscriptions().await.unwrap()).contains(&id));
 
         let replay = vec![delivery(claimed[0].event_id, 9), delivery(6, 3)];
@@ -537,7 +550,7 @@ async fn an_expired_lease_is_claimed_again_and_the_old_claim_counts_for_nothing(
     fan_out(store, id, vec![delivery(2, 1)]).await;
     let lost = only(
         store
-            .claim("a", 10, Duration::from_millis(300))
+            .claim("a", &room(10), Duration::from_millis(300))
             .await
             .unwrap(),
     );
@@ -581,13 +594,50 @@ async fn the_next_due_time_leaves_leases_to_the_deliverers_tick(store: &dyn Webh
     fan_out(store, id, vec![delivery(2, 1)]).await;
     only(
         store
-            .claim("a", 10, Duration::from_millis(300))
+            .claim("a", &room(10), Duration::from_millis(300))
             .await
             .unwrap(),
     );
-    assert_eq!(store.next_due().await.unwrap(), None);
+    assert_eq!(store.next_due(&[]).await.unwrap(), None);
     fan_out(store, id, vec![delivery(4, 3)]).await;
-    assert!(store.next_due().await.unwrap().unwrap() <= Utc::now());
+    assert!(store.next_due(&[]).await.unwrap().unwrap() <= Utc::now());
+}
+
+/// A claim takes the earliest due deliveries, but of each subscription no
+/// more than its room; `next_due` leaves out the subscriptions it is asked
+/// to (those the deliverer has no room for).
+async fn a_claim_takes_no_more_of_a_subscription_than_its_room(store: &dyn WebhookStorage) {
+    let (full, other) = (subscribe(store, 1).await.id, subscribe(store, 2).await.id);
+    // The full one's deliveries are due first.
+    fan_out(store, full, (1..=5).map(|e| delivery(2 * e, e)).collect()).await;
+    fan_out(store, other, (6..=10).map(|e| delivery(2 * e, e)).collect()).await;
+    let room = ClaimRoom {
+        total: 5,
+        each: 3,
+        fuller: vec![(full, 1)],
+    };
+    let claimed = claimed_events(&store.claim("a", &room, LEASE).await.unwrap());
+    assert_eq!(
+        claimed,
+        BTreeSet::from([(full, 2), (other, 12), (other, 14), (other, 16)])
+    );
+    let none_of_full = ClaimRoom {
+        total: 1,
+        each: 3,
+        fuller: vec![(full, 0)],
+    };
+    let claimed = claimed_events(&store.claim("a", &none_of_full, LEASE).await.unwrap());
+    assert_eq!(claimed, BTreeSet::from([(other, 18)]));
+
+    assert!(store.next_due(&[full]).await.unwrap().unwrap() <= Utc::now());
+    assert!(claimed_events(&store.claim("a", &none_of_full, LEASE).await.unwrap()).len() == 1);
+    assert_eq!(
+        store.next_due(&[full]).await.unwrap(),
+        None,
+        "only the full one's are due"
+    );
+    assert!(store.next_due(&[]).await.unwrap().unwrap() <= Utc::now());
+    assert!(store.next_due(&[full, other]).await.unwrap().is_none());
 }
 
 async fn a_rotated_secret_signs_beside_the_new_one_until_it_expires(store: &dyn WebhookStorage) {
@@ -655,33 +705,31 @@ fn mark_in_order(delivered: &Mutex<HashSet<i64>>, event: i64, resource_of: &dyn 
     delivered.insert(event);
 }
 
-/// Each of `instances` claims and delivers, a few at a time, until it
-/// finds nothing; returns what each claimed. Checks, at each claim, that
-/// every earlier event of the same resource was delivered first.
+/// Each of `instances` claims and delivers, a few at a time, until all
+/// `total` deliveries are delivered; returns what each claimed. Each claims
+/// once before either delivers, so both take part (the first holds some
+/// resources' next deliveries, the second finds others'); then both go on
+/// at once. Checks, at each claim, that every earlier event of the same
+/// resource was delivered first.
 async fn deliver_everything(
     instances: [Arc<dyn WebhookStorage>; 2],
+    total: usize,
     resource_of: impl Fn(i64) -> i64 + Send + Sync + 'static,
 ) -> [Vec<i64>; 2] {
     let delivered = Arc::new(Mutex::new(HashSet::new()));
     let resource_of = Arc::new(resource_of);
-    // Both start claiming together, connected: otherwise the first could
-    // deliver everything while the second still makes its connection.
-    let start = Arc::new(tokio::sync::Barrier::new(2));
-    let loops = instances
-        .into_iter()
-        .zip(["a", "b"])
-        .map(|(store, instance)| {
+    let mut first_claims = Vec::new();
+    for (store, instance) in instances.iter().zip(["a", "b"]) {
+        let claimed = store.claim(instance, &room(5), LEASE).await.unwrap();
+        assert!(!claimed.is_empty(), "{instance} finds deliveries to claim");
+        first_claims.push(claimed);
+    }
+    let loops = instances.into_iter().zip(["a", "b"]).zip(first_claims).map(
+        |((store, instance), mut claimed)| {
             let (delivered, resource_of) = (Arc::clone(&delivered), Arc::clone(&resource_of));
-            let start = Arc::clone(&start);
             tokio::spawn(async move {
-                store.next_due().await.unwrap();
-                start.wait().await;
                 let mut claimed_here = Vec::new();
                 loop {
-                    let claimed = store.claim(instance, 5, LEASE).await.unwrap();
-                    if claimed.is_empty() {
-                        return claimed_here;
-                    }
                     for claim in claimed {
                         let event = claim.event_id;
                         // Marked before its finish commits, so before any
@@ -691,9 +739,19 @@ async fn deliver_everything(
                         assert!(store.finish(instance, &claim, outcome).await.unwrap());
                         claimed_here.push(event);
                     }
+                    if delivered.lock().unwrap().len() == total {
+                        return claimed_here;
+                    }
+                    claimed = store.claim(instance, &room(5), LEASE).await.unwrap();
+                    if claimed.is_empty() {
+                        // The other holds every delivery due: its finishes
+                        // make the next ones due.
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
                 }
             })
-        });
+        },
+    );
     let [first, second]: [_; 2] = loops.collect::<Vec<_>>().try_into().unwrap();
     let (first, second) = tokio::join!(first, second);
     [first.unwrap(), second.unwrap()]
@@ -715,7 +773,7 @@ async fn two_instances_claiming_at_once_never_share_a_delivery_and_keep_each_res
     fan_out(opened.webhooks(), id, all).await;
 
     let instances = [Arc::clone(&opened.database.webhooks), other.webhooks];
-    let [first, second] = deliver_everything(instances, resource_of).await;
+    let [first, second] = deliver_everything(instances, events.len(), resource_of).await;
     let (first, second): (HashSet<_>, HashSet<_>) =
         (first.into_iter().collect(), second.into_iter().collect());
     assert!(

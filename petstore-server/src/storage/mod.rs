@@ -32,8 +32,8 @@ pub use postgres::PostgresStorage;
 pub use sqlite::{SqliteKeys, SqliteStorage, SqliteWebhooks};
 pub use url::{DatabaseUrl, DatabaseUrlError, PostgresUrl};
 pub use webhooks::{
-    AttemptOutcome, ClaimedDelivery, DeliveryState, DisabledReason, NewDelivery, NewSubscription,
-    NextStep, SealedSecret, StoredDelivery, StoredSubscription, SubscriptionOwner,
+    AttemptOutcome, ClaimRoom, ClaimedDelivery, DeliveryState, DisabledReason, NewDelivery,
+    NewSubscription, NextStep, SealedSecret, StoredDelivery, StoredSubscription, SubscriptionOwner,
     SubscriptionState, WebhookStorage,
 };
 

@@ -183,6 +183,31 @@ pub struct ClaimedDelivery {
     pub secrets: Vec<SealedSecret>,
 }
 
+/// How many deliveries a claim may take: in all, and of each subscription
+/// (so that one subscription, whose receiver hangs, cannot take every
+/// request the deliverer may have in flight).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimRoom {
+    /// In all.
+    pub total: usize,
+    /// Of a subscription that `fuller` does not name.
+    pub each: usize,
+    /// Subscriptions with less room than `each`, and their room.
+    pub fuller: Vec<(i64, usize)>,
+}
+
+impl ClaimRoom {
+    /// How many deliveries of subscription `id` the claim may take.
+    pub fn of(&self, id: i64) -> usize {
+        let room = self
+            .fuller
+            .iter()
+            .find(|(fuller, _)| *fuller == id)
+            .map_or(self.each, |(_, room)| *room);
+        room.min(self.total)
+    }
+}
+
 /// What became of an attempt.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AttemptOutcome {
@@ -277,16 +302,16 @@ pub trait WebhookStorage: Send + Sync + 'static {
         deliveries: Vec<NewDelivery>,
     ) -> Result<bool, StorageError>;
 
-    /// Claims at most `limit` due deliveries of active subscriptions for
-    /// `lease`, as `instance`: each becomes `sending`, its attempt count
-    /// grows by one, and no other claim takes it until the lease ends. A
-    /// delivery is due when its next attempt's time has come (or its lease
-    /// ran out) and no earlier delivery of the same subscription and
-    /// resource is open.
+    /// Claims due deliveries of active subscriptions for `lease`, as
+    /// `instance`, the earliest due first, as many as `room` lets it: each
+    /// becomes `sending`, its attempt count grows by one, and no other
+    /// claim takes it until the lease ends. A delivery is due when its next
+    /// attempt's time has come (or its lease ran out) and no earlier
+    /// delivery of the same subscription and resource is open.
     async fn claim(
         &self,
         instance: &str,
-        limit: usize,
+        room: &ClaimRoom,
         lease: std::time::Duration,
     ) -> Result<Vec<ClaimedDelivery>, StorageError>;
 
@@ -309,8 +334,9 @@ pub trait WebhookStorage: Send + Sync + 'static {
     /// sent is claimed again when its lease runs out): finding the few
     /// deliveries being sent would read every open one, and the
     /// deliverer's one-second tick takes them again, a lease lasting the
-    /// request's timeout and more.
-    async fn next_due(&self) -> Result<Option<DateTime<Utc>>, StorageError>;
+    /// request's timeout and more. Subscriptions in `excluding` (those a
+    /// claim has no room for) are left out.
+    async fn next_due(&self, excluding: &[i64]) -> Result<Option<DateTime<Utc>>, StorageError>;
 
     /// At most `limit` deliveries of subscription `id`, newest event first,
     /// whose event id is smaller than `before` when given.

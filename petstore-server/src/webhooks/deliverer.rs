@@ -6,8 +6,13 @@
 //! again once their lease ends — at least once, with the same `webhook-id`.
 //! A claim holds at most one delivery per subscription and resource (the
 //! storage's order guard), so one resource's events arrive in order.
+//!
+//! Each subscription has a share of the requests in flight: a receiver
+//! that hangs holds at most its share until the timeout, and the others'
+//! deliveries go on beside it.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -19,14 +24,22 @@ use super::sign::signature_header;
 use super::target::TargetPolicy;
 use crate::metrics::{AttemptResult, Metrics};
 use crate::storage::StorageError;
-use crate::storage::webhooks::{AttemptOutcome, ClaimedDelivery, NextStep, WebhookStorage};
+use crate::storage::webhooks::{
+    AttemptOutcome, ClaimRoom, ClaimedDelivery, NextStep, WebhookStorage,
+};
 
 /// Requests in flight at once, across subscriptions.
-const IN_FLIGHT: usize = 64;
+const IN_FLIGHT: usize = 128;
+
+/// Requests in flight at once for one subscription, at most: a lone
+/// subscription's share (see [`share`]).
+const PER_SUBSCRIPTION: usize = 64;
 
 /// The fewest free slots the deliverer claims for (unless nothing is due):
-/// a quarter of them, so that a claim is shared by many deliveries.
-const CLAIM_BATCH: u32 = (IN_FLIGHT / 4) as u32;
+/// a quarter of a subscription's most, so that a claim is shared by many
+/// deliveries. A subscription with less room than this waits for a finish
+/// that gives it this much, or for the idle tick.
+const CLAIM_BATCH: usize = PER_SUBSCRIPTION / 4;
 
 /// How long the deliverer sleeps at most with nothing due: what bounds the
 /// delay of a delivery made due by another instance (a replay, a lease run
@@ -66,58 +79,136 @@ pub struct Deliverer {
     pub log: slog::Logger,
 }
 
+/// A subscription's share of the requests in flight while `busy` other
+/// subscriptions have requests in flight: an equal part with one more
+/// subscription, so that a subscription that comes has room even when
+/// those in flight keep theirs (until the timeout, if their receivers
+/// hang), and at most [`PER_SUBSCRIPTION`].
+fn share(busy: usize) -> usize {
+    (IN_FLIGHT / (busy + 1)).min(PER_SUBSCRIPTION)
+}
+
+/// This instance's requests in flight, by subscription.
+#[derive(Default)]
+struct InFlight(Mutex<HashMap<i64, usize>>);
+
+impl InFlight {
+    /// What a claim for `free` slots may take.
+    fn room(&self, free: usize) -> ClaimRoom {
+        let in_flight = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let each = share(in_flight.len());
+        let fuller = in_flight
+            .iter()
+            .map(|(&id, &sending)| (id, each.saturating_sub(sending)))
+            .collect();
+        ClaimRoom {
+            total: free,
+            each,
+            fuller,
+        }
+    }
+
+    /// The subscriptions with less room than a claim batch.
+    fn full(&self) -> Vec<i64> {
+        let room = self.room(IN_FLIGHT);
+        room.fuller
+            .into_iter()
+            .filter(|&(_, left)| left < CLAIM_BATCH)
+            .map(|(id, _)| id)
+            .collect()
+    }
+
+    /// Counts a request of `webhook_id` sent.
+    fn sending(&self, webhook_id: i64) {
+        let mut in_flight = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        *in_flight.entry(webhook_id).or_default() += 1;
+    }
+
+    /// Counts a request of `webhook_id` finished; returns whether its
+    /// subscription now has room for a claim batch (when it has not, a
+    /// claim would take less: the next finish or the idle tick will do).
+    fn finished(&self, webhook_id: i64) -> bool {
+        let mut in_flight = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let sending = in_flight
+            .get(&webhook_id)
+            .map_or(0, |n| n.saturating_sub(1));
+        if sending == 0 {
+            in_flight.remove(&webhook_id);
+        } else {
+            in_flight.insert(webhook_id, sending);
+        }
+        sending + CLAIM_BATCH <= share(in_flight.len())
+    }
+}
+
 impl Deliverer {
     /// Delivers until aborted: claims as many due deliveries as there are
-    /// free slots, once at least [`CLAIM_BATCH`] are free. With the slots
-    /// busy, neither a claim nor the next due time is asked: the backlog
-    /// waits in the database. (A claim costs about the same for one row as
-    /// for sixty-four: claiming each slot as it freed held PostgreSQL near
-    /// 900 deliveries a second behind a backlog.)
+    /// free slots, once at least [`CLAIM_BATCH`] are free, and of each
+    /// subscription no more than its [`share`]. With the slots busy,
+    /// neither a claim nor the next due time is asked: the backlog waits
+    /// in the database. (A claim costs about the same for one row as for
+    /// sixty-four: claiming each slot as it freed held PostgreSQL near 900
+    /// deliveries a second behind a backlog.)
     pub async fn run(self) {
         let this = Arc::new(self);
         let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+        let in_flight = Arc::new(InFlight::default());
         loop {
-            let Ok(mut batch) = Arc::clone(&slots).acquire_many_owned(CLAIM_BATCH).await else {
+            let least = CLAIM_BATCH as u32;
+            let Ok(mut batch) = Arc::clone(&slots).acquire_many_owned(least).await else {
                 return;
             };
             // Every slot freed meanwhile is taken too.
             while let Ok(more) = Arc::clone(&slots).try_acquire_owned() {
                 batch.merge(more);
             }
-            let claimed = match this
-                .hooks
-                .claim(&this.instance, batch.num_permits(), this.lease())
-                .await
-            {
+            let room = in_flight.room(batch.num_permits());
+            let claimed = match this.hooks.claim(&this.instance, &room, this.lease()).await {
                 Ok(claimed) => claimed,
                 Err(e) => {
                     this.warn("claiming webhook deliveries", &e);
                     Vec::new()
                 }
             };
-            if claimed.is_empty() {
-                drop(batch);
-                let idle = this.idle_for().await;
-                tokio::select! {
-                    () = this.due.notified() => {}
-                    () = tokio::time::sleep(idle) => {}
-                }
-                continue;
-            }
-            // More may be due at once (the claim was capped, or a
-            // delivery's successor became claimable): the loop claims
-            // again once enough slots are free. The slots not used are
-            // freed with `batch`.
+            // A claim that took less than it might have took all that was
+            // due (of the subscriptions with room): the loop waits for more
+            // to be due, rather than claim again for nothing (on SQLite, a
+            // claim takes the write lock). A finish that makes more due
+            // wakes it.
+            let took_all_due = claimed.len() < room.total;
+            // The slots not used are freed with `batch`.
             for delivery in claimed {
                 let Some(slot) = batch.split(1) else {
                     break;
                 };
-                let this = Arc::clone(&this);
+                let webhook_id = delivery.webhook_id;
+                in_flight.sending(webhook_id);
+                let (this, in_flight) = (Arc::clone(&this), Arc::clone(&in_flight));
                 tokio::spawn(async move {
                     this.deliver(delivery).await;
                     drop(slot);
+                    // The next delivery of the same resource may be
+                    // claimable now.
+                    if in_flight.finished(webhook_id) {
+                        this.due.notify_one();
+                    }
                 });
             }
+            drop(batch);
+            if took_all_due {
+                this.wait_for_due(&in_flight).await;
+            }
+        }
+    }
+
+    /// Waits until deliveries may be due: a wake-up (a fan-out, a replay,
+    /// a finish), or the next due time of a subscription with room for a
+    /// claim's batch, at most [`IDLE_TICK`].
+    async fn wait_for_due(&self, in_flight: &InFlight) {
+        let idle = self.idle_for(&in_flight.full()).await;
+        tokio::select! {
+            () = self.due.notified() => {}
+            () = tokio::time::sleep(idle) => {}
         }
     }
 
@@ -127,10 +218,10 @@ impl Deliverer {
         self.timeout + LEASE_MARGIN
     }
 
-    /// How long to sleep with nothing claimed: until the next delivery is
-    /// due, at most [`IDLE_TICK`].
-    async fn idle_for(&self) -> Duration {
-        match self.hooks.next_due().await {
+    /// How long to sleep with nothing claimed: until the next delivery of
+    /// a subscription not in `full` is due, at most [`IDLE_TICK`].
+    async fn idle_for(&self, full: &[i64]) -> Duration {
+        match self.hooks.next_due(full).await {
             Ok(Some(due)) => (due - Utc::now())
                 .to_std()
                 .unwrap_or(Duration::ZERO)
@@ -164,8 +255,6 @@ impl Deliverer {
             Ok(false) => {}
             Err(e) => self.warn("recording a webhook delivery", &e),
         }
-        // The next delivery of the same resource may be claimable now.
-        self.due.notify_one();
     }
 
     /// One attempt: the signed request, and what its answer means.
@@ -296,3 +385,59 @@ fn committed_at(body: &str) -> Option<DateTime<Utc>> {
 /// The media type of a delivery's body: one CloudEvent in the structured
 /// mode of CloudEvents' HTTP binding.
 pub const CONTENT_TYPE: &str = "application/cloudevents+json";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sending(in_flight: &InFlight, webhook_id: i64, times: usize) {
+        (0..times).for_each(|_| in_flight.sending(webhook_id));
+    }
+
+    #[test]
+    fn a_lone_subscription_has_as_many_requests_in_flight_as_before_shares() {
+        let in_flight = InFlight::default();
+        assert_eq!(in_flight.room(IN_FLIGHT).of(1), PER_SUBSCRIPTION);
+        sending(&in_flight, 1, PER_SUBSCRIPTION - 1);
+        assert_eq!(in_flight.room(IN_FLIGHT).of(1), 1);
+    }
+
+    #[test]
+    fn a_subscription_that_holds_its_share_leaves_room_for_others() {
+        let in_flight = InFlight::default();
+        sending(&in_flight, 1, PER_SUBSCRIPTION);
+        let room = in_flight.room(IN_FLIGHT - PER_SUBSCRIPTION);
+        assert_eq!((room.of(1), room.of(2)), (0, PER_SUBSCRIPTION));
+        assert_eq!(in_flight.full(), [1]);
+        // With two holding requests, each share shrinks, so that a third
+        // still finds room.
+        sending(&in_flight, 2, 1);
+        let room = in_flight.room(IN_FLIGHT - PER_SUBSCRIPTION - 1);
+        assert_eq!(room.each, IN_FLIGHT / 3);
+        assert_eq!(
+            (room.of(1), room.of(2), room.of(3)),
+            (0, IN_FLIGHT / 3 - 1, IN_FLIGHT / 3)
+        );
+    }
+
+    #[test]
+    fn a_finish_wakes_the_claims_only_once_its_subscription_has_room_for_a_batch() {
+        let in_flight = InFlight::default();
+        sending(&in_flight, 1, PER_SUBSCRIPTION);
+        let wakes: Vec<bool> = (0..CLAIM_BATCH).map(|_| in_flight.finished(1)).collect();
+        assert!(
+            wakes[..CLAIM_BATCH - 1].iter().all(|wakes| !wakes),
+            "{wakes:?}"
+        );
+        assert!(wakes[CLAIM_BATCH - 1], "room for a batch");
+        // A subscription with few in flight wakes them at every finish (the
+        // next event of the same resource may be due).
+        sending(&in_flight, 2, 2);
+        assert!(in_flight.finished(2) && in_flight.finished(2));
+        assert_eq!(
+            in_flight.room(IN_FLIGHT).fuller.len(),
+            1,
+            "2 is no longer counted"
+        );
+    }
+}

@@ -176,7 +176,8 @@ pub(super) const FAN_OUT: &str = "
 /// `$2` for `$3` seconds, with what sending them needs: the first in
 /// (`next_at`, `event_id`) order, taken from each active subscription's
 /// first few ([`CLAIM_INDEX`]), so that a claim costs the same behind a
-/// backlog of any size. (One ordered query over every due row let the
+/// backlog of any size; of each subscription at most its room (`$4`, or
+/// the room of `$6` beside its id in `$5`). (One ordered query over every due row let the
 /// planner sort them all whenever its statistics were older than the
 /// backlog: 150 ms a claim behind 50,000, and delivery fell as the backlog
 /// grew.) Four times `$1` candidates are read, and the first `$1` that no
@@ -196,7 +197,11 @@ pub(super) const CLAIM: &str = concat!(
     none_open_before!(),
     "
              ORDER BY d.next_at, d.event_id
-             LIMIT 4 * $1::bigint) d
+             LIMIT least(4 * $1::bigint,
+                         coalesce((SELECT f.room FROM unnest($5::bigint[], $6::bigint[])
+                                       AS f (id, room)
+                                   WHERE f.id = w.id),
+                                  $4::bigint))) d
          WHERE w.state = 'active'
          ORDER BY d.next_at, d.event_id
          LIMIT 4 * $1::bigint),
@@ -261,7 +266,8 @@ pub(super) const FINISH: &str = "
 /// When a claim would next find a delivery (see `WebhookStorage::next_due`):
 /// the earliest of each active subscription's first pending delivery, in
 /// the claim's order, that nothing holds back (read as a claim reads, so
-/// that it stops there, not at the end of the backlog); leases left out.
+/// that it stops there, not at the end of the backlog); leases left out,
+/// and the subscriptions of `$1`.
 /// (`state IN (…)` is written out beside `state = 'pending'` as the
 /// partial indexes' predicate, as in the claim.)
 pub(super) const NEXT_DUE: &str = concat!(
@@ -274,7 +280,7 @@ pub(super) const NEXT_DUE: &str = concat!(
     "
          ORDER BY d.next_at, d.event_id
          LIMIT 1) p
-     WHERE w.state = 'active'"
+     WHERE w.state = 'active' AND w.id <> ALL($1::bigint[])"
 );
 
 /// At most `$3` deliveries of subscription `$1` below event `$2`, newest

@@ -31,9 +31,9 @@ use super::webhook_statements as statements;
 use super::{Lent, PostgresStorage, postgres};
 use crate::storage::StorageError;
 use crate::storage::webhooks::{
-    AttemptOutcome, ClaimedDelivery, DeliveryState, NewDelivery, NewSubscription, SealedSecret,
-    StoredDelivery, StoredSubscription, SubscriptionOwner, WebhookStorage, distinct, kinds_column,
-    stored_delivery_state, stored_kind, stored_kinds, stored_owner, stored_state,
+    AttemptOutcome, ClaimRoom, ClaimedDelivery, DeliveryState, NewDelivery, NewSubscription,
+    SealedSecret, StoredDelivery, StoredSubscription, SubscriptionOwner, WebhookStorage, distinct,
+    kinds_column, stored_delivery_state, stored_kind, stored_kinds, stored_owner, stored_state,
 };
 
 /// The most pooled connections webhooks use per instance: each claim,
@@ -236,11 +236,13 @@ async fn fan_out(
 async fn claim(
     client: &Client,
     instance: &str,
-    limit: usize,
+    room: &ClaimRoom,
     lease: Duration,
 ) -> Result<Vec<ClaimedDelivery>, StorageError> {
     let sql = postgres("claiming webhook deliveries");
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    let (fuller, fuller_room): (Vec<i64>, Vec<i64>) =
+        room.fuller.iter().map(|&(id, n)| (id, count(n))).unzip();
     // Prepared for this execution only, not cached: PostgreSQL plans it
     // with this claim's values and the statistics of now. A cached
     // statement gets a generic plan after five executions, and the claim's
@@ -252,7 +254,14 @@ async fn claim(
     let rows = client
         .query(
             statements::CLAIM,
-            &[&limit, &instance, &lease.as_secs_f64()],
+            &[
+                &count(room.total),
+                &instance,
+                &lease.as_secs_f64(),
+                &count(room.each),
+                &fuller,
+                &fuller_room,
+            ],
         )
         .await
         .map_err(&sql)?;
@@ -292,11 +301,14 @@ async fn finish(
     Ok(counted == 1)
 }
 
-async fn next_due(client: &Client) -> Result<Option<DateTime<Utc>>, StorageError> {
+async fn next_due(
+    client: &Client,
+    excluding: &[i64],
+) -> Result<Option<DateTime<Utc>>, StorageError> {
     let sql = postgres("reading when a webhook delivery is next due");
     // As text, planned each time, as the claim is.
     let row = client
-        .query_one(statements::NEXT_DUE, &[])
+        .query_one(statements::NEXT_DUE, &[&excluding])
         .await
         .map_err(&sql)?;
     row.try_get(0).map_err(&sql)
@@ -442,11 +454,11 @@ impl WebhookStorage for PostgresStorage {
     async fn claim(
         &self,
         instance: &str,
-        limit: usize,
+        room: &ClaimRoom,
         lease: Duration,
     ) -> Result<Vec<ClaimedDelivery>, StorageError> {
         let mut lent = self.deliveries_client().await?;
-        let work = claim(lent.client(), instance, limit, lease);
+        let work = claim(lent.client(), instance, room, lease);
         let answer = tokio::time::timeout(STATEMENT_TIMEOUT, work).await;
         lent.settle("claiming webhook deliveries", answer)
     }
@@ -463,9 +475,10 @@ impl WebhookStorage for PostgresStorage {
         lent.settle("recording a webhook delivery's attempt", answer)
     }
 
-    async fn next_due(&self) -> Result<Option<DateTime<Utc>>, StorageError> {
+    async fn next_due(&self, excluding: &[i64]) -> Result<Option<DateTime<Utc>>, StorageError> {
         let mut lent = self.deliveries_client().await?;
-        let answer = tokio::time::timeout(STATEMENT_TIMEOUT, next_due(lent.client())).await;
+        let work = next_due(lent.client(), excluding);
+        let answer = tokio::time::timeout(STATEMENT_TIMEOUT, work).await;
         lent.settle("reading when a webhook delivery is next due", answer)
     }
 

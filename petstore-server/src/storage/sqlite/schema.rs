@@ -167,12 +167,15 @@ pub(super) const MIGRATIONS: &[&str] = &[
     "DROP INDEX webhook_deliveries_due;
     CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_at, event_id)
         WHERE state IN ('pending', 'sending');",
-    // Each subscription's open deliveries in the claims' order, so that
-    // `next_due` reads each one's first pending delivery that nothing holds
-    // back and stops there (as PostgreSQL's does): it read every open
+    // Each subscription's open deliveries in the claims' order (as on
+    // PostgreSQL), so that a claim takes each subscription's first few due
+    // (no more than its room: one subscription cannot take every request
+    // in flight), and `next_due` reads each one's first pending delivery
+    // that nothing holds back and stops there: it read every open
     // delivery, 69-78 ms behind 35,000, after every claim that found
     // nothing (BENCHMARKS.md, "Issue 28, ninth pass").
-    "CREATE INDEX webhook_deliveries_due_per_webhook
+    "DROP INDEX webhook_deliveries_due;
+    CREATE INDEX webhook_deliveries_due_per_webhook
         ON webhook_deliveries (webhook_id, next_at, event_id)
         WHERE state IN ('pending', 'sending');",
 ];

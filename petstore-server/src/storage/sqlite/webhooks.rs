@@ -23,9 +23,9 @@ use super::rows::micros_to_time;
 use super::schema::{on_connection, sqlite};
 use crate::storage::StorageError;
 use crate::storage::webhooks::{
-    AttemptOutcome, ClaimedDelivery, DeliveryState, NewDelivery, NewSubscription, SealedSecret,
-    StoredDelivery, StoredSubscription, SubscriptionOwner, WebhookStorage, distinct, kinds_column,
-    stored_delivery_state, stored_kind, stored_kinds, stored_owner, stored_state,
+    AttemptOutcome, ClaimRoom, ClaimedDelivery, DeliveryState, NewDelivery, NewSubscription,
+    SealedSecret, StoredDelivery, StoredSubscription, SubscriptionOwner, WebhookStorage, distinct,
+    kinds_column, stored_delivery_state, stored_kind, stored_kinds, stored_owner, stored_state,
 };
 
 /// The SQLite implementation of [`WebhookStorage`].
@@ -231,15 +231,18 @@ struct Due {
     body: String,
     secret: Vec<u8>,
     previous: Option<Vec<u8>>,
+    next_at: i64,
 }
 
-/// At most `?2` deliveries due at `?1` (see [`WebhookStorage::claim`]),
-/// with the previous secret while it is valid.
+/// At most `?2` deliveries of subscription `?3` due at `?1` (see
+/// [`WebhookStorage::claim`]), in the claim's order, read from
+/// `webhook_deliveries_due_per_webhook`, with the previous secret while it
+/// is valid.
 const DUE: &str = concat!(
     "SELECT d.webhook_id, d.event_id, d.attempts, w.url, d.body, w.secret,
-            CASE WHEN w.previous_until > ?1 THEN w.previous_secret END
+            CASE WHEN w.previous_until > ?1 THEN w.previous_secret END, d.next_at
      FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
-     WHERE w.state = 'active' AND d.next_at <= ?1
+     WHERE d.webhook_id = ?3 AND w.state = 'active' AND d.next_at <= ?1
        AND d.state IN ('pending', 'sending')
        AND (d.state = 'pending' OR (d.state = 'sending' AND d.lease_until < ?1))
        AND ",
@@ -247,21 +250,40 @@ const DUE: &str = concat!(
     " ORDER BY d.next_at, d.event_id LIMIT ?2"
 );
 
-fn due(tx: &Transaction, now: i64, limit: usize) -> rusqlite::Result<Vec<Due>> {
+/// The deliveries due at `now` that `room` lets a claim take: each active
+/// subscription's first (subscriptions are few), then the earliest due of
+/// them all.
+fn due(tx: &Transaction, now: i64, room: &ClaimRoom) -> rusqlite::Result<Vec<Due>> {
+    let active: Vec<i64> = tx
+        .prepare_cached("SELECT id FROM webhooks WHERE state = 'active'")?
+        .query_map([], |row| row.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
     let mut select = tx.prepare_cached(DUE)?;
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let rows = select.query_map(params![now, limit], |row| {
-        Ok(Due {
-            webhook_id: row.get(0)?,
-            event_id: row.get(1)?,
-            attempts: row.get(2)?,
-            url: row.get(3)?,
-            body: row.get(4)?,
-            secret: row.get(5)?,
-            previous: row.get(6)?,
-        })
-    })?;
-    rows.collect()
+    let mut due = Vec::new();
+    for webhook in active {
+        let limit = i64::try_from(room.of(webhook)).unwrap_or(i64::MAX);
+        if limit == 0 {
+            continue;
+        }
+        let rows = select.query_map(params![now, limit, webhook], |row| {
+            Ok(Due {
+                webhook_id: row.get(0)?,
+                event_id: row.get(1)?,
+                attempts: row.get(2)?,
+                url: row.get(3)?,
+                body: row.get(4)?,
+                secret: row.get(5)?,
+                previous: row.get(6)?,
+                next_at: row.get(7)?,
+            })
+        })?;
+        for row in rows {
+            due.push(row?);
+        }
+    }
+    due.sort_by_key(|due| (due.next_at, due.event_id));
+    due.truncate(room.total);
+    Ok(due)
 }
 
 /// Marks `due` as sent by `instance` until `until`: its next attempt.
@@ -517,10 +539,10 @@ impl WebhookStorage for SqliteWebhooks {
     async fn claim(
         &self,
         instance: &str,
-        limit: usize,
+        room: &ClaimRoom,
         lease_for: Duration,
     ) -> Result<Vec<ClaimedDelivery>, StorageError> {
-        let instance = instance.to_owned();
+        let (instance, room) = (instance.to_owned(), room.clone());
         self.with(Commits::Relaxed, move |conn| {
             let doing = "claiming webhook deliveries";
             let sql = sqlite(doing);
@@ -528,7 +550,7 @@ impl WebhookStorage for SqliteWebhooks {
             let until =
                 now.saturating_add(i64::try_from(lease_for.as_micros()).unwrap_or(i64::MAX));
             let tx = immediate(conn, doing)?;
-            let claimed = due(&tx, now, limit)
+            let claimed = due(&tx, now, &room)
                 .map_err(&sql)?
                 .into_iter()
                 .map(|due| lease(&tx, due, &instance, until))
@@ -590,7 +612,7 @@ impl WebhookStorage for SqliteWebhooks {
         .await
     }
 
-    async fn next_due(&self) -> Result<Option<DateTime<Utc>>, StorageError> {
+    async fn next_due(&self, excluding: &[i64]) -> Result<Option<DateTime<Utc>>, StorageError> {
         // Each active subscription's first pending delivery, in the
         // claim's order, that nothing holds back (`…_due_per_webhook`).
         // Leases are left out, as on PostgreSQL (see the trait).
@@ -602,11 +624,15 @@ impl WebhookStorage for SqliteWebhooks {
                            AND d.state = 'pending' AND ",
             none_open_before!(),
             "            ORDER BY d.next_at, d.event_id LIMIT 1))
-             FROM webhooks w WHERE w.state = 'active'"
+             FROM webhooks w
+             WHERE w.state = 'active' AND w.id NOT IN (SELECT value FROM json_each(?1))"
         );
-        self.with(Commits::Relaxed, |conn| {
+        // A JSON array, which `json_each` reads.
+        let ids: Vec<String> = excluding.iter().map(i64::to_string).collect();
+        let excluding = format!("[{}]", ids.join(","));
+        self.with(Commits::Relaxed, move |conn| {
             let next: Option<i64> = conn
-                .query_row(NEXT_DUE, [], |row| row.get(0))
+                .query_row(NEXT_DUE, [excluding], |row| row.get(0))
                 .map_err(sqlite("reading when a webhook delivery is next due"))?;
             Ok(next.map(micros_to_time))
         })
