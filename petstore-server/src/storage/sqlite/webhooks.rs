@@ -234,6 +234,22 @@ struct Due {
     next_at: i64,
 }
 
+impl Due {
+    /// A row of [`DUE`].
+    fn read(row: &Row) -> rusqlite::Result<Due> {
+        Ok(Due {
+            webhook_id: row.get(0)?,
+            event_id: row.get(1)?,
+            attempts: row.get(2)?,
+            url: row.get(3)?,
+            body: row.get(4)?,
+            secret: row.get(5)?,
+            previous: row.get(6)?,
+            next_at: row.get(7)?,
+        })
+    }
+}
+
 /// At most `?2` deliveries of subscription `?3` due at `?1` (see
 /// [`WebhookStorage::claim`]), in the claim's order, read from
 /// `webhook_deliveries_due_per_webhook`, with the previous secret while it
@@ -265,19 +281,7 @@ fn due(tx: &Transaction, now: i64, room: &ClaimRoom) -> rusqlite::Result<Vec<Due
         if limit == 0 {
             continue;
         }
-        let rows = select.query_map(params![now, limit, webhook], |row| {
-            Ok(Due {
-                webhook_id: row.get(0)?,
-                event_id: row.get(1)?,
-                attempts: row.get(2)?,
-                url: row.get(3)?,
-                body: row.get(4)?,
-                secret: row.get(5)?,
-                previous: row.get(6)?,
-                next_at: row.get(7)?,
-            })
-        })?;
-        for row in rows {
+        for row in select.query_map(params![now, limit, webhook], Due::read)? {
             due.push(row?);
         }
     }
