@@ -15,6 +15,8 @@
 //!   other subscriptions') do not wait for them;
 //! - a lease that runs out is claimed again, and the old claim's finish
 //!   then counts for nothing; the next due time leaves leases out;
+//! - outcomes recorded together each count as they would alone, and their
+//!   subscriptions learn the latest success and failure among them;
 //! - a claim takes no more of a subscription than its room, the earliest
 //!   due first, and the next due time leaves out the subscriptions asked;
 //! - a rotated secret signs beside the new one until it expires;
@@ -32,9 +34,9 @@ use chrono::{DateTime, TimeDelta, Utc};
 use enumset::EnumSet;
 use petstore_server::storage::{
     self, AttemptOutcome, ClaimRoom, ClaimedDelivery, Database, DatabaseUrl, DeliveryState,
-    DisabledReason, EventKind, NewDelivery, NewSubscription, NextStep, OwnerId, PostgresUrl,
-    SealedSecret, StorageMetrics, StoredDelivery, StoredSubscription, SubscriptionState,
-    WebhookStorage,
+    DisabledReason, EventKind, FinishedAttempt, NewDelivery, NewSubscription, NextStep, OwnerId,
+    PostgresUrl, SealedSecret, StorageMetrics, StoredDelivery, StoredSubscription,
+    SubscriptionState, WebhookStorage,
 };
 use petstore_support::postgres::TestDatabase;
 use petstore_support::{SOON, eventually_some};
@@ -118,6 +120,7 @@ on_both_backends!(
     an_exhausted_schedule_or_a_410_disables_the_subscription_until_a_replay,
     one_resource_is_delivered_in_event_order,
     an_expired_lease_is_claimed_again_and_the_old_claim_counts_for_nothing,
+    outcomes_recorded_together_each_count_as_they_would_alone,
     the_next_due_time_leaves_leases_to_the_deliverers_tick,
     a_claim_takes_no_more_of_a_subscription_than_its_room,
     a_rotated_secret_signs_beside_the_new_one_until_it_expires,
@@ -583,6 +586,59 @@ async fn an_expired_lease_is_claimed_again_and_the_old_claim_counts_for_nothing(
             .unwrap()
     );
     assert_eq!(stored(store, id, 2).await.state, DeliveryState::Delivered);
+}
+
+/// The deliverer records what finished meanwhile in one commit: each
+/// outcome counts only for its own claim, the subscription learns the
+/// latest success and failure among them, and an outcome that disables a
+/// subscription disables it.
+async fn outcomes_recorded_together_each_count_as_they_would_alone(store: &dyn WebhookStorage) {
+    let (id, other) = (subscribe(store, 1).await.id, subscribe(store, 2).await.id);
+    let ours = vec![
+        delivery(2, 1),
+        delivery(4, 2),
+        delivery(6, 3),
+        delivery(8, 4),
+    ];
+    fan_out(store, id, ours).await;
+    fan_out(store, other, vec![delivery(2, 1)]).await;
+    let claimed = claim(store, "a").await;
+    assert_eq!(claimed.len(), 5, "{claimed:?}");
+    let mut never_made = claimed[2].clone();
+    never_made.attempt += 1;
+    let (earlier, later, retry_at) = (in_ms(-5_000), in_ms(-2_000), in_ms(60_000));
+    let finished = [
+        FinishedAttempt::of(&claimed[3], outcome_at(NextStep::Delivered, later)),
+        FinishedAttempt::of(&claimed[0], outcome_at(NextStep::Delivered, earlier)),
+        FinishedAttempt::of(&claimed[1], outcome(NextStep::RetryAt(retry_at))),
+        FinishedAttempt::of(&never_made, outcome(NextStep::Delivered)),
+        FinishedAttempt::of(&claimed[4], outcome(NextStep::Gone)),
+    ];
+    assert_eq!(
+        store.finish_all("a", &finished).await.unwrap(),
+        [true, true, true, false, true]
+    );
+
+    let state = |d: StoredDelivery| (d.state, d.attempts, d.next_attempt_at);
+    assert_eq!(
+        state(stored(store, id, 2).await),
+        (DeliveryState::Delivered, 1, None)
+    );
+    assert_eq!(
+        state(stored(store, id, 4).await),
+        (DeliveryState::Pending, 1, Some(retry_at))
+    );
+    assert_eq!(stored(store, id, 6).await.state, DeliveryState::Sending);
+    assert_eq!(stored(store, id, 8).await.state, DeliveryState::Delivered);
+    let read = get(store, id).await;
+    assert_eq!(read.state, SubscriptionState::Active);
+    assert_eq!(read.last_success_at, Some(later));
+    assert!(read.last_failure_at.is_some());
+    assert_eq!(
+        get(store, other).await.state,
+        SubscriptionState::Disabled(DisabledReason::Gone)
+    );
+    assert!(store.finish_all("a", &[]).await.unwrap().is_empty());
 }
 
 /// `next_due` leaves leases out (finding the few deliveries being sent

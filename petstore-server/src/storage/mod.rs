@@ -32,9 +32,9 @@ pub use postgres::PostgresStorage;
 pub use sqlite::{SqliteKeys, SqliteStorage, SqliteWebhooks};
 pub use url::{DatabaseUrl, DatabaseUrlError, PostgresUrl};
 pub use webhooks::{
-    AttemptOutcome, ClaimRoom, ClaimedDelivery, DeliveryState, DisabledReason, NewDelivery,
-    NewSubscription, NextStep, SealedSecret, StoredDelivery, StoredSubscription, SubscriptionOwner,
-    SubscriptionState, WebhookStorage,
+    AttemptOutcome, ClaimRoom, ClaimedDelivery, DeliveryState, DisabledReason, FinishedAttempt,
+    NewDelivery, NewSubscription, NextStep, SealedSecret, StoredDelivery, StoredSubscription,
+    SubscriptionOwner, SubscriptionState, WebhookStorage,
 };
 
 /// The longest list a backend serves in one call.

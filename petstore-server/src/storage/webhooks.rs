@@ -12,7 +12,7 @@
 //!   due deliveries under a lease (on PostgreSQL with `FOR UPDATE SKIP
 //!   LOCKED`, so instances take disjoint rows without waiting); a lease that
 //!   runs out (its instance died mid-send) is taken again: at least once.
-//!   [`WebhookStorage::finish`] only counts for the lease it was given.
+//!   [`WebhookStorage::finish_all`] only counts for the lease it was given.
 //! - **In order per resource.** A delivery is not claimable while an
 //!   earlier one of the same subscription and resource is still open
 //!   (pending or being sent).
@@ -225,6 +225,31 @@ pub struct AttemptOutcome {
     pub next: NextStep,
 }
 
+/// An attempt's outcome, for the claim it was made under.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FinishedAttempt {
+    /// The subscription.
+    pub webhook_id: i64,
+    /// The event's id.
+    pub event_id: i64,
+    /// The attempt's number: its claim.
+    pub attempt: u32,
+    /// What became of it.
+    pub outcome: AttemptOutcome,
+}
+
+impl FinishedAttempt {
+    /// The outcome of `delivery`'s attempt.
+    pub fn of(delivery: &ClaimedDelivery, outcome: AttemptOutcome) -> FinishedAttempt {
+        FinishedAttempt {
+            webhook_id: delivery.webhook_id,
+            event_id: delivery.event_id,
+            attempt: delivery.attempt,
+            outcome,
+        }
+    }
+}
+
 /// What happens after an attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NextStep {
@@ -315,15 +340,30 @@ pub trait WebhookStorage: Send + Sync + 'static {
         lease: std::time::Duration,
     ) -> Result<Vec<ClaimedDelivery>, StorageError>;
 
-    /// Records the outcome of an attempt, only if `instance` still holds the
-    /// claim for that attempt (a lease that ran out still counts until
-    /// another claim takes the delivery). Returns whether it did.
+    /// Records the outcomes of attempts in one commit, each only if
+    /// `instance` still holds the claim for that attempt (a lease that ran
+    /// out still counts until another claim takes the delivery). Returns,
+    /// for each, whether it did. (The deliverer records what finished
+    /// while the last commit was being made: one commit per delivery cost
+    /// more than the request itself.)
+    async fn finish_all(
+        &self,
+        instance: &str,
+        finished: &[FinishedAttempt],
+    ) -> Result<Vec<bool>, StorageError>;
+
+    /// Records the outcome of one attempt, as [`WebhookStorage::finish_all`]
+    /// does; returns whether it did.
     async fn finish(
         &self,
         instance: &str,
         delivery: &ClaimedDelivery,
         outcome: AttemptOutcome,
-    ) -> Result<bool, StorageError>;
+    ) -> Result<bool, StorageError> {
+        let finished = [FinishedAttempt::of(delivery, outcome)];
+        let counted = self.finish_all(instance, &finished).await?;
+        Ok(counted.first().copied().unwrap_or(false))
+    }
 
     /// When a claim would next find a pending delivery if nothing else
     /// changed, if ever (the deliverer sleeps until then, at most a

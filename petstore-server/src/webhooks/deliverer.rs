@@ -10,13 +10,17 @@
 //! Each subscription has a share of the requests in flight: a receiver
 //! that hangs holds at most its share until the timeout, and the others'
 //! deliveries go on beside it.
+//!
+//! Outcomes are recorded together: what finished while the last commit
+//! was being made goes into the next one (one commit per delivery cost the
+//! server more than the request itself).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 
 use super::schedule::{RetrySchedule, retry_after};
 use super::secrets::SealingKeys;
@@ -25,7 +29,7 @@ use super::target::TargetPolicy;
 use crate::metrics::{AttemptResult, Metrics};
 use crate::storage::StorageError;
 use crate::storage::webhooks::{
-    AttemptOutcome, ClaimRoom, ClaimedDelivery, NextStep, WebhookStorage,
+    AttemptOutcome, ClaimRoom, ClaimedDelivery, FinishedAttempt, NextStep, WebhookStorage,
 };
 
 /// Requests in flight at once, across subscriptions.
@@ -86,6 +90,27 @@ pub struct Deliverer {
 /// hang), and at most [`PER_SUBSCRIPTION`].
 fn share(busy: usize) -> usize {
     (IN_FLIGHT / (busy + 1)).min(PER_SUBSCRIPTION)
+}
+
+/// An outcome to record, and who waits until it is.
+type Recording = (FinishedAttempt, oneshot::Sender<()>);
+
+/// Where the requests sent hand their outcomes to be recorded
+/// ([`Deliverer::record`]).
+#[derive(Clone)]
+struct Outcomes(mpsc::UnboundedSender<Recording>);
+
+impl Outcomes {
+    /// Records `finished` with whatever else finished meanwhile; returns
+    /// once the commit is made (or failed: the lease then runs out and the
+    /// delivery is sent again).
+    async fn record(&self, finished: FinishedAttempt) {
+        let (done, recorded) = oneshot::channel();
+        if self.0.send((finished, done)).is_ok() {
+            // An error: the recorder is gone with the deliverer.
+            let _ = recorded.await;
+        }
+    }
 }
 
 /// This instance's requests in flight, by subscription.
@@ -151,6 +176,16 @@ impl Deliverer {
     /// deliveries a second behind a backlog.)
     pub async fn run(self) {
         let this = Arc::new(self);
+        let (outcomes, recorded) = mpsc::unbounded_channel();
+        tokio::join!(
+            Deliverer::send(Arc::clone(&this), Outcomes(outcomes)),
+            this.record(recorded)
+        );
+    }
+
+    /// Claims and sends, each request's slot held until its outcome is
+    /// recorded (the next delivery of its resource is claimable only then).
+    async fn send(this: Arc<Self>, outcomes: Outcomes) {
         let slots = Arc::new(Semaphore::new(IN_FLIGHT));
         let in_flight = Arc::new(InFlight::default());
         loop {
@@ -184,8 +219,9 @@ impl Deliverer {
                 let webhook_id = delivery.webhook_id;
                 in_flight.sending(webhook_id);
                 let (this, in_flight) = (Arc::clone(&this), Arc::clone(&in_flight));
+                let outcomes = outcomes.clone();
                 tokio::spawn(async move {
-                    this.deliver(delivery).await;
+                    this.deliver(delivery, &outcomes).await;
                     drop(slot);
                     // The next delivery of the same resource may be
                     // claimable now.
@@ -234,8 +270,25 @@ impl Deliverer {
         }
     }
 
+    /// Records the outcomes handed to `recorded`, as many as are waiting in
+    /// each commit; at most [`IN_FLIGHT`] can be, each holding its slot.
+    async fn record(&self, mut recorded: mpsc::UnboundedReceiver<Recording>) {
+        let mut batch = Vec::with_capacity(IN_FLIGHT);
+        while recorded.recv_many(&mut batch, IN_FLIGHT).await > 0 {
+            let (finished, waiting): (Vec<_>, Vec<_>) = batch.drain(..).unzip();
+            // An outcome that did not count: the lease ran out and another
+            // instance took the delivery; its outcome is the one that counts.
+            if let Err(e) = self.hooks.finish_all(&self.instance, &finished).await {
+                self.warn("recording webhook deliveries", &e);
+            }
+            for done in waiting {
+                let _ = done.send(());
+            }
+        }
+    }
+
     /// Sends one delivery and records the outcome.
-    async fn deliver(&self, delivery: ClaimedDelivery) {
+    async fn deliver(&self, delivery: ClaimedDelivery, outcomes: &Outcomes) {
         let outcome = self.attempt(&delivery).await;
         let result = match outcome.next {
             NextStep::Delivered => AttemptResult::Delivered,
@@ -248,13 +301,9 @@ impl Deliverer {
             .flatten()
             .and_then(|time| (Utc::now() - time).to_std().ok());
         self.metrics.webhook_attempt(result, since_commit);
-        match self.hooks.finish(&self.instance, &delivery, outcome).await {
-            Ok(true) => {}
-            // The lease ran out and another instance took the delivery:
-            // its outcome is the one that counts.
-            Ok(false) => {}
-            Err(e) => self.warn("recording a webhook delivery", &e),
-        }
+        outcomes
+            .record(FinishedAttempt::of(&delivery, outcome))
+            .await;
     }
 
     /// One attempt: the signed request, and what its answer means.

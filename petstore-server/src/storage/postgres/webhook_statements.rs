@@ -225,43 +225,53 @@ pub(super) const CLAIM: &str = concat!(
                next.previous"
 );
 
-/// Records attempt `$4` of delivery (`$1`, `$2`) if `$3` still holds its
-/// lease: its state `$5`, next attempt `$6`, status `$7`, error `$8`, time
-/// `$9` and end `$11`; then on its subscription when it last succeeded or failed (the
+/// Records attempts, given as arrays, each entry one attempt: the attempt
+/// `$4` of delivery (`$1`, `$2`), if `$3` still holds its lease: its state
+/// `$5`, next attempt `$6`, status `$7`, error `$8`, time `$9` and end
+/// `$11`; then on each subscription when it last succeeded or failed (the
 /// latest, in whatever order finishes come), and the reason `$10` it is
-/// disabled for, if any. One statement: the delivery's row is locked
-/// before its subscription's, as everywhere else. Its count is 1 if it
-/// counted.
+/// disabled for, if any. One statement: the deliveries' rows are locked
+/// before their subscriptions', as everywhere else. Returns the deliveries
+/// whose attempt counted.
 ///
-/// The subscription's row is only written when it changes by a second or
+/// A subscription's row is only written when it changes by a second or
 /// more, or is disabled: every finish of a busy subscription would
 /// otherwise queue on that one row's lock.
-pub(super) const FINISH: &str = "
-    WITH finished AS (
-        UPDATE webhook_deliveries
-        SET state = $5::text, next_at = coalesce($6::timestamptz, next_at),
-            lease_owner = NULL, lease_until = NULL, last_status = $7::integer,
-            last_error = $8::text, last_at = $9::timestamptz,
-            delivered_at = CASE WHEN $5::text = 'delivered' THEN $11::timestamptz END
-        WHERE webhook_id = $1 AND event_id = $2 AND state = 'sending'
-          AND lease_owner = $3 AND attempts = $4
-        RETURNING webhook_id),
+pub(super) const FINISH_ALL: &str = "
+    WITH attempt AS (
+        SELECT * FROM unnest($1::bigint[], $2::bigint[], $4::integer[], $5::text[],
+                             $6::timestamptz[], $7::integer[], $8::text[],
+                             $9::timestamptz[], $10::text[], $11::timestamptz[])
+            AS a(webhook_id, event_id, attempts, state, retry_at, status, error, at,
+                 reason, ended)),
+    finished AS (
+        UPDATE webhook_deliveries d
+        SET state = a.state, next_at = coalesce(a.retry_at, d.next_at),
+            lease_owner = NULL, lease_until = NULL, last_status = a.status,
+            last_error = a.error, last_at = a.at,
+            delivered_at = CASE WHEN a.state = 'delivered' THEN a.ended END
+        FROM attempt a
+        WHERE d.webhook_id = a.webhook_id AND d.event_id = a.event_id
+          AND d.state = 'sending' AND d.lease_owner = $3::text AND d.attempts = a.attempts
+        RETURNING d.webhook_id, d.event_id, a.state, a.reason, a.ended),
+    outcome AS (
+        SELECT webhook_id,
+               max(ended) FILTER (WHERE state = 'delivered') AS succeeded,
+               max(ended) FILTER (WHERE state <> 'delivered') AS failed,
+               max(reason) AS reason
+        FROM finished GROUP BY webhook_id),
     subscription AS (UPDATE webhooks w SET
-        last_success_at = CASE WHEN $5::text = 'delivered'
-                          THEN greatest(w.last_success_at, $11::timestamptz)
-                          ELSE w.last_success_at END,
-        last_failure_at = CASE WHEN $5::text = 'delivered' THEN w.last_failure_at
-                          ELSE greatest(w.last_failure_at, $11::timestamptz) END,
-        state = CASE WHEN $10::text IS NULL THEN w.state ELSE 'disabled' END,
-        disabled_reason = coalesce($10::text, w.disabled_reason)
-    FROM finished WHERE w.id = finished.webhook_id
-      AND ($10::text IS NOT NULL
-           OR coalesce(CASE WHEN $5::text = 'delivered' THEN w.last_success_at
-                       ELSE w.last_failure_at END, '-infinity')
-              < $11::timestamptz - interval '1 second')
+        last_success_at = greatest(w.last_success_at, o.succeeded),
+        last_failure_at = greatest(w.last_failure_at, o.failed),
+        state = CASE WHEN o.reason IS NULL THEN w.state ELSE 'disabled' END,
+        disabled_reason = coalesce(o.reason, w.disabled_reason)
+    FROM outcome o WHERE w.id = o.webhook_id
+      AND (o.reason IS NOT NULL
+           OR coalesce(w.last_success_at, '-infinity') < o.succeeded - interval '1 second'
+           OR coalesce(w.last_failure_at, '-infinity') < o.failed - interval '1 second')
     RETURNING 1)
     -- A data-modifying WITH runs to completion whether or not it is read.
-    SELECT count(*) FROM finished";
+    SELECT webhook_id, event_id FROM finished";
 
 /// When a claim would next find a delivery (see `WebhookStorage::next_due`):
 /// the earliest of each active subscription's first pending delivery, in

@@ -19,6 +19,7 @@
 //!   instance, except what the deliverer measured (an attempt's time, when
 //!   to retry).
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -31,7 +32,7 @@ use super::webhook_statements as statements;
 use super::{Lent, PostgresStorage, postgres};
 use crate::storage::StorageError;
 use crate::storage::webhooks::{
-    AttemptOutcome, ClaimRoom, ClaimedDelivery, DeliveryState, NewDelivery, NewSubscription,
+    ClaimRoom, ClaimedDelivery, DeliveryState, FinishedAttempt, NewDelivery, NewSubscription,
     SealedSecret, StoredDelivery, StoredSubscription, SubscriptionOwner, WebhookStorage, distinct,
     kinds_column, stored_delivery_state, stored_kind, stored_kinds, stored_owner, stored_state,
 };
@@ -268,37 +269,51 @@ async fn claim(
     rows.iter().map(claimed_from_row).collect()
 }
 
-async fn finish(
+async fn finish_all(
     client: &Client,
     instance: &str,
-    delivery: &ClaimedDelivery,
-    outcome: AttemptOutcome,
-) -> Result<bool, StorageError> {
-    let next = outcome.next;
-    let state: &str = next.delivery_state().into();
-    let reason: Option<&str> = next.disables().map(Into::into);
-    let attempt = i32::try_from(delivery.attempt).unwrap_or(i32::MAX);
+    finished: &[FinishedAttempt],
+) -> Result<Vec<bool>, StorageError> {
+    fn column<T>(finished: &[FinishedAttempt], f: impl Fn(&FinishedAttempt) -> T) -> Vec<T> {
+        finished.iter().map(f).collect()
+    }
+    let webhook_ids = column(finished, |f| f.webhook_id);
+    let event_ids = column(finished, |f| f.event_id);
+    let attempts = column(finished, |f| i32::try_from(f.attempt).unwrap_or(i32::MAX));
+    let states = column(finished, |f| <&str>::from(f.outcome.next.delivery_state()));
+    let retry_at = column(finished, |f| f.outcome.next.retry_at());
+    let statuses = column(finished, |f| f.outcome.status.map(i32::from));
+    let errors = column(finished, |f| f.outcome.error.clone());
+    let at = column(finished, |f| f.outcome.at);
+    let reasons = column(finished, |f| f.outcome.next.disables().map(<&str>::from));
+    let ended = column(finished, |f| f.outcome.ended);
     let params: [&(dyn ToSql + Sync); 11] = [
-        &delivery.webhook_id,
-        &delivery.event_id,
+        &webhook_ids,
+        &event_ids,
         &instance,
-        &attempt,
-        &state,
-        &next.retry_at(),
-        &outcome.status.map(i32::from),
-        &outcome.error,
-        &outcome.at,
-        &reason,
-        &outcome.ended,
+        &attempts,
+        &states,
+        &retry_at,
+        &statuses,
+        &errors,
+        &at,
+        &reasons,
+        &ended,
     ];
-    let sql = postgres("recording a webhook delivery's attempt");
+    let sql = postgres("recording webhook deliveries' attempts");
     let statement = client
-        .prepare_cached(statements::FINISH)
+        .prepare_cached(statements::FINISH_ALL)
         .await
         .map_err(&sql)?;
-    let row = client.query_one(&statement, &params).await.map_err(&sql)?;
-    let counted: i64 = row.try_get(0).map_err(&sql)?;
-    Ok(counted == 1)
+    let rows = client.query(&statement, &params).await.map_err(&sql)?;
+    let counted = rows
+        .iter()
+        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+        .collect::<Result<HashSet<(i64, i64)>, tokio_postgres::Error>>()
+        .map_err(&sql)?;
+    Ok(column(finished, |f| {
+        counted.contains(&(f.webhook_id, f.event_id))
+    }))
 }
 
 async fn next_due(
@@ -463,16 +478,15 @@ impl WebhookStorage for PostgresStorage {
         lent.settle("claiming webhook deliveries", answer)
     }
 
-    async fn finish(
+    async fn finish_all(
         &self,
         instance: &str,
-        delivery: &ClaimedDelivery,
-        outcome: AttemptOutcome,
-    ) -> Result<bool, StorageError> {
+        finished: &[FinishedAttempt],
+    ) -> Result<Vec<bool>, StorageError> {
         let mut lent = self.deliveries_client().await?;
-        let work = finish(lent.client(), instance, delivery, outcome);
+        let work = finish_all(lent.client(), instance, finished);
         let answer = tokio::time::timeout(STATEMENT_TIMEOUT, work).await;
-        lent.settle("recording a webhook delivery's attempt", answer)
+        lent.settle("recording webhook deliveries' attempts", answer)
     }
 
     async fn next_due(&self, excluding: &[i64]) -> Result<Option<DateTime<Utc>>, StorageError> {

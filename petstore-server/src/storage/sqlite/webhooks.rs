@@ -23,7 +23,7 @@ use super::rows::micros_to_time;
 use super::schema::{on_connection, sqlite};
 use crate::storage::StorageError;
 use crate::storage::webhooks::{
-    AttemptOutcome, ClaimRoom, ClaimedDelivery, DeliveryState, NewDelivery, NewSubscription,
+    ClaimRoom, ClaimedDelivery, DeliveryState, FinishedAttempt, NewDelivery, NewSubscription,
     SealedSecret, StoredDelivery, StoredSubscription, SubscriptionOwner, WebhookStorage, distinct,
     kinds_column, stored_delivery_state, stored_kind, stored_kinds, stored_owner, stored_state,
 };
@@ -49,7 +49,10 @@ impl SqliteWebhooks {
         f: impl FnOnce(&mut Connection) -> Result<T, StorageError> + Send + 'static,
     ) -> Result<T, StorageError> {
         on_connection(&self.conn, move |conn| {
-            conn.pragma_update(None, "synchronous", commits.synchronous())
+            // Cached: parsing the pragma anew cost a delivery more than
+            // its own statements.
+            conn.prepare_cached(commits.pragma())
+                .and_then(|mut pragma| pragma.execute([]))
                 .map_err(sqlite("setting how commits reach the disk"))?;
             f(conn)
         })
@@ -75,10 +78,10 @@ enum Commits {
 }
 
 impl Commits {
-    fn synchronous(self) -> &'static str {
+    fn pragma(self) -> &'static str {
         match self {
-            Commits::Durable => "FULL",
-            Commits::Relaxed => "NORMAL",
+            Commits::Durable => "PRAGMA synchronous = FULL",
+            Commits::Relaxed => "PRAGMA synchronous = NORMAL",
         }
     }
 }
@@ -341,6 +344,53 @@ const AFTER_ATTEMPT: &str = "
         disabled_reason = coalesce(?4, disabled_reason)
     WHERE id = ?1";
 
+/// Records `finished` if `instance` still holds its claim, and then on its
+/// subscription; returns whether it did.
+fn record_attempt(
+    tx: &Transaction,
+    instance: &str,
+    finished: &FinishedAttempt,
+) -> rusqlite::Result<bool> {
+    let FinishedAttempt {
+        webhook_id,
+        event_id,
+        attempt,
+        ref outcome,
+    } = *finished;
+    let next = outcome.next;
+    let state: &str = next.delivery_state().into();
+    let ended = micros(outcome.ended);
+    let recorded = tx
+        .prepare_cached(
+            "UPDATE webhook_deliveries
+             SET state = ?5, next_at = coalesce(?6, next_at), lease_owner = NULL,
+                 lease_until = NULL, last_status = ?7, last_error = ?8, last_at = ?9,
+                 delivered_at = CASE WHEN ?5 = 'delivered' THEN ?10 END
+             WHERE webhook_id = ?1 AND event_id = ?2 AND state = 'sending'
+               AND lease_owner = ?3 AND attempts = ?4",
+        )?
+        .execute(params![
+            webhook_id,
+            event_id,
+            instance,
+            attempt,
+            state,
+            next.retry_at().map(micros),
+            outcome.status,
+            outcome.error,
+            micros(outcome.at),
+            ended
+        ])?;
+    if recorded == 0 {
+        return Ok(false);
+    }
+    let delivered = next.delivery_state() == DeliveryState::Delivered;
+    let reason: Option<&str> = next.disables().map(Into::into);
+    tx.prepare_cached(AFTER_ATTEMPT)?
+        .execute(params![webhook_id, delivered, ended, reason])?;
+    Ok(true)
+}
+
 fn delivery_from_row(webhook_id: i64, row: &Row) -> Result<StoredDelivery, StorageError> {
     let sql = sqlite("reading webhook deliveries");
     let get = |index| -> Result<Option<i64>, StorageError> { row.get(index).map_err(&sql) };
@@ -505,10 +555,10 @@ impl WebhookStorage for SqliteWebhooks {
             let sql = sqlite(doing);
             let tx = immediate(conn, doing)?;
             let moved = tx
-                .execute(
+                .prepare_cached(
                     "UPDATE webhooks SET fanned_out = ?3 WHERE id = ?1 AND fanned_out = ?2",
-                    params![id, from, to],
                 )
+                .and_then(|mut update| update.execute(params![id, from, to]))
                 .map_err(&sql)?;
             if moved == 0 {
                 return Ok(false);
@@ -565,53 +615,22 @@ impl WebhookStorage for SqliteWebhooks {
         .await
     }
 
-    async fn finish(
+    async fn finish_all(
         &self,
         instance: &str,
-        delivery: &ClaimedDelivery,
-        outcome: AttemptOutcome,
-    ) -> Result<bool, StorageError> {
-        let (instance, webhook_id, event_id) =
-            (instance.to_owned(), delivery.webhook_id, delivery.event_id);
-        let attempt = delivery.attempt;
+        finished: &[FinishedAttempt],
+    ) -> Result<Vec<bool>, StorageError> {
+        let (instance, finished) = (instance.to_owned(), finished.to_vec());
         self.with(Commits::Relaxed, move |conn| {
-            let doing = "recording a webhook delivery's attempt";
-            let sql = sqlite(doing);
-            let next = outcome.next;
-            let delivered = next.delivery_state() == DeliveryState::Delivered;
-            let state: &str = next.delivery_state().into();
-            let reason: Option<&str> = next.disables().map(Into::into);
-            let (at, ended) = (micros(outcome.at), micros(outcome.ended));
+            let doing = "recording webhook deliveries' attempts";
             let tx = immediate(conn, doing)?;
-            let finished = tx
-                .execute(
-                    "UPDATE webhook_deliveries
-                     SET state = ?5, next_at = coalesce(?6, next_at), lease_owner = NULL,
-                         lease_until = NULL, last_status = ?7, last_error = ?8, last_at = ?9,
-                         delivered_at = CASE WHEN ?5 = 'delivered' THEN ?10 END
-                     WHERE webhook_id = ?1 AND event_id = ?2 AND state = 'sending'
-                       AND lease_owner = ?3 AND attempts = ?4",
-                    params![
-                        webhook_id,
-                        event_id,
-                        instance,
-                        attempt,
-                        state,
-                        next.retry_at().map(micros),
-                        outcome.status,
-                        outcome.error,
-                        at,
-                        ended
-                    ],
-                )
-                .map_err(&sql)?;
-            if finished == 0 {
-                return Ok(false);
-            }
-            tx.execute(AFTER_ATTEMPT, params![webhook_id, delivered, ended, reason])
-                .map_err(&sql)?;
-            tx.commit().map_err(&sql)?;
-            Ok(true)
+            let counted = finished
+                .iter()
+                .map(|attempt| record_attempt(&tx, &instance, attempt))
+                .collect::<Result<_, _>>()
+                .map_err(sqlite(doing))?;
+            tx.commit().map_err(sqlite(doing))?;
+            Ok(counted)
         })
         .await
     }
