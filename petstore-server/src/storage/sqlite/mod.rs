@@ -2,10 +2,12 @@
 //!
 //! - **Durability.** `synchronous=FULL` makes every commit fsync the WAL, and
 //!   `create` answers only after its commit returned.
-//! - **One writer, group commit.** All writes go to one thread that owns the
-//!   only writing connection, so writers never meet `SQLITE_BUSY`. It takes
-//!   every write that is waiting and commits them in one transaction — one
-//!   fsync for the group instead of one each.
+//! - **One writer, group commit.** All of the API's writes go to one thread
+//!   that owns their connection. It takes every write that is waiting and
+//!   commits them in one transaction — one fsync for the group instead of
+//!   one each. The webhooks' bookkeeping writes on a connection of its own;
+//!   the two take turns through the process's write gate (`gate.rs`), so
+//!   neither meets `SQLITE_BUSY` and sleeps.
 //! - **Reads come from memory.** The committed catalogue and orders are
 //!   loaded at start-up and kept in memory, in id order and per status; the
 //!   writer applies each group to them after its commit and before anyone is
@@ -30,7 +32,8 @@
 //! updated), with its typed outcome; `memory.rs` the committed state in
 //! memory (`catalogue.rs` the pets, `orders.rs` the orders, `ids.rs` the
 //! ids both keep); `feed/` the events feed; `rows.rs` rows decoded;
-//! `schema.rs` migrations and connection settings; `lock.rs` the
+//! `schema.rs` migrations and connection settings; `gate.rs` the turns of
+//! the writing connections; `lock.rs` the
 //! one-server-per-file lock; `keys.rs` the stored API keys; `webhooks.rs`
 //! the webhooks' subscriptions and deliveries (on a connection of their own,
 //! as the keys are).
@@ -45,6 +48,7 @@ use tokio::sync::{oneshot, watch};
 
 mod catalogue;
 mod feed;
+mod gate;
 mod ids;
 mod keys;
 mod lock;
@@ -61,6 +65,7 @@ pub(super) use schema::is_unavailable;
 pub use webhooks::SqliteWebhooks;
 
 use self::feed::{EventLog, memory_page};
+use self::gate::WriteGate;
 use self::lock::DatabaseLock;
 use self::memory::{SharedMemory, load, read, write};
 use self::schema::{BUSY_TIMEOUT, configure_and_migrate, sqlite};
@@ -152,6 +157,7 @@ impl SqliteStorage {
             source,
         })?;
         let memory = Arc::new(RwLock::new(Some(memory)));
+        let gate = WriteGate::default();
         let replaced = Arc::new(AtomicBool::new(false));
 
         let (writer, jobs) = mpsc::channel();
@@ -168,6 +174,7 @@ impl SqliteStorage {
                     metrics,
                     events,
                     head: Arc::clone(&head),
+                    gate: gate.clone(),
                     _lock: lock,
                 };
                 move || {
@@ -199,7 +206,7 @@ impl SqliteStorage {
             replaced,
             head,
         };
-        let webhooks = SqliteWebhooks::on(webhooks_conn);
+        let webhooks = SqliteWebhooks::on(webhooks_conn, gate);
         Ok((storage, SqliteKeys::on(keys_conn), webhooks))
     }
 

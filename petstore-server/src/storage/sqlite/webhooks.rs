@@ -19,6 +19,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, Row, Transaction, TransactionBehavior, params};
 
+use super::gate::WriteGate;
 use super::rows::micros_to_time;
 use super::schema::{on_connection, sqlite};
 use crate::storage::StorageError;
@@ -31,32 +32,47 @@ use crate::storage::webhooks::{
 /// The SQLite implementation of [`WebhookStorage`].
 pub struct SqliteWebhooks {
     conn: Arc<Mutex<Connection>>,
+    /// Taken around each write, in turn with the writer's.
+    gate: WriteGate,
 }
 
 impl SqliteWebhooks {
-    /// Webhooks on an open connection of the serving process.
-    pub(super) fn on(conn: Connection) -> SqliteWebhooks {
+    /// Webhooks on an open connection of the serving process, writing in
+    /// turn with the others that take `gate`.
+    pub(super) fn on(conn: Connection, gate: WriteGate) -> SqliteWebhooks {
         SqliteWebhooks {
             conn: Arc::new(Mutex::new(conn)),
+            gate,
         }
     }
 
-    /// Runs `f` on the connection, off the async workers, its commits as
-    /// durable as `commits` says.
+    /// Runs `f`, which writes, on the connection, off the async workers,
+    /// holding the write gate; its commits as durable as `commits` says.
     async fn with<T: Send + 'static>(
         &self,
         commits: Commits,
         f: impl FnOnce(&mut Connection) -> Result<T, StorageError> + Send + 'static,
     ) -> Result<T, StorageError> {
+        let gate = self.gate.clone();
         on_connection(&self.conn, move |conn| {
             // Cached: parsing the pragma anew cost a delivery more than
             // its own statements.
             conn.prepare_cached(commits.pragma())
                 .and_then(|mut pragma| pragma.execute([]))
                 .map_err(sqlite("setting how commits reach the disk"))?;
+            let _held = gate.enter();
             f(conn)
         })
         .await
+    }
+
+    /// Runs `f`, which only reads, on the connection, off the async
+    /// workers (a read does not wait for writers: WAL).
+    async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T, StorageError> + Send + 'static,
+    ) -> Result<T, StorageError> {
+        on_connection(&self.conn, f).await
     }
 }
 
@@ -457,7 +473,7 @@ impl WebhookStorage for SqliteWebhooks {
         after: Option<i64>,
         limit: u32,
     ) -> Result<Vec<StoredSubscription>, StorageError> {
-        self.with(Commits::Relaxed, move |conn| {
+        self.read(move |conn| {
             let clause =
                 "WHERE w.id > ?1 AND (?2 IS NULL OR w.creator = ?2) ORDER BY w.id LIMIT ?3";
             let params = params![after.unwrap_or(i64::MIN), owner_column(&owner), limit];
@@ -471,10 +487,8 @@ impl WebhookStorage for SqliteWebhooks {
         id: i64,
         owner: SubscriptionOwner,
     ) -> Result<Option<StoredSubscription>, StorageError> {
-        self.with(Commits::Relaxed, move |conn| {
-            subscription(conn, id, &owner, "reading a webhook")
-        })
-        .await
+        self.read(move |conn| subscription(conn, id, &owner, "reading a webhook"))
+            .await
     }
 
     async fn delete_subscription(
@@ -536,7 +550,7 @@ impl WebhookStorage for SqliteWebhooks {
     }
 
     async fn active_subscriptions(&self) -> Result<Vec<StoredSubscription>, StorageError> {
-        self.with(Commits::Relaxed, |conn| {
+        self.read(|conn| {
             let clause = "WHERE w.state = 'active' ORDER BY w.id";
             subscriptions(conn, clause, [], "reading the active webhooks")
         })
@@ -653,7 +667,7 @@ impl WebhookStorage for SqliteWebhooks {
         // A JSON array, which `json_each` reads.
         let ids: Vec<String> = excluding.iter().map(i64::to_string).collect();
         let excluding = format!("[{}]", ids.join(","));
-        self.with(Commits::Relaxed, move |conn| {
+        self.read(move |conn| {
             let next: Option<i64> = conn
                 .query_row(NEXT_DUE, [excluding], |row| row.get(0))
                 .map_err(sqlite("reading when a webhook delivery is next due"))?;
@@ -668,7 +682,7 @@ impl WebhookStorage for SqliteWebhooks {
         before: Option<i64>,
         limit: u32,
     ) -> Result<Vec<StoredDelivery>, StorageError> {
-        self.with(Commits::Relaxed, move |conn| {
+        self.read(move |conn| {
             let sql = sqlite("reading webhook deliveries");
             let mut select = conn
                 .prepare_cached(

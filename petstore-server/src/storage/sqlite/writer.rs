@@ -15,6 +15,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::{oneshot, watch};
 
 use super::feed::{EventLog, purge};
+use super::gate::WriteGate;
 use super::lock::DatabaseLock;
 use super::memory::{Committed, SharedMemory, write};
 use super::schema::sqlite;
@@ -198,6 +199,8 @@ pub(super) struct Writer {
     pub(super) events: EventLog,
     /// The feed's head: sent after each commit that wrote events.
     pub(super) head: Arc<watch::Sender<i64>>,
+    /// Taken around each transaction, in turn with the webhooks'.
+    pub(super) gate: WriteGate,
     /// Held for as long as the writer owns the database.
     pub(super) _lock: DatabaseLock,
 }
@@ -242,13 +245,19 @@ impl Writer {
                 }
             }
             self.commit_group(group, memory);
+            let gate = self.gate.clone();
             if let Some((before, limit, reply)) = purge {
+                let held = gate.enter();
                 let purged = purge_records(&self.conn, before, limit)
                     .map_err(sqlite("purging idempotency records"));
+                drop(held);
                 let _ = reply.send(purged);
             }
             if let Some((before, limit, reply)) = purge_events {
-                let _ = reply.send(self.purge_events(before, limit, memory));
+                let held = gate.enter();
+                let purged = self.purge_events(before, limit, memory);
+                drop(held);
+                let _ = reply.send(purged);
             }
             if let Some(done) = close {
                 drop(self);
@@ -298,7 +307,10 @@ impl Writer {
         }
         let size = group.len();
         self.events.begin_group();
-        let applied = match apply_all(&mut self.conn, &mut self.events, group) {
+        let held = self.gate.enter();
+        let applied = apply_all(&mut self.conn, &mut self.events, group);
+        drop(held);
+        let applied = match applied {
             Ok(applied) => applied,
             Err(failed) => {
                 // Nothing of the group is stored: its ids go to the next.
