@@ -76,6 +76,17 @@ where
 /// its writing thread died).
 static DROPPED: LazyLock<Counter> = LazyLock::new(Counter::default);
 
+/// What a caught panic said, for a log record.
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(message) = panic.downcast_ref::<&str>() {
+        (*message).to_owned()
+    } else if let Some(message) = panic.downcast_ref::<String>() {
+        message.clone()
+    } else {
+        "(no message)".to_owned()
+    }
+}
+
 /// The count of log records dropped, for the metrics.
 pub fn dropped_records() -> Counter {
     DROPPED.clone()

@@ -121,6 +121,7 @@ on_both_backends!(
     one_resource_is_delivered_in_event_order,
     an_expired_lease_is_claimed_again_and_the_old_claim_counts_for_nothing,
     outcomes_recorded_together_each_count_as_they_would_alone,
+    an_outcome_counts_only_for_the_attempt_it_was_claimed_for,
     the_next_due_time_leaves_leases_to_the_deliverers_tick,
     a_claim_takes_no_more_of_a_subscription_than_its_room,
     a_rotated_secret_signs_beside_the_new_one_until_it_expires,
@@ -639,6 +640,35 @@ async fn outcomes_recorded_together_each_count_as_they_would_alone(store: &dyn W
         SubscriptionState::Disabled(DisabledReason::Gone)
     );
     assert!(store.finish_all("a", &[]).await.unwrap().is_empty());
+}
+
+/// One instance may hold two attempts of a delivery in one batch: its
+/// first lease ran out and it claimed the delivery again. Only the attempt
+/// of the claim it now holds counts.
+async fn an_outcome_counts_only_for_the_attempt_it_was_claimed_for(store: &dyn WebhookStorage) {
+    let id = subscribe(store, 1).await.id;
+    fan_out(store, id, vec![delivery(2, 1)]).await;
+    let first = only(
+        store
+            .claim("a", &room(10), Duration::from_millis(300))
+            .await
+            .unwrap(),
+    );
+    let second = only(claim_eventually(store, "a").await);
+    assert_eq!((first.attempt, second.attempt), (1, 2));
+    let finished = [
+        FinishedAttempt::of(&first, outcome(NextStep::Delivered)),
+        FinishedAttempt::of(&second, outcome(NextStep::Delivered)),
+    ];
+    assert_eq!(
+        store.finish_all("a", &finished).await.unwrap(),
+        [false, true]
+    );
+    let stored = stored(store, id, 2).await;
+    assert_eq!(
+        (stored.state, stored.attempts),
+        (DeliveryState::Delivered, 2)
+    );
 }
 
 /// `next_due` leaves leases out (finding the few deliveries being sent

@@ -16,16 +16,19 @@
 //! server more than the request itself).
 
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use futures::FutureExt;
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 
 use super::schedule::{RetrySchedule, retry_after};
 use super::secrets::SealingKeys;
 use super::sign::signature_header;
 use super::target::TargetPolicy;
+use crate::logging::panic_message;
 use crate::metrics::{AttemptResult, Metrics};
 use crate::storage::StorageError;
 use crate::storage::webhooks::{
@@ -51,7 +54,7 @@ const CLAIM_BATCH: usize = PER_SUBSCRIPTION / 4;
 const IDLE_TICK: Duration = Duration::from_secs(1);
 
 /// How long past the request's bound a claim stays leased: time to record
-/// the outcome. An instance killed mid-send holds its claims this much
+/// the outcome (in the recorder's next commit, after the one under way). An instance killed mid-send holds its claims this much
 /// longer than the request could take; then another instance sends again.
 const LEASE_MARGIN: Duration = Duration::from_secs(5);
 
@@ -106,8 +109,8 @@ impl Outcomes {
     /// delivery is sent again).
     async fn record(&self, finished: FinishedAttempt) {
         let (done, recorded) = oneshot::channel();
+        // Either fails only once the recorder is gone with the deliverer.
         if self.0.send((finished, done)).is_ok() {
-            // An error: the recorder is gone with the deliverer.
             let _ = recorded.await;
         }
     }
@@ -276,13 +279,35 @@ impl Deliverer {
         let mut batch = Vec::with_capacity(IN_FLIGHT);
         while recorded.recv_many(&mut batch, IN_FLIGHT).await > 0 {
             let (finished, waiting): (Vec<_>, Vec<_>) = batch.drain(..).unzip();
-            // An outcome that did not count: the lease ran out and another
-            // instance took the delivery; its outcome is the one that counts.
-            if let Err(e) = self.hooks.finish_all(&self.instance, &finished).await {
-                self.warn("recording webhook deliveries", &e);
-            }
+            self.finish_all(&finished).await;
             for done in waiting {
                 let _ = done.send(());
+            }
+        }
+    }
+
+    /// Records `finished`, trying once more after a failure (a lock
+    /// conflict, a moment's outage): the leases are most likely still
+    /// held, and a batch lost is sent again only once they run out. An
+    /// outcome that did not count needs nothing: its lease ran out and
+    /// another claim took the delivery, whose outcome is the one that
+    /// counts. A panic (a bug in us) is logged and counts as a failure,
+    /// so that the deliverer goes on.
+    async fn finish_all(&self, finished: &[FinishedAttempt]) {
+        for last_try in [false, true] {
+            let recorded = AssertUnwindSafe(self.hooks.finish_all(&self.instance, finished))
+                .catch_unwind()
+                .await;
+            match recorded {
+                Ok(Ok(_)) => return,
+                Ok(Err(e)) if last_try => self.warn("recording webhook deliveries", &e),
+                Ok(Err(_)) => {}
+                Err(panic) => {
+                    let message = panic_message(&*panic);
+                    slog::error!(self.log, "recording webhook deliveries panicked";
+                        "panic" => message);
+                    return;
+                }
             }
         }
     }

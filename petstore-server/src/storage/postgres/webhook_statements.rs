@@ -143,11 +143,16 @@ pub(super) const ROTATE: &str = concat!(
 );
 
 /// The deliveries of subscription `$1` (if it is `$2`'s when given),
-/// deleted before it: in the order a finish locks rows (a delivery, then
-/// its subscription), so that the two never deadlock.
+/// deleted before it: in the order a finish locks rows (its deliveries in
+/// key order, then its subscription), so that the two never deadlock.
 pub(super) const DELETE_DELIVERIES: &str = "
-    DELETE FROM webhook_deliveries d USING webhooks w
-    WHERE d.webhook_id = w.id AND w.id = $1 AND ($2::bytea IS NULL OR w.creator = $2)";
+    DELETE FROM webhook_deliveries d USING (
+        SELECT e.webhook_id, e.event_id
+        FROM webhook_deliveries e JOIN webhooks w ON w.id = e.webhook_id
+        WHERE w.id = $1 AND ($2::bytea IS NULL OR w.creator = $2)
+        ORDER BY e.event_id
+        FOR UPDATE OF e) held
+    WHERE d.webhook_id = held.webhook_id AND d.event_id = held.event_id";
 
 /// The subscription `$1` (`$2`'s when given); deliveries stored since the
 /// statement above go with it.
@@ -230,13 +235,14 @@ pub(super) const CLAIM: &str = concat!(
 /// `$5`, next attempt `$6`, status `$7`, error `$8`, time `$9` and end
 /// `$11`; then on each subscription when it last succeeded or failed (the
 /// latest, in whatever order finishes come), and the reason `$10` it is
-/// disabled for, if any. One statement: the deliveries' rows are locked
-/// before their subscriptions', as everywhere else. Returns the deliveries
-/// whose attempt counted.
+/// disabled for, if any. Returns the attempts that counted.
 ///
-/// A subscription's row is only written when it changes by a second or
-/// more, or is disabled: every finish of a busy subscription would
-/// otherwise queue on that one row's lock.
+/// One statement, its locks taken in one order: the deliveries' rows in
+/// key order, then their subscriptions' in id order, as replays and
+/// deletes take them, so that a batch deadlocks with none of them nor with
+/// another instance's batch. A subscription's row is only locked and
+/// written when it changes by a second or more, or is disabled: every
+/// finish of a busy subscription would otherwise queue on that one row.
 pub(super) const FINISH_ALL: &str = "
     WITH attempt AS (
         SELECT * FROM unnest($1::bigint[], $2::bigint[], $4::integer[], $5::text[],
@@ -244,34 +250,48 @@ pub(super) const FINISH_ALL: &str = "
                              $9::timestamptz[], $10::text[], $11::timestamptz[])
             AS a(webhook_id, event_id, attempts, state, retry_at, status, error, at,
                  reason, ended)),
+    held AS (
+        SELECT d.webhook_id, d.event_id, d.attempts
+        FROM webhook_deliveries d
+        JOIN attempt a ON a.webhook_id = d.webhook_id AND a.event_id = d.event_id
+                      AND a.attempts = d.attempts
+        WHERE d.state = 'sending' AND d.lease_owner = $3::text
+        ORDER BY d.webhook_id, d.event_id
+        FOR UPDATE OF d),
     finished AS (
         UPDATE webhook_deliveries d
         SET state = a.state, next_at = coalesce(a.retry_at, d.next_at),
             lease_owner = NULL, lease_until = NULL, last_status = a.status,
             last_error = a.error, last_at = a.at,
             delivered_at = CASE WHEN a.state = 'delivered' THEN a.ended END
-        FROM attempt a
-        WHERE d.webhook_id = a.webhook_id AND d.event_id = a.event_id
-          AND d.state = 'sending' AND d.lease_owner = $3::text AND d.attempts = a.attempts
-        RETURNING d.webhook_id, d.event_id, a.state, a.reason, a.ended),
+        FROM held h
+        JOIN attempt a ON a.webhook_id = h.webhook_id AND a.event_id = h.event_id
+                      AND a.attempts = h.attempts
+        WHERE d.webhook_id = h.webhook_id AND d.event_id = h.event_id
+        RETURNING d.webhook_id, d.event_id, a.attempts, a.state, a.reason, a.ended),
     outcome AS (
         SELECT webhook_id,
                max(ended) FILTER (WHERE state = 'delivered') AS succeeded,
                max(ended) FILTER (WHERE state <> 'delivered') AS failed,
                max(reason) AS reason
         FROM finished GROUP BY webhook_id),
-    subscription AS (UPDATE webhooks w SET
-        last_success_at = greatest(w.last_success_at, o.succeeded),
-        last_failure_at = greatest(w.last_failure_at, o.failed),
-        state = CASE WHEN o.reason IS NULL THEN w.state ELSE 'disabled' END,
-        disabled_reason = coalesce(o.reason, w.disabled_reason)
-    FROM outcome o WHERE w.id = o.webhook_id
-      AND (o.reason IS NOT NULL
+    changed AS (
+        SELECT w.id, o.succeeded, o.failed, o.reason
+        FROM webhooks w JOIN outcome o ON o.webhook_id = w.id
+        WHERE o.reason IS NOT NULL
            OR coalesce(w.last_success_at, '-infinity') < o.succeeded - interval '1 second'
-           OR coalesce(w.last_failure_at, '-infinity') < o.failed - interval '1 second')
+           OR coalesce(w.last_failure_at, '-infinity') < o.failed - interval '1 second'
+        ORDER BY w.id
+        FOR UPDATE OF w),
+    subscription AS (UPDATE webhooks w SET
+        last_success_at = greatest(w.last_success_at, c.succeeded),
+        last_failure_at = greatest(w.last_failure_at, c.failed),
+        state = CASE WHEN c.reason IS NULL THEN w.state ELSE 'disabled' END,
+        disabled_reason = coalesce(c.reason, w.disabled_reason)
+    FROM changed c WHERE w.id = c.id
     RETURNING 1)
     -- A data-modifying WITH runs to completion whether or not it is read.
-    SELECT webhook_id, event_id FROM finished";
+    SELECT webhook_id, event_id, attempts FROM finished";
 
 /// When a claim would next find a delivery (see `WebhookStorage::next_due`):
 /// the earliest of each active subscription's first pending delivery, in

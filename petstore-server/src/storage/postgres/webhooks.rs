@@ -11,10 +11,11 @@
 //! - **Each change one statement where it can be.** A fan-out (cursor and
 //!   deliveries), a claim, a finish (delivery and subscription): one
 //!   statement each, so one transaction and one round trip.
-//! - **Locks in one order.** Whatever changes both locks a delivery before
-//!   its subscription (finish, replay, delete), so that none deadlocks
-//!   with another; a fan-out locks only its subscription (its deliveries
-//!   are new rows), and a claim skips what is locked.
+//! - **Locks in one order.** Whatever changes both locks deliveries before
+//!   their subscription, the deliveries in key order (a batch of finishes,
+//!   a replay, a delete), so that none deadlocks with another; a fan-out
+//!   locks only its subscription (its deliveries are new rows), and a
+//!   claim skips what is locked.
 //! - Times are the database's clock (`now()`), the same for every
 //!   instance, except what the deliverer measured (an attempt's time, when
 //!   to retry).
@@ -308,11 +309,12 @@ async fn finish_all(
     let rows = client.query(&statement, &params).await.map_err(&sql)?;
     let counted = rows
         .iter()
-        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
-        .collect::<Result<HashSet<(i64, i64)>, tokio_postgres::Error>>()
+        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
+        .collect::<Result<HashSet<(i64, i64, i32)>, tokio_postgres::Error>>()
         .map_err(&sql)?;
     Ok(column(finished, |f| {
-        counted.contains(&(f.webhook_id, f.event_id))
+        let attempt = i32::try_from(f.attempt).unwrap_or(i32::MAX);
+        counted.contains(&(f.webhook_id, f.event_id, attempt))
     }))
 }
 

@@ -1,8 +1,10 @@
 //! The serving process's write gate. Its two writing connections (the
 //! writer thread's and the webhooks') take it around each of their writes,
-//! so that they queue for the file's one write lock here, woken as soon as
-//! it is free, rather than meet `SQLITE_BUSY` and sleep in SQLite's busy
-//! handler (1 ms, then 2, 5, 10…), polling. Behind a subscriber's
+//! so that they wait for the file's one write lock here, woken as soon as
+//! it is free (a mutex: not first come, first served, but neither side
+//! holds it for more than one transaction), rather than meet
+//! `SQLITE_BUSY` and sleep in SQLite's busy handler (1 ms, then 2, 5,
+//! 10…), polling. Behind a subscriber's
 //! deliveries, a group of API writes slept so some 240 times a second.
 //! Other processes (the `keys` commands) and the keys' connection, which
 //! writes rarely, still wait with the busy timeout.

@@ -79,6 +79,7 @@ use super::{
     EventQuery, EventsOutcome, FatalSender, ListQuery, OpenError, Page, Storage, StorageError,
     StorageMetrics, StorageStats,
 };
+use crate::logging::panic_message;
 use petstore_api::model::{Inventory, NewPet, OrderStatus, OrderUpdateStatus, Pet, PetStatus};
 
 /// The SQLite implementation of [`Storage`].
@@ -237,16 +238,6 @@ impl SqliteStorage {
         } else {
             StorageError::WriterStopped("it panicked; the process is shutting down".into())
         }
-    }
-}
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    if let Some(message) = panic.downcast_ref::<&str>() {
-        (*message).to_owned()
-    } else if let Some(message) = panic.downcast_ref::<String>() {
-        message.clone()
-    } else {
-        "(no message)".to_owned()
     }
 }
 

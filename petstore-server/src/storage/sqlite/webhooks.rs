@@ -1,11 +1,13 @@
 //! Webhook subscriptions and their deliveries in the SQLite file, on a
 //! connection of their own beside the writer (as the keys are, `keys.rs`).
 //!
-//! - **Short immediate transactions.** A change of more than one statement
-//!   takes the write lock at its start (`BEGIN IMMEDIATE`), so it never
-//!   fails half-way on a lock the writer holds: it waits, up to the busy
-//!   timeout, for the writer's group to commit, then holds the file for a
-//!   few statements.
+//! - **Immediate transactions, in turn with the writer.** A change takes
+//!   the process's write gate (`gate.rs`), waiting for the writer's group
+//!   to commit, and one of more than one statement then takes the write
+//!   lock at its start (`BEGIN IMMEDIATE`), so it never fails half-way on
+//!   a lock another process (a `keys` command) holds: that one it waits
+//!   for up to the busy timeout. The longest holds the file for a batch of
+//!   outcomes, two short statements each.
 //! - **Claims without `SKIP LOCKED`.** One process serves a file
 //!   (`lock.rs`), and a claim reads and marks its deliveries in one
 //!   immediate transaction, so no other claim runs meanwhile. Leases end
