@@ -219,6 +219,13 @@ async fn claim(store: &dyn WebhookStorage, instance: &str) -> Vec<ClaimedDeliver
     claimed
 }
 
+/// Claims the only delivery due for `instance`, under a lease that runs
+/// out soon.
+async fn claim_briefly(store: &dyn WebhookStorage, instance: &str) -> ClaimedDelivery {
+    let lease = Duration::from_millis(300);
+    only(store.claim(instance, &room(10), lease).await.unwrap())
+}
+
 /// Waits for a claim by `instance` that finds something.
 async fn claim_eventually(store: &dyn WebhookStorage, instance: &str) -> Vec<ClaimedDelivery> {
     eventually_some("a claim finds a delivery", SOON, || async {
@@ -552,12 +559,7 @@ async fn an_expired_lease_is_claimed_again_and_the_old_claim_counts_for_nothing(
 ) {
     let id = subscribe(store, 1).await.id;
     fan_out(store, id, vec![delivery(2, 1)]).await;
-    let lost = only(
-        store
-            .claim("a", &room(10), Duration::from_millis(300))
-            .await
-            .unwrap(),
-    );
+    let lost = claim_briefly(store, "a").await;
     assert!(claim(store, "b").await.is_empty(), "leased to a");
 
     let taken = only(claim_eventually(store, "b").await);
@@ -648,12 +650,7 @@ async fn outcomes_recorded_together_each_count_as_they_would_alone(store: &dyn W
 async fn an_outcome_counts_only_for_the_attempt_it_was_claimed_for(store: &dyn WebhookStorage) {
     let id = subscribe(store, 1).await.id;
     fan_out(store, id, vec![delivery(2, 1)]).await;
-    let first = only(
-        store
-            .claim("a", &room(10), Duration::from_millis(300))
-            .await
-            .unwrap(),
-    );
+    let first = claim_briefly(store, "a").await;
     let second = only(claim_eventually(store, "a").await);
     assert_eq!((first.attempt, second.attempt), (1, 2));
     let finished = [
@@ -678,12 +675,7 @@ async fn an_outcome_counts_only_for_the_attempt_it_was_claimed_for(store: &dyn W
 async fn the_next_due_time_leaves_leases_to_the_deliverers_tick(store: &dyn WebhookStorage) {
     let id = subscribe(store, 1).await.id;
     fan_out(store, id, vec![delivery(2, 1)]).await;
-    only(
-        store
-            .claim("a", &room(10), Duration::from_millis(300))
-            .await
-            .unwrap(),
-    );
+    claim_briefly(store, "a").await;
     assert_eq!(store.next_due(&[]).await.unwrap(), None);
     fan_out(store, id, vec![delivery(4, 3)]).await;
     assert!(store.next_due(&[]).await.unwrap().unwrap() <= Utc::now());
