@@ -219,6 +219,20 @@ async fn claim(store: &dyn WebhookStorage, instance: &str) -> Vec<ClaimedDeliver
     claimed
 }
 
+/// Records one attempt's outcome as the deliverer does, in a batch of its
+/// own; whether it counted.
+async fn finish(
+    store: &dyn WebhookStorage,
+    instance: &str,
+    delivery: &ClaimedDelivery,
+    outcome: AttemptOutcome,
+) -> bool {
+    let finished = [FinishedAttempt::of(delivery, outcome)];
+    let counted = store.finish_all(instance, &finished).await.unwrap();
+    assert_eq!(counted.len(), 1, "one answer per outcome");
+    counted[0]
+}
+
 /// Claims the only delivery due for `instance`, under a lease that runs
 /// out soon.
 async fn claim_briefly(store: &dyn WebhookStorage, instance: &str) -> ClaimedDelivery {
@@ -411,12 +425,7 @@ async fn a_claim_counts_an_attempt_and_a_retry_is_due_when_it_says(store: &dyn W
     assert!(claim(store, "b").await.is_empty(), "leased to a");
 
     let retry_at = in_ms(300);
-    assert!(
-        store
-            .finish("a", &first, outcome(NextStep::RetryAt(retry_at)))
-            .await
-            .unwrap()
-    );
+    assert!(finish(store, "a", &first, outcome(NextStep::RetryAt(retry_at))).await);
     let waiting = stored(store, id, 2).await;
     assert_eq!(
         (waiting.state, waiting.attempts),
@@ -436,12 +445,7 @@ async fn a_claim_counts_an_attempt_and_a_retry_is_due_when_it_says(store: &dyn W
     let second = only(claim_eventually(store, "a").await);
     assert!(Utc::now() >= retry_at);
     assert_eq!((second.event_id, second.attempt), (2, 2));
-    assert!(
-        store
-            .finish("a", &second, outcome(NextStep::Delivered))
-            .await
-            .unwrap()
-    );
+    assert!(finish(store, "a", &second, outcome(NextStep::Delivered)).await);
     let delivered = stored(store, id, 2).await;
     assert_eq!(
         (delivered.state, delivered.attempts),
@@ -456,10 +460,7 @@ async fn a_claim_counts_an_attempt_and_a_retry_is_due_when_it_says(store: &dyn W
     assert!(claim(store, "a").await.is_empty());
     assert_eq!(store.next_due(&[]).await.unwrap(), None);
     assert!(
-        !store
-            .finish("a", &second, outcome(NextStep::Delivered))
-            .await
-            .unwrap(),
+        !finish(store, "a", &second, outcome(NextStep::Delivered)).await,
         "a finish counts once"
     );
 }
@@ -476,9 +477,9 @@ async fn an_exhausted_schedule_or_a_410_disables_the_subscription_until_a_replay
         fan_out(store, id, vec![delivery(2, 1), delivery(4, 2)]).await;
         let claimed = claim(store, "a").await;
         assert_eq!(claimed_events(&claimed), BTreeSet::from([(id, 2), (id, 4)]));
-        assert!(store.finish("a", &claimed[0], outcome(last)).await.unwrap());
+        assert!(finish(store, "a", &claimed[0], outcome(last)).await);
         let retry = outcome(NextStep::RetryAt(in_ms(0)));
-        assert!(store.finish("a", &claimed[1], retry).await.unwrap());
+        assert!(finish(store, "a", &claimed[1], retry).await);
 
         let read = get(store, id).await;
         assert_eq!(
@@ -512,7 +513,7 @@ async fn an_exhausted_schedule_or_a_410_disables_the_subscription_until_a_replay
         assert_eq!(attempts, BTreeMap::from([(2, 1), (4, 2), (6, 1)]));
         for claimed in &claimed {
             let delivered = outcome(NextStep::Delivered);
-            assert!(store.finish("a", claimed, delivered).await.unwrap());
+            assert!(finish(store, "a", claimed, delivered).await);
         }
     }
     assert_eq!(store.replay(1_000, vec![delivery(2, 1)]).await.unwrap(), 0);
@@ -541,15 +542,10 @@ async fn one_resource_is_delivered_in_event_order(store: &dyn WebhookStorage) {
         .find(|c| (c.webhook_id, c.event_id) == (id, 2))
         .unwrap();
     let retry = outcome(NextStep::RetryAt(in_ms(0)));
-    assert!(store.finish("a", first, retry).await.unwrap());
+    assert!(finish(store, "a", first, retry).await);
     let again = only(claim(store, "a").await);
     assert_eq!((again.event_id, again.attempt), (2, 2), "still 2 before 4");
-    assert!(
-        store
-            .finish("a", &again, outcome(NextStep::Delivered))
-            .await
-            .unwrap()
-    );
+    assert!(finish(store, "a", &again, outcome(NextStep::Delivered)).await);
     let next = only(claim(store, "a").await);
     assert_eq!((next.webhook_id, next.event_id), (id, 4));
 }
@@ -564,30 +560,15 @@ async fn an_expired_lease_is_claimed_again_and_the_old_claim_counts_for_nothing(
 
     let taken = only(claim_eventually(store, "b").await);
     assert_eq!((taken.event_id, taken.attempt), (2, 2));
-    assert!(
-        !store
-            .finish("a", &lost, outcome(NextStep::Delivered))
-            .await
-            .unwrap()
-    );
-    assert!(
-        !store
-            .finish("c", &taken, outcome(NextStep::Delivered))
-            .await
-            .unwrap()
-    );
+    assert!(!finish(store, "a", &lost, outcome(NextStep::Delivered)).await);
+    assert!(!finish(store, "c", &taken, outcome(NextStep::Delivered)).await);
     let sending = stored(store, id, 2).await;
     assert_eq!(
         (sending.state, sending.attempts),
         (DeliveryState::Sending, 2)
     );
     assert!(get(store, id).await.last_success_at.is_none());
-    assert!(
-        store
-            .finish("b", &taken, outcome(NextStep::Delivered))
-            .await
-            .unwrap()
-    );
+    assert!(finish(store, "b", &taken, outcome(NextStep::Delivered)).await);
     assert_eq!(stored(store, id, 2).await.state, DeliveryState::Delivered);
 }
 
@@ -740,7 +721,7 @@ async fn a_rotated_secret_signs_beside_the_new_one_until_it_expires(store: &dyn 
     let during = only(claim(store, "a").await);
     assert_eq!(during.secrets, [secret(9), secret(1)]);
     let retry = outcome(NextStep::RetryAt(until + TimeDelta::milliseconds(1)));
-    assert!(store.finish("a", &during, retry).await.unwrap());
+    assert!(finish(store, "a", &during, retry).await);
     let after = only(claim_eventually(store, "a").await);
     assert_eq!(after.secrets, [secret(9)]);
 }
@@ -758,7 +739,7 @@ async fn a_purge_deletes_only_finished_deliveries_older_than_asked(store: &dyn W
             6 => outcome(NextStep::Delivered),
             _ => outcome_at(NextStep::RetryAt(in_ms(0)), long_ago),
         };
-        assert!(store.finish("a", claimed, outcome).await.unwrap());
+        assert!(finish(store, "a", claimed, outcome).await);
     }
     let an_hour_ago = in_ms(-3_600_000);
     assert_eq!(store.purge_deliveries(an_hour_ago, 1).await.unwrap(), 1);
@@ -814,7 +795,7 @@ async fn deliver_everything(
                         // claim of the next event of its resource.
                         mark_in_order(&delivered, event, &*resource_of);
                         let outcome = outcome(NextStep::Delivered);
-                        assert!(store.finish(instance, &claim, outcome).await.unwrap());
+                        assert!(finish(&*store, instance, &claim, outcome).await);
                         claimed_here.push(event);
                     }
                     if delivered.lock().unwrap().len() == total {

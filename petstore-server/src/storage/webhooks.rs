@@ -352,19 +352,6 @@ pub trait WebhookStorage: Send + Sync + 'static {
         finished: &[FinishedAttempt],
     ) -> Result<Vec<bool>, StorageError>;
 
-    /// Records the outcome of one attempt, as [`WebhookStorage::finish_all`]
-    /// does; returns whether it did.
-    async fn finish(
-        &self,
-        instance: &str,
-        delivery: &ClaimedDelivery,
-        outcome: AttemptOutcome,
-    ) -> Result<bool, StorageError> {
-        let finished = [FinishedAttempt::of(delivery, outcome)];
-        let counted = self.finish_all(instance, &finished).await?;
-        Ok(counted.first().copied().unwrap_or(false))
-    }
-
     /// When a claim would next find a pending delivery if nothing else
     /// changed, if ever (the deliverer sleeps until then, at most a
     /// second): the earliest due time of a pending delivery of an active

@@ -54,8 +54,9 @@ const CLAIM_BATCH: usize = PER_SUBSCRIPTION / 4;
 const IDLE_TICK: Duration = Duration::from_secs(1);
 
 /// How long past the request's bound a claim stays leased: time to record
-/// the outcome (in the recorder's next commit, after the one under way). An instance killed mid-send holds its claims this much
-/// longer than the request could take; then another instance sends again.
+/// the outcome (in the recorder's next commit, after the one under way).
+/// An instance killed mid-send holds its claims this much longer than the
+/// request could take; then another instance sends again.
 const LEASE_MARGIN: Duration = Duration::from_secs(5);
 
 /// The longest error text kept with a delivery.
