@@ -4,8 +4,8 @@
 //! it is free (a mutex: not first come, first served, but neither side
 //! holds it for more than one transaction), rather than meet
 //! `SQLITE_BUSY` and sleep in SQLite's busy handler (1 ms, then 2, 5,
-//! 10…), polling. Behind a subscriber's
-//! deliveries, a group of API writes slept so some 240 times a second.
+//! 10…), polling. Behind a subscriber's deliveries, a group of API writes
+//! slept so some 240 times a second.
 //! Other processes (the `keys` commands) and the keys' connection, which
 //! writes rarely, still wait with the busy timeout.
 

@@ -1,9 +1,9 @@
 //! The writer thread: the connection of the API's writes (the webhooks'
-//! bookkeeping has its own, and they take turns, `gate.rs`). It takes every write
-//! that is waiting, commits the group in one transaction (one fsync),
-//! checks that the file it wrote is still the database's, makes memory
-//! show the group, moves the feed's head past the group's events, and only
-//! then answers each write.
+//! bookkeeping has its own, and they take turns, `gate.rs`). It takes
+//! every write that is waiting, commits the group in one transaction (one
+//! fsync), checks that the file it wrote is still the database's, makes
+//! memory show the group, moves the feed's head past the group's events,
+//! and only then answers each write.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
