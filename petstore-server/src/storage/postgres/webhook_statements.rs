@@ -270,7 +270,7 @@ pub(super) const FINISH_ALL: &str = concat!(
             AS a(webhook_id, event_id, attempts, state, retry_at, status, error, at,
                  reason, ended)),
     held AS (
-        SELECT d.webhook_id, d.event_id, d.attempts
+        SELECT a.*
         FROM webhook_deliveries d
         JOIN attempt a ON a.webhook_id = d.webhook_id AND a.event_id = d.event_id
                       AND a.attempts = d.attempts
@@ -285,10 +285,8 @@ pub(super) const FINISH_ALL: &str = concat!(
             lease_owner = NULL, lease_until = NULL, last_status = a.status,
             last_error = a.error, last_at = a.at,
             delivered_at = CASE WHEN a.state = 'delivered' THEN a.ended END
-        FROM held h
-        JOIN attempt a ON a.webhook_id = h.webhook_id AND a.event_id = h.event_id
-                      AND a.attempts = h.attempts
-        WHERE d.webhook_id = h.webhook_id AND d.event_id = h.event_id
+        FROM held a
+        WHERE d.webhook_id = a.webhook_id AND d.event_id = a.event_id
         RETURNING d.webhook_id, d.event_id, a.attempts, a.state, a.reason, a.ended),
     outcome AS (
         SELECT webhook_id,
