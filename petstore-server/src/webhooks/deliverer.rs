@@ -35,12 +35,19 @@ use crate::storage::webhooks::{
     AttemptOutcome, ClaimRoom, ClaimedDelivery, FinishedAttempt, NextStep, WebhookStorage,
 };
 
-/// Requests in flight at once, across subscriptions.
-const IN_FLIGHT: usize = 128;
+/// Requests in flight at once, across subscriptions (each holds a
+/// connection: the edge keeps descriptors for them).
+pub const IN_FLIGHT: usize = 256;
 
 /// Requests in flight at once for one subscription, at most: a lone
-/// subscription's share (see [`share`]).
-const PER_SUBSCRIPTION: usize = 64;
+/// subscription's share (see [`share`]). What bounds how fast one
+/// subscription is served: a request holds its slot from the claim until
+/// its outcome is recorded, so a subscription gets at most this many
+/// deliveries per such cycle. At 64, a receiver answering in tens of
+/// milliseconds on a loaded machine held PostgreSQL's deliveries at about
+/// 1,200 a second, p99 4.5-5.1 s behind 3,000 creates a second (BENCHMARKS.md,
+/// "Issue 28, twelfth pass").
+const PER_SUBSCRIPTION: usize = 128;
 
 /// The fewest free slots the deliverer claims for (unless nothing is due):
 /// a quarter of a subscription's most, so that a claim is shared by many

@@ -252,7 +252,7 @@ async fn claim(
     // claims): it read every open delivery for each one (six minutes for
     // one claim behind 50,000, measured), and delivery fell to a few
     // hundred a second until statistics invalidated the plan. Planning
-    // costs about a millisecond, once per claim of up to 64 deliveries.
+    // costs about a millisecond, once per claim of up to 128 deliveries.
     let rows = client
         .query(
             statements::CLAIM,
