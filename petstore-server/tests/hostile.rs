@@ -1,5 +1,5 @@
 //! The server facing the internet alone, with no proxy in front: a child
-//! process held to 512 descriptors, under hostile load — 2,000 connections
+//! process held to 768 descriptors, under hostile load — 2,000 connections
 //! that never send a byte, 200 that send a request head a byte at a time,
 //! 200 that stall their body, over HTTP and over TLS, and (over TLS) 200
 //! that stall their handshake — while a normal client goes on being
@@ -27,8 +27,8 @@ use common::{KEY, Served, certificate_authority, trusting};
 use petstore_support::{SOON, blocking, eventually_async_within, within};
 
 /// The server's open-file limit.
-const SERVER_FILES: u64 = 512;
-/// What that limit leaves for API connections (the reserve is 128).
+const SERVER_FILES: u64 = 768;
+/// What that limit leaves for API connections (the reserve is 384).
 const CAP: f64 = 384.0;
 /// Every timeout of the edge, for these tests.
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -388,7 +388,7 @@ async fn over_http_a_flood_of_silent_slow_and_stalled_connections_does_not_stop_
 }
 
 /// The same on PostgreSQL, whose pool's connections share the server's
-/// 512 descriptors with the flood.
+/// 768 descriptors with the flood.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_postgresql_the_flood_does_not_stop_a_normal_client_either() {
     // Before the database: starting a cluster is a flood of work too.

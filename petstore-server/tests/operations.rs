@@ -1019,7 +1019,7 @@ async fn behind_nginx_two_thousand_idle_connections_do_not_stop_a_normal_client(
     const IDLE: usize = 2_000;
     // The server may hold far fewer descriptors than there are idle
     // connections: straight to it, they would exhaust its limit.
-    const SERVER_FILES: u64 = 512;
+    const SERVER_FILES: u64 = 768;
     rlimit::increase_nofile_limit(u64::MAX).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let served = {

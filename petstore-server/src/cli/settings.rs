@@ -226,8 +226,8 @@ pub struct ServeArgs {
 #[derive(clap::Args, Clone, Debug, Serialize)]
 pub struct EdgeArgs {
     /// The most API connections open at once; at the cap, a new one closes the connection idle
-    /// the longest. Default: the open-file limit less 128 descriptors kept for the database,
-    /// logs and the management listener; more than that is refused at start
+    /// the longest. Default: the open-file limit less 384 descriptors kept for the database,
+    /// logs, the management listener and webhook deliveries; more than that is refused at start
     #[arg(
         long,
         env = "PETSTORE_MAX_CONNECTIONS",

@@ -15,8 +15,9 @@ use std::time::Duration;
 /// per connection) or the default PostgreSQL pool and shared connections,
 /// the two listeners, the management listener's connections, the runtime's
 /// own (epoll, eventfd), and one connection accepted while the server waits
-/// at the cap for another to close.
-pub const RESERVED_DESCRIPTORS: u64 = 128;
+/// at the cap for another to close (128 for all of those); and a
+/// connection for each webhook request the deliverer may have in flight.
+pub const RESERVED_DESCRIPTORS: u64 = 128 + crate::webhooks::deliverer::IN_FLIGHT as u64;
 
 /// The smallest cap [`EdgeLimits::sized_for`] gives: below it the server
 /// could not serve a handful of clients and a scraper, whatever the limit.
@@ -110,8 +111,8 @@ pub fn soft_nofile() -> u64 {
 #[derive(Debug, thiserror::Error)]
 #[error(
     "--max-connections {max_connections} does not fit the open-file limit (RLIMIT_NOFILE) of \
-     {nofile}: with {RESERVED_DESCRIPTORS} descriptors kept for the database, the logs and the \
-     management listener, it holds at most {most} connections; lower --max-connections or raise \
+     {nofile}: with {RESERVED_DESCRIPTORS} descriptors kept for the database, the logs, the \
+     management listener and webhook deliveries, it holds at most {most} connections; lower --max-connections or raise \
      the limit (LimitNOFILE= in the systemd unit, ulimit -n)"
 )]
 pub struct LimitsError {
@@ -126,9 +127,9 @@ mod tests {
 
     #[test]
     fn the_cap_is_the_limit_less_the_reserve() {
-        assert_eq!(EdgeLimits::sized_for(512).max_connections, 384);
-        assert_eq!(EdgeLimits::sized_for(65_536).max_connections, 65_408);
-        for nofile in [512, 1024, 65_536, 1 << 20] {
+        assert_eq!(EdgeLimits::sized_for(768).max_connections, 384);
+        assert_eq!(EdgeLimits::sized_for(65_536).max_connections, 65_152);
+        for nofile in [512, 768, 1024, 65_536, 1 << 20] {
             EdgeLimits::sized_for(nofile).check(nofile).unwrap();
         }
     }
@@ -149,9 +150,9 @@ mod tests {
     fn a_cap_above_the_limit_is_refused_naming_it() {
         let limits = EdgeLimits {
             max_connections: 1000,
-            ..EdgeLimits::sized_for(512)
+            ..EdgeLimits::sized_for(768)
         };
-        let error = limits.check(512).unwrap_err().to_string();
+        let error = limits.check(768).unwrap_err().to_string();
         assert!(
             error.starts_with("--max-connections 1000 does not fit the open-file limit"),
             "{error}"
@@ -161,7 +162,7 @@ mod tests {
             max_connections: 0,
             ..limits
         };
-        assert!(zero.check(512).is_err());
+        assert!(zero.check(768).is_err());
     }
 
     #[test]
