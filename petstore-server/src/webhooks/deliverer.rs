@@ -252,9 +252,17 @@ impl Deliverer {
     /// a finish), or the next due time of a subscription with room for a
     /// claim's batch, at most [`IDLE_TICK`].
     async fn wait_for_due(&self, in_flight: &InFlight) {
+        let woken = self.due.notified();
+        tokio::pin!(woken);
+        // A wake-up that came during the claim needs no next due time: a
+        // busy subscription's finishes come that fast, and asking cost a
+        // query after nearly every claim.
+        if woken.as_mut().enable() {
+            return;
+        }
         let idle = self.idle_for(&in_flight.full()).await;
         tokio::select! {
-            () = self.due.notified() => {}
+            () = woken => {}
             () = tokio::time::sleep(idle) => {}
         }
     }
