@@ -112,8 +112,8 @@ pub fn soft_nofile() -> u64 {
 #[error(
     "--max-connections {max_connections} does not fit the open-file limit (RLIMIT_NOFILE) of \
      {nofile}: with {RESERVED_DESCRIPTORS} descriptors kept for the database, the logs, the \
-     management listener and webhook deliveries, it holds at most {most} connections; lower --max-connections or raise \
-     the limit (LimitNOFILE= in the systemd unit, ulimit -n)"
+     management listener and webhook deliveries, it holds at most {most} connections; lower \
+     --max-connections or raise the limit (LimitNOFILE= in the systemd unit, ulimit -n)"
 )]
 pub struct LimitsError {
     max_connections: usize,
