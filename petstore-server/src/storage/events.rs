@@ -76,7 +76,7 @@ pub struct ParkedWait {
 pub struct KindMarks([i64; KIND_CODES]);
 
 /// One more than the largest kind's code (they are 1 to 7).
-const KIND_CODES: usize = EventKind::ALL.len() + 1;
+pub(crate) const KIND_CODES: usize = EventKind::ALL.len() + 1;
 
 impl KindMarks {
     /// Every kind at `id`: nothing is known of them but that none exceeds
@@ -93,12 +93,17 @@ impl KindMarks {
 
     /// Whether an event of one of `kinds` may have an id above `after`.
     pub fn any_after(&self, kinds: EnumSet<EventKind>, after: i64) -> bool {
-        kinds.iter().any(|kind| self.0[kind_index(kind)] > after)
+        kinds.iter().any(|kind| self.of(kind) > after)
+    }
+
+    /// The id that no event of `kind` exceeds.
+    pub fn of(&self, kind: EventKind) -> i64 {
+        self.0[kind_index(kind)]
     }
 }
 
-/// Where `kind` is in [`KindMarks`].
-fn kind_index(kind: EventKind) -> usize {
+/// Where `kind` is in [`KindMarks`] (and in any array of [`KIND_CODES`]).
+pub(crate) fn kind_index(kind: EventKind) -> usize {
     usize::from(kind.code().unsigned_abs())
 }
 

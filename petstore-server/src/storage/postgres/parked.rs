@@ -18,33 +18,75 @@
 //! its event. And a poll learns how far its kinds stayed quiet: its cursor
 //! moves there, whether it is woken or its wait ends, so that it never has
 //! the commits of other kinds to examine page after page.
+//!
+//! A look wakes only the polls of the kinds whose marks it moved (a
+//! [`Notify`] per kind); the others read how far their kinds stayed quiet
+//! from the last look when they are woken or their wait ends. Woken by
+//! every look instead, 200 polls parked on a kind nobody wrote woke 10,000
+//! times a second, each wake-up polling its connection's whole stack, and
+//! cost `place_order` 13 to 16 % (BENCHMARKS.md, "Issue 28, thirteenth
+//! pass").
 
+use std::pin::pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use tokio::sync::watch;
+use enumset::EnumSet;
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use super::shared::SharedConnections;
+use crate::storage::events::{KIND_CODES, kind_index};
 use crate::storage::{EventKind, KindMarks, PARKED_READ_GAP, ParkedWait, StorageError};
 
 /// The most ids one tick looks at; beyond (the head jumped, say after the
 /// scout was idle), every kind is marked at the head instead.
 const SCOUTED_MAX: i64 = 50_000;
 
-/// What the scout found: each kind's last id among those up to `up_to`.
+/// What the scout found: each kind's last id among those up to `up_to`,
+/// and for each kind an id range in which it has no event, before the
+/// look that last moved its mark.
 #[derive(Clone, Copy, Debug)]
 struct Scouted {
     marks: KindMarks,
     up_to: i64,
+    /// By [`kind_index`]: `(before, from)`, the kind's mark before the look
+    /// that last moved it and where that look started. The kind has no
+    /// event in `(before, from]`: `before` was its mark up to `from`.
+    quiet_spans: [(i64, i64); KIND_CODES],
 }
 
 impl Scouted {
-    /// Every kind marked at `head`.
+    /// Every kind marked at `head`, and nothing known before it.
     fn at(head: i64) -> Scouted {
         Scouted {
             marks: KindMarks::all_at(head),
             up_to: head,
+            quiet_spans: [(head, head); KIND_CODES],
         }
+    }
+
+    /// How far no event of `kinds` is known after `above`: the last look's
+    /// end if none has a mark above it; else, for each that has, where the
+    /// look that moved its mark started, if its mark before that look was
+    /// not above `above` (otherwise `above` itself).
+    fn quiet_after(&self, kinds: EnumSet<EventKind>, above: i64) -> i64 {
+        kinds
+            .iter()
+            .filter(|&kind| self.marks.of(kind) > above)
+            .map(|kind| match self.quiet_spans[kind_index(kind)] {
+                (before, from) if before <= above => from.max(above),
+                _ => above,
+            })
+            .fold(self.up_to.max(above), i64::min)
+    }
+
+    /// The kinds whose marks are above those of `earlier`.
+    fn moved_since(&self, earlier: &Scouted) -> EnumSet<EventKind> {
+        EventKind::ALL
+            .into_iter()
+            .filter(|&kind| self.marks.of(kind) > earlier.marks.of(kind))
+            .collect()
     }
 
     /// What the polls know once a look at the events after `up_to` up to
@@ -58,18 +100,98 @@ impl Scouted {
             return Scouted::at(head);
         }
         for &(kind, id) in &found.kinds {
-            self.marks.mark(kind, id);
+            let before = self.marks.of(kind);
+            if id > before {
+                self.quiet_spans[kind_index(kind)] = (before, self.up_to);
+                self.marks.mark(kind, id);
+            }
         }
         self.up_to = head;
         self
     }
 }
 
+/// The wake-ups of parked polls: one per kind, and one for all of them
+/// when the scout is gone.
+#[derive(Default)]
+struct Wakes {
+    kinds: [Notify; KIND_CODES],
+    gone: Notify,
+    closed: AtomicBool,
+}
+
+impl Wakes {
+    /// Wakes the polls parked on any of `kinds`.
+    fn wake(&self, kinds: EnumSet<EventKind>) {
+        for kind in kinds {
+            self.kinds[kind_index(kind)].notify_waiters();
+        }
+    }
+
+    /// Wakes every poll for good: the scout is gone.
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.gone.notify_waiters();
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+}
+
+/// Makes `looked` what polls read (even when no mark moved: they learn how
+/// far their kinds stayed quiet), then wakes those of the kinds whose
+/// marks it moved.
+fn publish(scouted: &watch::Sender<Scouted>, wakes: &Wakes, looked: Scouted) {
+    let earlier = scouted.send_replace(looked);
+    wakes.wake(looked.moved_since(&earlier));
+}
+
+/// Waits, until `deadline` at most, until an event of one of `kinds` may
+/// have an id above `above` by `scouted`, and says how far none has.
+/// Woken by `wakes` only when one of its kinds moved, or when they close.
+async fn wait_for_kinds(
+    scouted: &watch::Receiver<Scouted>,
+    wakes: &Wakes,
+    kinds: EnumSet<EventKind>,
+    above: i64,
+    deadline: tokio::time::Instant,
+) -> ParkedWait {
+    let mut ends = pin!(tokio::time::sleep_until(deadline));
+    loop {
+        // Taken before the look is read: a look sent after the read wakes
+        // them (`notify_waiters` reaches every `Notified` made before it).
+        let woken = futures::future::select_all(
+            kinds
+                .iter()
+                .map(|kind| &wakes.kinds[kind_index(kind)])
+                .chain([&wakes.gone])
+                .map(|wake| Box::pin(wake.notified())),
+        );
+        let now = *scouted.borrow();
+        let quiet = now.quiet_after(kinds, above);
+        if now.marks.any_after(kinds, above) {
+            return ParkedWait { read: true, quiet };
+        }
+        if wakes.is_closed() {
+            return ParkedWait { read: false, quiet };
+        }
+        tokio::select! {
+            _ = woken => {}
+            () = &mut ends => {
+                let quiet = scouted.borrow().quiet_after(kinds, above);
+                return ParkedWait { read: false, quiet };
+            }
+        }
+    }
+}
+
 /// The marks parked polls wait on, and the scout task that moves them.
 pub(super) struct Parked {
-    /// Held so that polls can subscribe; the scout counts it out of the
+    /// Cloned by each parked poll; the scout counts this one out of the
     /// polls parked.
     scouted: watch::Receiver<Scouted>,
+    wakes: Arc<Wakes>,
     scout: JoinHandle<()>,
 }
 
@@ -82,15 +204,18 @@ impl Parked {
         log: slog::Logger,
     ) -> Parked {
         let (sender, scouted) = watch::channel(Scouted::at(*head.borrow()));
+        let wakes = Arc::new(Wakes::default());
         let scout = Scout {
             connections,
             head,
             scouted: sender,
+            wakes: Arc::clone(&wakes),
             failing: false,
             log,
         };
         Parked {
             scouted,
+            wakes,
             scout: tokio::spawn(scout.run()),
         }
     }
@@ -99,37 +224,25 @@ impl Parked {
     /// may have an id above `above`, and says how far none has.
     pub async fn wait(
         &self,
-        kinds: enumset::EnumSet<EventKind>,
+        kinds: EnumSet<EventKind>,
         above: i64,
         deadline: tokio::time::Instant,
     ) -> ParkedWait {
-        let mut scouted = self.scouted.clone();
-        let mut quiet = above;
-        loop {
-            let now = *scouted.borrow_and_update();
-            if now.marks.any_after(kinds, quiet) {
-                return ParkedWait { read: true, quiet };
-            }
-            quiet = quiet.max(now.up_to);
-            // Past the deadline, or with the scout gone (closed).
-            if !matches!(
-                tokio::time::timeout_at(deadline, scouted.changed()).await,
-                Ok(Ok(()))
-            ) {
-                return ParkedWait { read: false, quiet };
-            }
-        }
+        // The clone counts this poll as parked while it waits.
+        let scouted = self.scouted.clone();
+        wait_for_kinds(&scouted, &self.wakes, kinds, above, deadline).await
     }
 
     /// Stops the scout: every poll parked on it is told.
     pub fn stop(&self) {
         self.scout.abort();
+        self.wakes.close();
     }
 }
 
 impl Drop for Parked {
     fn drop(&mut self) {
-        self.scout.abort();
+        self.stop();
     }
 }
 
@@ -138,9 +251,17 @@ struct Scout {
     connections: Arc<SharedConnections>,
     head: watch::Receiver<i64>,
     scouted: watch::Sender<Scouted>,
+    wakes: Arc<Wakes>,
     /// Whether the last statement failed (logged once until one succeeds).
     failing: bool,
     log: slog::Logger,
+}
+
+impl Drop for Scout {
+    /// However the scout ends, no poll waits on it any longer.
+    fn drop(&mut self) {
+        self.wakes.close();
+    }
 }
 
 impl Scout {
@@ -162,7 +283,7 @@ impl Scout {
         // Only the `Parked` itself holds a receiver: no poll is parked.
         let parked = self.scouted.receiver_count() > 1;
         if !parked || head - up_to > SCOUTED_MAX {
-            self.scouted.send_replace(Scouted::at(head));
+            self.publish(Scouted::at(head));
             return;
         }
         match self.kinds_between(up_to, head).await {
@@ -173,10 +294,8 @@ impl Scout {
                         "events: parked long polls are woken by kind again"
                     );
                 }
-                // Sent even when no mark moved: the polls learn how far
-                // their kinds stayed quiet.
-                self.scouted
-                    .send_modify(|scouted| *scouted = scouted.after_look(&found, head));
+                let looked = self.scouted.borrow().after_look(&found, head);
+                self.publish(looked);
             }
             Err(error) => {
                 if !std::mem::replace(&mut self.failing, true) {
@@ -184,9 +303,13 @@ impl Scout {
                         parked long polls are woken by every move of the head meanwhile";
                         "error" => %petstore_api::error::chain(&error));
                 }
-                self.scouted.send_replace(Scouted::at(head));
+                self.publish(Scouted::at(head));
             }
         }
+    }
+
+    fn publish(&self, looked: Scouted) {
+        publish(&self.scouted, &self.wakes, looked);
     }
 
     /// Each kind's last id after `from` up to `to`, and the floor.
@@ -231,9 +354,145 @@ struct Found {
 
 #[cfg(test)]
 mod tests {
+    use std::future::Future;
+    use std::sync::atomic::AtomicUsize;
+    use std::task::{Context, Poll, Wake, Waker};
+    use std::time::Duration;
+
     use enumset::EnumSet;
 
     use super::*;
+
+    /// A look after `scouted` up to `head` that found `kinds`.
+    fn look(scouted: &watch::Sender<Scouted>, kinds: &[(EventKind, i64)], head: i64) -> Scouted {
+        let found = Found {
+            kinds: kinds.to_vec(),
+            floor: 0,
+        };
+        scouted.borrow().after_look(&found, head)
+    }
+
+    /// Counts its wake-ups.
+    #[derive(Default)]
+    struct Wakings(AtomicUsize);
+
+    impl Wake for Wakings {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    impl Wakings {
+        fn count(&self) -> usize {
+            self.0.load(Ordering::SeqCst)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_poll_is_woken_only_by_a_look_that_moves_its_kinds() {
+        let (sender, scouted) = watch::channel(Scouted::at(10));
+        let wakes = Wakes::default();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(3600);
+        let delivered = EnumSet::only(EventKind::OrderDelivered);
+        let mut poll = pin!(wait_for_kinds(&scouted, &wakes, delivered, 10, deadline));
+        let wakings = Arc::new(Wakings::default());
+        let waker = Waker::from(Arc::clone(&wakings));
+        let mut context = Context::from_waker(&waker);
+        assert!(poll.as_mut().poll(&mut context).is_pending());
+
+        let orders = [(EventKind::OrderPlaced, 14), (EventKind::PetOrdered, 15)];
+        publish(&sender, &wakes, look(&sender, &orders, 20));
+        publish(
+            &sender,
+            &wakes,
+            look(&sender, &[(EventKind::OrderPlaced, 24)], 30),
+        );
+        assert_eq!(wakings.count(), 0, "woken by other kinds");
+        assert!(poll.as_mut().poll(&mut context).is_pending());
+
+        // Its kind in the look over (30, 40]: nothing of it up to 30.
+        let delivery = [
+            (EventKind::OrderDelivered, 35),
+            (EventKind::OrderPlaced, 38),
+        ];
+        publish(&sender, &wakes, look(&sender, &delivery, 40));
+        assert_eq!(wakings.count(), 1);
+        assert_eq!(
+            poll.as_mut().poll(&mut context),
+            Poll::Ready(ParkedWait {
+                read: true,
+                quiet: 30
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn a_poll_whose_wait_ends_learns_how_far_its_kinds_stayed_quiet() {
+        let (sender, scouted) = watch::channel(Scouted::at(10));
+        let wakes = Wakes::default();
+        publish(
+            &sender,
+            &wakes,
+            look(&sender, &[(EventKind::PetCreated, 17)], 20),
+        );
+        let ended = tokio::time::Instant::now();
+        let delivered = EnumSet::only(EventKind::OrderDelivered);
+        assert_eq!(
+            wait_for_kinds(&scouted, &wakes, delivered, 10, ended).await,
+            ParkedWait {
+                read: false,
+                quiet: 20
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn a_poll_is_told_when_the_scout_is_gone() {
+        let (_sender, scouted) = watch::channel(Scouted::at(10));
+        let wakes = Wakes::default();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(3600);
+        let created = EnumSet::only(EventKind::PetCreated);
+        let mut poll = pin!(wait_for_kinds(&scouted, &wakes, created, 10, deadline));
+        let wakings = Arc::new(Wakings::default());
+        let waker = Waker::from(Arc::clone(&wakings));
+        let mut context = Context::from_waker(&waker);
+        assert!(poll.as_mut().poll(&mut context).is_pending());
+        wakes.close();
+        assert_eq!(wakings.count(), 1);
+        assert_eq!(
+            poll.as_mut().poll(&mut context),
+            Poll::Ready(ParkedWait {
+                read: false,
+                quiet: 10
+            })
+        );
+    }
+
+    #[test]
+    fn a_poll_starts_where_the_look_that_moved_its_kind_started_if_it_saw_the_mark_before() {
+        let found = |kind, id| Found {
+            kinds: vec![(kind, id)],
+            floor: 0,
+        };
+        let delivered = EnumSet::only(EventKind::OrderDelivered);
+        let scouted = Scouted::at(10)
+            .after_look(&found(EventKind::OrderDelivered, 15), 20)
+            .after_look(&found(EventKind::PetCreated, 22), 30)
+            .after_look(&found(EventKind::OrderDelivered, 35), 40);
+        // No delivery in (15, 30]: a poll at 15 or above reads from 30.
+        assert_eq!(scouted.quiet_after(delivered, 15), 30);
+        assert_eq!(scouted.quiet_after(delivered, 33), 33);
+        // At 12 it has not seen 15, which may be the only one after it.
+        assert_eq!(scouted.quiet_after(delivered, 12), 12);
+        // A kind with nothing after the cursor is quiet to the last look.
+        let created = EnumSet::only(EventKind::PetCreated);
+        assert_eq!(scouted.quiet_after(created, 22), 40);
+        // With both, the earlier of the two.
+        assert_eq!(scouted.quiet_after(created | delivered, 22), 30);
+        // After a skipped look nothing is known before its head.
+        let skipped = Scouted::at(50);
+        assert_eq!(skipped.quiet_after(delivered, 45), 45);
+    }
 
     #[test]
     fn a_look_marks_each_kind_it_found_and_tells_how_far_the_others_stayed_quiet() {
