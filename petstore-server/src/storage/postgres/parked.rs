@@ -354,12 +354,10 @@ struct Found {
 
 #[cfg(test)]
 mod tests {
-    use std::future::Future;
-    use std::sync::atomic::AtomicUsize;
-    use std::task::{Context, Poll, Wake, Waker};
     use std::time::Duration;
 
     use enumset::EnumSet;
+    use tokio_test::task;
 
     use super::*;
 
@@ -372,43 +370,30 @@ mod tests {
         scouted.borrow().after_look(&found, head)
     }
 
-    /// Counts its wake-ups.
-    #[derive(Default)]
-    struct Wakings(AtomicUsize);
-
-    impl Wake for Wakings {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
+    /// Looks as a scout at `up_to` sends them, and the polls' wake-ups.
+    fn scout_at(up_to: i64) -> (watch::Sender<Scouted>, watch::Receiver<Scouted>, Wakes) {
+        let (sender, scouted) = watch::channel(Scouted::at(up_to));
+        (sender, scouted, Wakes::default())
     }
 
-    impl Wakings {
-        fn count(&self) -> usize {
-            self.0.load(Ordering::SeqCst)
-        }
+    /// Beyond every test: only a wake-up ends these waits.
+    fn far() -> tokio::time::Instant {
+        tokio::time::Instant::now() + Duration::from_secs(3600)
     }
 
     #[tokio::test]
     async fn a_poll_is_woken_only_by_a_look_that_moves_its_kinds() {
-        let (sender, scouted) = watch::channel(Scouted::at(10));
-        let wakes = Wakes::default();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(3600);
+        let (sender, scouted, wakes) = scout_at(10);
         let delivered = EnumSet::only(EventKind::OrderDelivered);
-        let mut poll = pin!(wait_for_kinds(&scouted, &wakes, delivered, 10, deadline));
-        let wakings = Arc::new(Wakings::default());
-        let waker = Waker::from(Arc::clone(&wakings));
-        let mut context = Context::from_waker(&waker);
-        assert!(poll.as_mut().poll(&mut context).is_pending());
+        let mut poll = task::spawn(wait_for_kinds(&scouted, &wakes, delivered, 10, far()));
+        assert!(poll.poll().is_pending());
 
         let orders = [(EventKind::OrderPlaced, 14), (EventKind::PetOrdered, 15)];
         publish(&sender, &wakes, look(&sender, &orders, 20));
-        publish(
-            &sender,
-            &wakes,
-            look(&sender, &[(EventKind::OrderPlaced, 24)], 30),
-        );
-        assert_eq!(wakings.count(), 0, "woken by other kinds");
-        assert!(poll.as_mut().poll(&mut context).is_pending());
+        let placed = [(EventKind::OrderPlaced, 24)];
+        publish(&sender, &wakes, look(&sender, &placed, 30));
+        assert!(!poll.is_woken(), "woken by other kinds");
+        assert!(poll.poll().is_pending());
 
         // Its kind in the look over (30, 40]: nothing of it up to 30.
         let delivery = [
@@ -416,29 +401,24 @@ mod tests {
             (EventKind::OrderPlaced, 38),
         ];
         publish(&sender, &wakes, look(&sender, &delivery, 40));
-        assert_eq!(wakings.count(), 1);
-        assert_eq!(
-            poll.as_mut().poll(&mut context),
-            Poll::Ready(ParkedWait {
-                read: true,
-                quiet: 30
-            })
-        );
+        assert!(poll.is_woken());
+        let answer = ParkedWait {
+            read: true,
+            quiet: 30,
+        };
+        assert_eq!(poll.poll(), std::task::Poll::Ready(answer));
     }
 
     #[tokio::test]
     async fn a_poll_whose_wait_ends_learns_how_far_its_kinds_stayed_quiet() {
-        let (sender, scouted) = watch::channel(Scouted::at(10));
-        let wakes = Wakes::default();
-        publish(
-            &sender,
-            &wakes,
-            look(&sender, &[(EventKind::PetCreated, 17)], 20),
-        );
+        let (sender, scouted, wakes) = scout_at(10);
+        let created = [(EventKind::PetCreated, 17)];
+        publish(&sender, &wakes, look(&sender, &created, 20));
         let ended = tokio::time::Instant::now();
         let delivered = EnumSet::only(EventKind::OrderDelivered);
+        let answer = wait_for_kinds(&scouted, &wakes, delivered, 10, ended).await;
         assert_eq!(
-            wait_for_kinds(&scouted, &wakes, delivered, 10, ended).await,
+            answer,
             ParkedWait {
                 read: false,
                 quiet: 20
@@ -448,24 +428,17 @@ mod tests {
 
     #[tokio::test]
     async fn a_poll_is_told_when_the_scout_is_gone() {
-        let (_sender, scouted) = watch::channel(Scouted::at(10));
-        let wakes = Wakes::default();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(3600);
+        let (_sender, scouted, wakes) = scout_at(10);
         let created = EnumSet::only(EventKind::PetCreated);
-        let mut poll = pin!(wait_for_kinds(&scouted, &wakes, created, 10, deadline));
-        let wakings = Arc::new(Wakings::default());
-        let waker = Waker::from(Arc::clone(&wakings));
-        let mut context = Context::from_waker(&waker);
-        assert!(poll.as_mut().poll(&mut context).is_pending());
+        let mut poll = task::spawn(wait_for_kinds(&scouted, &wakes, created, 10, far()));
+        assert!(poll.poll().is_pending());
         wakes.close();
-        assert_eq!(wakings.count(), 1);
-        assert_eq!(
-            poll.as_mut().poll(&mut context),
-            Poll::Ready(ParkedWait {
-                read: false,
-                quiet: 10
-            })
-        );
+        assert!(poll.is_woken());
+        let answer = ParkedWait {
+            read: false,
+            quiet: 10,
+        };
+        assert_eq!(poll.poll(), std::task::Poll::Ready(answer));
     }
 
     #[test]
