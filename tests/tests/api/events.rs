@@ -323,9 +323,13 @@ async fn a_cursor_older_than_the_retention_is_410(backend: Backend) {
     };
     let server = TestServer::start_keeping_events(database, Duration::from_secs(1)).await;
     let first = server.create(json!({"name": "Old", "categoryId": 1})).await;
+    // Purged, not merely not shown yet: a page may be read up to a head
+    // that has not reached the event (on PostgreSQL, on a busy machine,
+    // past `SETTLE_WAIT`), but only a purge moves the feed's start, which
+    // an empty page's next link names.
     eventually_async_within("the first event is purged", PURGE, || async {
-        let (page, _) = page_as(&server, KEY, "").await;
-        page.iter().all(|event| event["data"]["id"] != first["id"])
+        let (page, start) = page_as(&server, KEY, "").await;
+        page.iter().all(|event| event["data"]["id"] != first["id"]) && start != "0"
     })
     .await;
     let error = assert_error(
