@@ -447,9 +447,11 @@ impl Bench {
         );
         let subscriber = self.runtime.block_on(webhook::Subscriber::start(target))?;
         let mark = self.runtime.block_on(subscriber.mark(target))?;
-        self.runtime
+        let made = self
+            .runtime
             .block_on(webhook::steady_creates(target, count, rate))?;
-        let measure = subscriber.measure(target, mark, format!("{count} creates at {rate}/s"));
+        let load = format!("{count} creates at {rate}/s (made at {made:.0}/s)");
+        let measure = subscriber.measure(target, mark, load);
         let steady = self.runtime.block_on(measure)?;
         print_webhooks(label, &steady);
         let runs_start = self.runtime.block_on(subscriber.mark(target))?;

@@ -82,16 +82,19 @@ fn main() -> ExitCode {
     }
 }
 
-/// `cargo xtask bench ARGS`: `cargo run -p petstore-bench -- ARGS`, the
-/// bench being a crate of its own.
+/// `cargo xtask bench ARGS`: `cargo run --release -p petstore-bench --
+/// ARGS`, the bench being a crate of its own. Optimised: besides driving
+/// wrk, the bench is itself a client of the server (the steady creates, the
+/// webhook receiver, the long-poll followers) on the same two cores, and a
+/// debug build of it took the CPU the server needed.
 fn bench(args: &[String]) -> anyhow::Result<()> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let status = std::process::Command::new(cargo)
         .current_dir(workspace_root())
-        .args(["run", "--quiet", "-p", "petstore-bench", "--"])
+        .args(["run", "--quiet", "--release", "-p", "petstore-bench", "--"])
         .args(args)
         .status()
-        .context("running cargo run -p petstore-bench")?;
+        .context("running cargo run --release -p petstore-bench")?;
     if !status.success() {
         anyhow::bail!("the bench failed ({status})");
     }
