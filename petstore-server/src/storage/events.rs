@@ -32,29 +32,13 @@ use super::orders::OwnerId;
 /// a page stops there, so that no page costs more than a bounded scan.
 pub const EVENT_SCAN_MAX: u32 = 1000;
 
-/// How often parked long polls read again, at most. Every commit moves
-/// the head; a poll that wants other types (or another customer's orders)
-/// would otherwise read a page per commit for nothing, and 200 of them cost
-/// the writes a third of their rate (BENCHMARKS.md, "Issue 28, fourth
-/// pass"). A matching event waits at most this much longer.
+/// How often the kinds of new events are looked at for parked long polls,
+/// at most (`parked.rs`). Every commit moves the head; a poll that wants
+/// other types (or another customer's orders) would otherwise read a page
+/// per commit for nothing, and 200 of them cost the writes a third of their
+/// rate (BENCHMARKS.md, "Issue 28, fourth pass"). A matching event waits at
+/// most this much longer.
 pub const PARKED_READ_GAP: Duration = Duration::from_millis(20);
-
-/// The next instant after `now` that is a whole number of
-/// [`PARKED_READ_GAP`]s after a fixed instant: parked polls all read at
-/// these ticks, so those at one cursor read the same page up to the same
-/// head, and the storage reads it once for them all.
-pub(super) fn next_parked_read(now: tokio::time::Instant) -> tokio::time::Instant {
-    static EPOCH: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
-    let epoch = *EPOCH.get_or_init(|| now);
-    // Before it only on another runtime's paused clock (tests).
-    let Some(since_epoch) = now.checked_duration_since(epoch) else {
-        return now + PARKED_READ_GAP;
-    };
-    let gap = PARKED_READ_GAP.as_micros();
-    let ticks = since_epoch.as_micros() / gap + 1;
-    let since = u64::try_from(ticks * gap).unwrap_or(u64::MAX);
-    epoch + Duration::from_micros(since)
-}
 
 /// How a long poll parked at the head ended its wait
 /// ([`super::Storage::events_after`]).

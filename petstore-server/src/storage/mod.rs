@@ -13,12 +13,12 @@ pub mod events;
 pub mod idempotency;
 pub mod keys;
 pub mod orders;
+mod parked;
 mod postgres;
 mod sqlite;
 mod url;
 pub mod webhooks;
 
-use events::next_parked_read;
 pub use events::{
     EVENT_SCAN_MAX, EventKind, EventPage, EventQuery, EventsOutcome, KindMarks, PARKED_READ_GAP,
     ParkedWait, StoredEvent,
@@ -377,27 +377,18 @@ pub trait Storage: Send + Sync + 'static {
         self.events(query).await
     }
 
-    /// Waits, until `deadline` at most, until a page of `_kinds` after
+    /// Waits, until `deadline` at most, until a page of `kinds` after
     /// `head` (the head a page that reached it was read up to) may find an
-    /// event, and it is time to read it: for a long poll parked at the
-    /// head. By default, once the head moved past `head`, at the next tick
-    /// of [`next_parked_read`], where the polls at one cursor read
-    /// together; it knows nothing of kinds (`quiet` is `head`).
+    /// event: for a long poll parked at the head. Woken only when an event
+    /// of its kinds came, looked at once a tick for every poll parked on
+    /// the instance (`parked.rs`); it also says how far its kinds stayed
+    /// quiet.
     async fn events_after(
         &self,
-        _kinds: EnumSet<EventKind>,
+        kinds: EnumSet<EventKind>,
         head: i64,
         deadline: tokio::time::Instant,
-    ) -> ParkedWait {
-        let mut moved = self.events_head();
-        let moved = tokio::time::timeout_at(deadline, moved.wait_for(|moved| *moved > head));
-        let read = matches!(moved.await, Ok(Ok(_)));
-        if read {
-            let tick = next_parked_read(tokio::time::Instant::now());
-            tokio::time::sleep_until(tick.min(deadline)).await;
-        }
-        ParkedWait { read, quiet: head }
-    }
+    ) -> ParkedWait;
 
     /// The feed's head as it moves: the largest id a page may return. It
     /// changes after each commit that wrote events (on PostgreSQL, also

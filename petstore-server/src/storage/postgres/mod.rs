@@ -51,10 +51,11 @@ use self::connect::{PoolConnect, Primary};
 use self::feed::ReadEvents;
 use self::head::Head;
 use self::orders::{Place, Update};
-use self::parked::Parked;
+use self::parked::Scouting;
 use self::reads::{CountPets, GetPet, ListPets};
 use self::shared::{CONNECTION_TIMEOUT, STATEMENT_TIMEOUT, SharedConnections};
 use self::webhooks::WEBHOOK_CONNECTIONS;
+use super::parked::Parked;
 use super::{
     EventKind, EventQuery, EventsOutcome, ListQuery, OpenError, OrderPage, OrderQuery, Owner,
     OwnerId, Page, ParkedWait, PlaceOutcome, PoolStats, PostgresFailure, PostgresUrl, SharedStats,
@@ -305,7 +306,7 @@ impl PostgresStorage {
             counts: Batcher::start(Arc::clone(&readers), readers.max()),
             events: Batcher::start(Arc::clone(&readers), readers.max()),
             last_parked: std::sync::Mutex::new(None),
-            parked: Parked::start(Arc::clone(&readers), head.receiver(), log),
+            parked: Parked::start(Scouting(Arc::clone(&readers)), head.receiver(), log),
             head,
             watcher,
             readers,

@@ -24,7 +24,8 @@
 //! - **Events in the same transactions.** Each write records its events in
 //!   its group's transaction, with ids the writer assigns in commit order;
 //!   pages of the feed are read from memory, up to the head the writer
-//!   sends after each commit (`feed/`).
+//!   sends after each commit (`feed/`); long polls parked at the head are
+//!   woken by the kinds memory saw come (`storage/parked.rs`).
 //!
 //! Here: [`SqliteStorage`], the [`Storage`] these make. `writer.rs` is the
 //! writer thread and its group commit; `writes.rs` each kind of write (a
@@ -43,6 +44,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock, mpsc};
 use std::thread::JoinHandle;
 
+use enumset::EnumSet;
 use rusqlite::Connection;
 use tokio::sync::{oneshot, watch};
 
@@ -75,12 +77,23 @@ use super::idempotency::{Claims, CreateOutcome, Idempotency};
 use super::orders::{
     OrderPage, OrderQuery, Owner, OwnerId, PlaceOutcome, StoredOrder, UpdateOutcome, transition,
 };
+use super::parked::{EventKinds, Found, Parked};
 use super::{
-    EventQuery, EventsOutcome, FatalSender, ListQuery, OpenError, Page, Storage, StorageError,
-    StorageMetrics, StorageStats,
+    EventKind, EventQuery, EventsOutcome, FatalSender, ListQuery, OpenError, Page, ParkedWait,
+    Storage, StorageError, StorageMetrics, StorageStats,
 };
 use crate::logging::panic_message;
 use petstore_api::model::{Inventory, NewPet, OrderStatus, OrderUpdateStatus, Pet, PetStatus};
+
+/// Finds the kinds of new events for parked polls in memory, which knows
+/// each kind's last id: a look costs the same however many events came.
+struct Scouting(Arc<SharedMemory>);
+
+impl EventKinds for Scouting {
+    async fn last_of_each(&mut self, from: i64, to: i64) -> Result<Found, StorageError> {
+        read(&self.0, |memory| memory.events.last_of_each(from, to))
+    }
+}
 
 /// The SQLite implementation of [`Storage`].
 pub struct SqliteStorage {
@@ -104,6 +117,8 @@ pub struct SqliteStorage {
     /// The feed's head, sent by the writer after each commit that wrote
     /// events.
     head: Arc<watch::Sender<i64>>,
+    /// Each kind's last id up to the head, for long polls parked there.
+    parked: Parked,
 }
 
 impl SqliteStorage {
@@ -118,6 +133,8 @@ impl SqliteStorage {
         fatal: FatalSender,
         metrics: StorageMetrics,
     ) -> Result<(SqliteStorage, SqliteKeys, SqliteWebhooks), OpenError> {
+        // On the blocking pool, inside the runtime: the scout of parked
+        // polls is spawned there.
         let open = move || SqliteStorage::open_blocking(path, log, fatal, metrics);
         tokio::task::spawn_blocking(open)
             .await
@@ -160,6 +177,9 @@ impl SqliteStorage {
         let memory = Arc::new(RwLock::new(Some(memory)));
         let gate = WriteGate::default();
         let replaced = Arc::new(AtomicBool::new(false));
+
+        let scouting = Scouting(Arc::clone(&memory));
+        let parked = Parked::start(scouting, head.subscribe(), log.clone());
 
         let (writer, jobs) = mpsc::channel();
         let writer_thread = std::thread::Builder::new()
@@ -205,6 +225,7 @@ impl SqliteStorage {
             path,
             identity,
             replaced,
+            parked,
             head,
         };
         let webhooks = SqliteWebhooks::on(webhooks_conn, gate);
@@ -356,6 +377,17 @@ impl Storage for SqliteStorage {
         read(&self.memory, |memory| memory_page(memory, query, head))?
     }
 
+    /// Woken by the kinds memory saw come after `head`, looked at once a
+    /// tick for every poll parked (`storage/parked.rs`).
+    async fn events_after(
+        &self,
+        kinds: EnumSet<EventKind>,
+        head: i64,
+        deadline: tokio::time::Instant,
+    ) -> ParkedWait {
+        self.parked.wait(kinds, head, deadline).await
+    }
+
     fn events_head(&self) -> watch::Receiver<i64> {
         self.head.subscribe()
     }
@@ -409,6 +441,7 @@ impl Storage for SqliteStorage {
 
     async fn close(&self) {
         self.closing.store(true, Ordering::SeqCst);
+        self.parked.stop();
         let (done, finished) = oneshot::channel();
         if self.writer.send(WriteJob::Close(done)).is_ok() {
             let _ = finished.await;

@@ -19,6 +19,7 @@ use rusqlite::types::{Type, ValueRef};
 
 use super::super::schema::sqlite;
 use super::log::{Purged, RetainedEvent};
+use crate::storage::parked::Found;
 use crate::storage::{EventKind, KindMarks, StorageError};
 use petstore_api::model::PetStatus;
 
@@ -111,6 +112,25 @@ impl Feed {
         after: i64,
     ) -> bool {
         self.last_of_kind.any_after(kinds, after)
+    }
+
+    /// What a parked polls' look after `from` up to the head `to` finds
+    /// (`storage/parked.rs`): each kind that has an event after `from`, at
+    /// its last id, or at `to` when that is beyond it (memory may already
+    /// hold a commit the head has not reached: the kind may also have one
+    /// up to `to`, and a poll woken at `to` reads up to a head that has
+    /// passed it, rather than again and again below it); and the floor.
+    pub(in crate::storage::sqlite) fn last_of_each(&self, from: i64, to: i64) -> Found {
+        let kinds = EventKind::ALL
+            .into_iter()
+            .map(|kind| (kind, self.last_of_kind.of(kind)))
+            .filter(|&(_, last)| last > from)
+            .map(|(kind, last)| (kind, last.min(to)))
+            .collect();
+        Found {
+            kinds,
+            floor: self.floor,
+        }
     }
 
     /// A purge committed.

@@ -1,7 +1,8 @@
 //! The feed through the `Storage` interface: every acknowledged write's
 //! events (and no refused one's), the head moving before a write is
-//! answered, the filters, the scan's bound and the cursor's rules,
-//! retention, and a feed that survives reopening.
+//! answered, long polls parked at the head woken by their kinds only, the
+//! filters, the scan's bound and the cursor's rules, retention, and a feed
+//! that survives reopening.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -311,6 +312,57 @@ async fn the_head_moves_before_a_write_is_answered() {
     }
     assert_eq!(*head.borrow_and_update(), 65);
     storage.close().await;
+}
+
+/// Waits until the scout has looked at an event of `kind` after `above`:
+/// a poll parked on it is answered.
+async fn looked_at(storage: &SqliteStorage, kind: EventKind, above: i64) {
+    let far = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    let waited = storage.events_after(EnumSet::only(kind), above, far).await;
+    assert!(waited.read, "{kind:?} after {above} not seen");
+}
+
+#[tokio::test]
+async fn a_parked_poll_sleeps_through_other_kinds_and_wakes_for_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = open(&dir.path().join("parked.db")).await;
+    let far = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    let delivered = EnumSet::only(EventKind::OrderDelivered);
+    let mut poll = tokio_test::task::spawn(storage.events_after(delivered, 0, far));
+    assert!(poll.poll().is_pending());
+
+    // A pet created (1), then ordered (2 and 3): looked at, and not woken.
+    let available = Some(PetStatus::Available);
+    let rex = storage.create(new_pet("Rex", available)).await.unwrap();
+    looked_at(&storage, EventKind::PetCreated, 0).await;
+    let order = placed(storage.place_order(rex.id, owner(1), None).await.unwrap());
+    looked_at(&storage, EventKind::OrderPlaced, 1).await;
+    assert!(!poll.is_woken(), "woken by other kinds");
+    assert!(poll.poll().is_pending());
+
+    // Delivered (4 and 5): woken, to read after 3, where its kind was
+    // last seen quiet.
+    storage
+        .update_order(order.id, OrderUpdateStatus::Delivered)
+        .await
+        .unwrap();
+    let waited = poll.await;
+    assert_eq!((waited.read, waited.quiet), (true, 3));
+    storage.close().await;
+}
+
+#[tokio::test]
+async fn a_parked_poll_is_answered_when_the_storage_closes() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = open(&dir.path().join("closing.db")).await;
+    let far = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    let created = EnumSet::only(EventKind::PetCreated);
+    let mut poll = tokio_test::task::spawn(storage.events_after(created, 0, far));
+    assert!(poll.poll().is_pending());
+    storage.close().await;
+    assert!(poll.is_woken());
+    let waited = poll.await;
+    assert_eq!((waited.read, waited.quiet), (false, 0));
 }
 
 #[tokio::test]
