@@ -263,6 +263,19 @@ impl IdleFollowers {
     }
 }
 
+/// One window of `--idle-cost`: steady creates, with `followers` long
+/// polls parked beside them (none, or `--latency-followers`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct IdleCost {
+    pub followers: usize,
+    /// The creates made, and the time from the first to the last answer.
+    pub creates: usize,
+    pub elapsed: Duration,
+    /// The server's CPU over the window, and its database's.
+    pub cpu: Duration,
+    pub database_cpu: Option<Duration>,
+}
+
 /// Where [`follower_latency`]'s followers are parked.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum FollowersOn {

@@ -184,7 +184,7 @@ impl Bench {
         let mut rows = Vec::new();
         let mut seeding = Vec::new();
         let (mut followers, mut followers_failed) = (Vec::new(), false);
-        let (mut latencies, mut webhooks) = (Vec::new(), Vec::new());
+        let (mut latencies, mut webhooks, mut idle_costs) = (Vec::new(), Vec::new(), Vec::new());
         for setup in self.setups() {
             let outcome = self.run_setup(&setup)?;
             let label = format!("{} {}", pets_label(setup.pets), setup.backend.name());
@@ -207,6 +207,7 @@ impl Bench {
             );
             let backend = setup.backend.name();
             webhooks.extend(outcome.webhooks.into_iter().map(|w| (backend, w)));
+            idle_costs.extend(outcome.idle_cost.into_iter().map(|c| (backend, c)));
         }
         let load_after = machine::load_average();
         let mut preamble = machine.markdown(&self.options, &load_after, &seeding);
@@ -216,7 +217,9 @@ impl Bench {
                 followers.join("; ")
             );
         }
-        let latency = report::latency_table(&latencies) + &report::webhook_table(&webhooks);
+        let latency = report::latency_table(&latencies)
+            + &report::webhook_table(&webhooks)
+            + &report::idle_cost_table(&idle_costs);
         write_results(&rows, &preamble, &latency, &self.peer_name())?;
         println!(
             "bench: load average {} before, {load_after} after",
@@ -293,8 +296,8 @@ impl Bench {
         if self.options.postgres_only {
             setups.retain(|s| s.backend == Backend::Postgres);
         }
-        let latency = self.options.follower_latency > 0 || self.options.webhook_latency > 0;
-        setups.retain(|s| !s.scenarios.is_empty() || (latency && s.pets == report::BASE_PETS));
+        let beside = self.options.measures_beside();
+        setups.retain(|s| !s.scenarios.is_empty() || (beside && s.pets == report::BASE_PETS));
         setups
     }
 
@@ -415,6 +418,13 @@ impl Bench {
             true => self.follower_latencies(setup.backend, (&server, &url, &key), &label)?,
             false => Vec::new(),
         };
+        let idle_cost = match o.idle_cost > 0 && base {
+            true => {
+                let postmaster = targets.postmasters.get(&server.addr).copied();
+                self.idle_cost((&server, postmaster), &key, &label)?
+            }
+            false => Vec::new(),
+        };
         server.stop()?;
         ceiling.stop()?;
         if let Some(peer) = peer {
@@ -427,8 +437,68 @@ impl Bench {
             first_answer,
             followers,
             latency,
+            idle_cost,
             webhooks,
         })
+    }
+
+    /// `--idle-cost`: windows of steady creates on `server`, alternately
+    /// without and with the followers parked, and the CPU each took.
+    fn idle_cost(
+        &self,
+        (server, postmaster): (&Service, Option<u32>),
+        key: &str,
+        label: &str,
+    ) -> anyhow::Result<Vec<feed::IdleCost>> {
+        let o = &self.options;
+        let parked = o.latency_followers as usize;
+        let count = (o.idle_cost * u64::from(o.idle_cost_rate)) as usize;
+        println!(
+            "bench: [{label}] idle cost: {count} creates at {}/s, without and with {parked} \
+             followers parked",
+            o.idle_cost_rate
+        );
+        let mut windows = Vec::new();
+        for followers in [0, parked, 0, parked, 0, parked] {
+            let head = self.runtime.block_on(feed::locate(server.addr, key))?.head;
+            let target = (server.addr, key);
+            let polls = (followers > 0)
+                .then(|| {
+                    let runtime = self.runtime.handle();
+                    feed::IdleFollowers::start(runtime, target, followers, o.follower_types(), head)
+                })
+                .transpose()?;
+            std::thread::sleep(SETTLE);
+            let database_before = postmaster.map(machine::cluster_cpu_time).transpose()?;
+            let cpu_before = machine::cpu_time(server.pid())?;
+            let started = std::time::Instant::now();
+            let steady = webhook::steady_creates(target, count, o.idle_cost_rate);
+            self.runtime.block_on(steady)?;
+            let elapsed = started.elapsed();
+            let cpu = machine::cpu_time(server.pid())?.saturating_sub(cpu_before);
+            let database_cpu = match (postmaster, database_before) {
+                (Some(postmaster), Some(before)) => {
+                    Some(machine::cluster_cpu_time(postmaster)?.saturating_sub(before))
+                }
+                _ => None,
+            };
+            if let Some((summary, true)) = polls.map(feed::IdleFollowers::stop) {
+                bail!("idle cost: {summary}");
+            }
+            let window = feed::IdleCost {
+                followers,
+                creates: count,
+                elapsed,
+                cpu,
+                database_cpu,
+            };
+            println!(
+                "bench: [{label}] idle cost, {followers} followers: server CPU {:.0} ms a second",
+                report::per_second(&window) * 1e3
+            );
+            windows.push(window);
+        }
+        Ok(windows)
     }
 
     /// `--webhook-latency`, first: a receiver subscribed, and the delays of
@@ -846,6 +916,8 @@ struct SetupOutcome {
     /// `--follower-latency`: on the writer, and (PostgreSQL) on another
     /// instance.
     latency: Vec<(FollowersOn, feed::Latency)>,
+    /// `--idle-cost`: its windows, in the order measured.
+    idle_cost: Vec<feed::IdleCost>,
     /// `--webhook-latency`: beside the runs, and under a steady load.
     webhooks: Vec<webhook::WebhookLatency>,
 }

@@ -63,9 +63,20 @@ pub struct Options {
     /// the scenarios named with --scenario run beside it (none without one)
     #[arg(long, value_name = "K", default_value_t = 0)]
     pub follower_latency: usize,
-    /// The followers parked for --follower-latency
+    /// The followers parked for --follower-latency and --idle-cost
     #[arg(long, value_name = "N", default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..))]
     pub latency_followers: u64,
+    /// After the runs of each 1k setup, measure what parked long polls cost
+    /// the server: S seconds of creates at a steady --idle-cost-rate with
+    /// none parked, then with --latency-followers parked on --follower-types
+    /// (three times each, alternating), and the server's CPU (and its
+    /// database's) a second and per create. Only the scenarios named with
+    /// --scenario run beside it (none without one)
+    #[arg(long, value_name = "S", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=25))]
+    pub idle_cost: u64,
+    /// Creates a second of --idle-cost's steady load
+    #[arg(long, value_name = "R", default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub idle_cost_rate: u32,
     /// On each 1k setup, subscribe a webhook receiver (on loopback) to every
     /// event and measure the delay from each event's commit (its `time`) to its
     /// delivery: first over N pets created at a steady --webhook-rate, then
@@ -126,11 +137,17 @@ impl Options {
         Some(self.follower_types.as_str()).filter(|types| *types != "all")
     }
 
+    /// Whether a measurement that needs no scenario is asked for:
+    /// `--follower-latency`, `--webhook-latency` or `--idle-cost`.
+    pub fn measures_beside(&self) -> bool {
+        self.follower_latency > 0 || self.webhook_latency > 0 || self.idle_cost > 0
+    }
+
     /// Whether `scenario` runs: every one when none is named, except
-    /// beside `--follower-latency` or `--webhook-latency`.
+    /// beside [`Options::measures_beside`]'s measurements.
     pub fn runs(&self, scenario: Scenario) -> bool {
         match self.scenario.is_empty() {
-            true => self.follower_latency == 0 && self.webhook_latency == 0,
+            true => !self.measures_beside(),
             false => self.scenario.contains(&scenario),
         }
     }
@@ -222,6 +239,13 @@ mod tests {
         assert!(!alone.runs(Scenario::List20) && !alone.runs(Scenario::Create));
         let beside = parse(&["--follower-latency", "5", "--scenario", "create"]).unwrap();
         assert!(beside.runs(Scenario::Create) && !beside.runs(Scenario::List20));
+        let cost = parse(&["--idle-cost", "10"]).unwrap();
+        assert_eq!((cost.idle_cost, cost.idle_cost_rate), (10, 500));
+        assert!(!cost.runs(Scenario::Create));
+        assert!(
+            parse(&["--idle-cost", "26"]).is_err(),
+            "past the polls' wait"
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use super::feed::{FollowersOn, Latency};
+use super::feed::{FollowersOn, IdleCost, Latency};
 use super::scenario::Scenario;
 use super::webhook::{PATIENCE, WebhookLatency};
 
@@ -431,6 +431,64 @@ pub fn webhook_table(rows: &[(&str, WebhookLatency)]) -> String {
     )
 }
 
+/// The server's CPU a second over an `--idle-cost` window.
+pub fn per_second(window: &IdleCost) -> f64 {
+    window.cpu.as_secs_f64() / window.elapsed.as_secs_f64()
+}
+
+/// The `--idle-cost` windows of each setup that measured them (backend,
+/// window), as markdown: each window, then per backend the medians with
+/// the followers less those without; empty for none.
+pub fn idle_cost_table(rows: &[(&str, IdleCost)]) -> String {
+    let micros_per_create =
+        |cpu: Duration, w: &IdleCost| cpu.as_secs_f64() * 1e6 / w.creates as f64;
+    let mut out = String::new();
+    for (backend, w) in rows {
+        let database = w.database_cpu.map_or("—".to_owned(), |cpu| {
+            format!("{:.0}", micros_per_create(cpu, w))
+        });
+        let _ = writeln!(
+            out,
+            "| {backend} | {} | {:.0} | {:.1} | {:.0} | {database} |",
+            w.followers,
+            w.creates as f64 / w.elapsed.as_secs_f64(),
+            per_second(w) * 1e3,
+            micros_per_create(w.cpu, w),
+        );
+    }
+    if out.is_empty() {
+        return out;
+    }
+    let mut backends: Vec<&str> = rows.iter().map(|(backend, _)| *backend).collect();
+    backends.dedup();
+    let mut added = String::new();
+    for backend in backends {
+        let of = |parked: bool| {
+            let windows = rows
+                .iter()
+                .filter(|(b, w)| *b == backend && (w.followers > 0) == parked);
+            median(windows.map(|(_, w)| per_second(w) * 1e3).collect())
+        };
+        let (without, with) = (of(false), of(true));
+        let _ = write!(
+            added,
+            "{backend}: **{:+.1} ms a second** ({:+.1} %, {:.1} % of one core); ",
+            with - without,
+            100.0 * (with / without - 1.0),
+            (with - without) / 10.0,
+        );
+    }
+    format!(
+        "\nWhat parked long polls cost the server (`--idle-cost`): windows of steady creates, \
+         alternately without and with the followers parked; the server's CPU (ms a second, µs a \
+         create) and its database's (µs a create). With the followers, medians less those \
+         without: {}\n\n\
+         | backend | followers | creates/s | server CPU ms/s | server CPU µs/create | database CPU µs/create |\n\
+         |---|--:|--:|--:|--:|--:|\n{out}",
+        added.trim_end_matches("; ")
+    )
+}
+
 /// The first three cells of a row's line: scenario, pets, backend.
 fn row_head(row: &Row) -> String {
     format!(
@@ -732,6 +790,36 @@ mod tests {
             assert!(table.contains(row), "{table}");
         }
         assert!(latency_table(&[]).is_empty());
+    }
+
+    #[test]
+    fn the_idle_cost_is_reported_per_window_with_the_medians_difference() {
+        let window = |followers, cpu_ms| IdleCost {
+            followers,
+            creates: 1000,
+            elapsed: Duration::from_secs(2),
+            cpu: Duration::from_millis(cpu_ms),
+            database_cpu: None,
+        };
+        let rows = [
+            ("sqlite", window(0, 200)),
+            ("sqlite", window(200, 300)),
+            ("sqlite", window(0, 220)),
+            ("sqlite", window(200, 260)),
+            ("sqlite", window(0, 240)),
+            ("sqlite", window(200, 280)),
+        ];
+        let table = idle_cost_table(&rows);
+        // 140 ms a second with them (median), 110 without: 30 more.
+        assert!(
+            table.contains("sqlite: **+30.0 ms a second** (+27.3 %, 3.0 % of one core)"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| sqlite | 200 | 500 | 150.0 | 300 | — |"),
+            "{table}"
+        );
+        assert!(idle_cost_table(&[]).is_empty());
     }
 
     #[test]
