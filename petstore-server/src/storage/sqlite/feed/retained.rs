@@ -114,12 +114,13 @@ impl Feed {
         self.last_of_kind.any_after(kinds, after)
     }
 
-    /// What a parked polls' look after `from` up to the head `to` finds
-    /// (`storage/parked.rs`): each kind that has an event after `from`, at
-    /// its last id, or at `to` when that is beyond it (memory may already
-    /// hold a commit the head has not reached: the kind may also have one
-    /// up to `to`, and a poll woken at `to` reads up to a head that has
-    /// passed it, rather than again and again below it); and the floor.
+    /// What the scout's look for parked polls (`storage/parked.rs`) after
+    /// `from` up to the head `to` finds: each kind with an event after
+    /// `from`, at its last id, or at `to` when that id is beyond it; and
+    /// the floor. (Memory may hold a commit the head has not reached yet.
+    /// Marked at `to`, a poll below it reads up to the head, and one at `to`
+    /// waits for the next look, rather than reading below the head again
+    /// and again.)
     pub(in crate::storage::sqlite) fn last_of_each(&self, from: i64, to: i64) -> Found {
         let kinds = EventKind::ALL
             .into_iter()
