@@ -270,4 +270,34 @@ mod tests {
         assert_eq!((retained.first(), retained.last()), (Some(10), Some(10)));
         assert!(retained.get(7).is_none());
     }
+
+    #[test]
+    fn a_look_finds_each_kind_s_last_id_after_its_start_and_none_past_the_head() {
+        let mut feed = Feed {
+            floor: 2,
+            count: 0,
+            oldest: None,
+            retained: Retained::default(),
+            last_of_kind: KindMarks::all_at(2),
+        };
+        let of_kind = |id, kind| RetainedEvent { kind, ..event(id) };
+        feed.append(&[
+            of_kind(3, EventKind::PetCreated),
+            of_kind(4, EventKind::OrderPlaced),
+            of_kind(5, EventKind::PetOrdered),
+            of_kind(6, EventKind::PetCreated),
+        ]);
+        // Up to the head 5: the animal created at 6 is in memory before the
+        // head passed it; its kind is marked at the head.
+        let found = feed.last_of_each(3, 5);
+        let kinds = [
+            (EventKind::PetCreated, 5),
+            (EventKind::OrderPlaced, 4),
+            (EventKind::PetOrdered, 5),
+        ];
+        assert_eq!((found.kinds, found.floor), (kinds.to_vec(), 2));
+        let found = feed.last_of_each(5, 6);
+        assert_eq!(found.kinds, [(EventKind::PetCreated, 6)]);
+        assert!(feed.last_of_each(6, 6).kinds.is_empty());
+    }
 }
