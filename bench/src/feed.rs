@@ -268,7 +268,8 @@ impl IdleFollowers {
 #[derive(Clone, Debug, PartialEq)]
 pub struct IdleCost {
     pub followers: usize,
-    /// The creates made, and the time from the first to the last answer.
+    /// The creates made, and the time they took (from before the first
+    /// was sent to the last answer).
     pub creates: usize,
     pub elapsed: Duration,
     /// The server's CPU over the window, and its database's.

@@ -92,7 +92,7 @@ fn output(program: &str, args: &[&str]) -> String {
 }
 
 /// CPU time the process `pid` has used so far (user + system, all threads).
-pub fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
+fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
     let stat = process(pid)?.stat().context("reading /proc/PID/stat")?;
     let ticks = (stat.utime + stat.stime) as f64;
     Ok(Duration::from_secs_f64(
@@ -104,7 +104,7 @@ pub fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
 /// of every process it started — backends, autovacuum, checkpointer, WAL
 /// writer — including those that have exited (the postmaster reaps them,
 /// and their time becomes its children's).
-pub fn cluster_cpu_time(postmaster: u32) -> anyhow::Result<Duration> {
+fn cluster_cpu_time(postmaster: u32) -> anyhow::Result<Duration> {
     let stat = process(postmaster)?
         .stat()
         .context("reading the postmaster's /proc/PID/stat")?;
@@ -122,6 +122,39 @@ pub fn cluster_cpu_time(postmaster: u32) -> anyhow::Result<Duration> {
     Ok(Duration::from_secs_f64(
         ticks as f64 / procfs::ticks_per_second() as f64,
     ))
+}
+
+/// The CPU time a server, and its PostgreSQL cluster if it has one, have
+/// used since [`CpuSince::now`]: around a run.
+pub struct CpuSince {
+    pid: u32,
+    postmaster: Option<u32>,
+    server: Duration,
+    database: Option<Duration>,
+}
+
+impl CpuSince {
+    /// Starts counting for the process `pid` and the cluster of `postmaster`.
+    pub fn now(pid: u32, postmaster: Option<u32>) -> anyhow::Result<CpuSince> {
+        Ok(CpuSince {
+            pid,
+            postmaster,
+            database: postmaster.map(cluster_cpu_time).transpose()?,
+            server: cpu_time(pid)?,
+        })
+    }
+
+    /// The server's CPU time since, and its database's.
+    pub fn taken(&self) -> anyhow::Result<(Duration, Option<Duration>)> {
+        let server = cpu_time(self.pid)?.saturating_sub(self.server);
+        let database = match (self.postmaster, self.database) {
+            (Some(postmaster), Some(before)) => {
+                Some(cluster_cpu_time(postmaster)?.saturating_sub(before))
+            }
+            _ => None,
+        };
+        Ok((server, database))
+    }
 }
 
 /// The pid of the postmaster of the cluster at `url`: the parent of the

@@ -469,19 +469,12 @@ impl Bench {
                 })
                 .transpose()?;
             std::thread::sleep(SETTLE);
-            let database_before = postmaster.map(machine::cluster_cpu_time).transpose()?;
-            let cpu_before = machine::cpu_time(server.pid())?;
+            let since = machine::CpuSince::now(server.pid(), postmaster)?;
             let started = std::time::Instant::now();
             let steady = webhook::steady_creates(target, count, o.idle_cost_rate);
             self.runtime.block_on(steady)?;
             let elapsed = started.elapsed();
-            let cpu = machine::cpu_time(server.pid())?.saturating_sub(cpu_before);
-            let database_cpu = match (postmaster, database_before) {
-                (Some(postmaster), Some(before)) => {
-                    Some(machine::cluster_cpu_time(postmaster)?.saturating_sub(before))
-                }
-                _ => None,
-            };
+            let (cpu, database_cpu) = since.taken()?;
             if let Some((summary, true)) = polls.map(feed::IdleFollowers::stop) {
                 bail!("idle cost: {summary}");
             }
@@ -956,16 +949,9 @@ fn measure(
     out: &Path,
 ) -> anyhow::Result<Sample> {
     std::thread::sleep(SETTLE);
-    let database_before = postmaster.map(machine::cluster_cpu_time).transpose()?;
-    let cpu_before = machine::cpu_time(target.pid())?;
+    let since = machine::CpuSince::now(target.pid(), postmaster)?;
     let run = wrk::run(script, target.addr, duration, out)?;
-    let cpu = machine::cpu_time(target.pid())?.saturating_sub(cpu_before);
-    let database = match (postmaster, database_before) {
-        (Some(postmaster), Some(before)) => {
-            Some(machine::cluster_cpu_time(postmaster)?.saturating_sub(before))
-        }
-        _ => None,
-    };
+    let (cpu, database) = since.taken()?;
     let per_request = |cpu: Duration| cpu.div_f64(run.requests.max(1) as f64);
     Ok(Sample {
         rate: run.rate(),
