@@ -16,7 +16,7 @@ use http::{Response, StatusCode, header};
 
 use crate::keyring::Keyring;
 use crate::metrics::{self, Metrics};
-use crate::storage::Storage;
+use crate::storage::{Storage, WebhookStorage};
 
 /// How long `/readyz` waits for the database before it says 503.
 const READY_TIMEOUT: Duration = Duration::from_secs(2);
@@ -25,6 +25,8 @@ const READY_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct AdminContext {
     /// The catalogue (for readiness and figures).
     pub storage: Arc<dyn Storage>,
+    /// The webhooks' subscriptions and deliveries (for figures).
+    pub webhooks: Arc<dyn WebhookStorage>,
     /// The keys.
     pub keys: Arc<Keyring>,
     /// The metrics.
@@ -90,7 +92,7 @@ async fn metrics_text(rqctx: RequestContext<AdminContext>) -> Result<Response<Bo
     let context = rqctx.context();
     let body = context
         .metrics
-        .render(&context.storage, context.keys.counts())
+        .render(&context.storage, &context.webhooks, context.keys.counts())
         .await;
     text(StatusCode::OK, metrics::CONTENT_TYPE, body)
 }

@@ -15,7 +15,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Metric, Registry};
 
 use crate::keys::{AuthReason, KeyCounts};
-use crate::storage::{Storage, StorageMetrics};
+use crate::storage::{Storage, StorageMetrics, WebhookStorage};
 use petstore_api::error::Keyed;
 
 /// The content type of [`Metrics::render`]'s output.
@@ -100,7 +100,8 @@ enum DatabaseFailure {
     Internal,
 }
 
-/// The state of a key, or of a pooled connection.
+/// The state of a key, of a pooled connection, or of a webhook
+/// subscription.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, strum::IntoStaticStr)]
 #[strum(serialize_all = "snake_case")]
 enum State {
@@ -109,6 +110,8 @@ enum State {
     Revoked,
     Idle,
     InUse,
+    Active,
+    Disabled,
 }
 
 /// Why the server closed an API connection, or saw it closed.
@@ -217,6 +220,8 @@ pub struct Metrics {
     events_waiters: Gauge,
     webhook_attempts: Family<AttemptLabels, Counter>,
     webhook_delivery_seconds: Histogram,
+    webhook_subscriptions: Family<StateLabels, Gauge>,
+    webhook_open_deliveries: Gauge,
     oldest_event_age: Gauge<f64, std::sync::atomic::AtomicU64>,
     pool_max: Gauge,
     shared_max: Gauge,
@@ -390,6 +395,18 @@ impl Metrics {
                 "webhook_delivery_seconds",
                 "From an event's commit to its delivery's 2xx, per delivery",
                 latency_histogram(),
+            ),
+            webhook_subscriptions: registered(
+                r,
+                "webhook_subscriptions",
+                "Webhook subscriptions by state (active, disabled), whoever made them",
+                Family::default(),
+            ),
+            webhook_open_deliveries: registered(
+                r,
+                "webhook_open_deliveries",
+                "Webhook deliveries not yet delivered nor failed for good, of every subscription",
+                Gauge::default(),
             ),
             oldest_event_age: registered(
                 r,
@@ -586,8 +603,29 @@ impl Metrics {
     /// The metrics as text, after reading the figures read at scrape time.
     /// A backend that cannot answer within a second leaves its figures as
     /// they were: a scrape never waits for a database outage.
-    pub async fn render(&self, storage: &Arc<dyn Storage>, keys: KeyCounts) -> String {
-        let stats = tokio::time::timeout(std::time::Duration::from_secs(1), storage.stats()).await;
+    pub async fn render(
+        &self,
+        storage: &Arc<dyn Storage>,
+        webhooks: &Arc<dyn WebhookStorage>,
+        keys: KeyCounts,
+    ) -> String {
+        let second = std::time::Duration::from_secs(1);
+        let (stats, hooks) = tokio::join!(
+            tokio::time::timeout(second, storage.stats()),
+            tokio::time::timeout(second, webhooks.counts()),
+        );
+        if let Ok(Ok(hooks)) = hooks {
+            for (state, count) in [
+                (State::Active, hooks.active),
+                (State::Disabled, hooks.disabled),
+            ] {
+                self.webhook_subscriptions
+                    .get_or_create(&StateLabels { state })
+                    .set(i64::try_from(count).unwrap_or(i64::MAX));
+            }
+            self.webhook_open_deliveries
+                .set(i64::try_from(hooks.open_deliveries).unwrap_or(i64::MAX));
+        }
         if let Ok(Ok(stats)) = stats {
             self.pets.set(i64::try_from(stats.pets).unwrap_or(i64::MAX));
             self.events

@@ -364,10 +364,12 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
     };
     // The admin listener first: should it fail, nothing has been served.
     let admin = match config.admin_bind {
-        Some(address) => match start_admin(address, &storage, &keys, &metrics, &log) {
-            Ok(admin) => Some(admin),
-            Err(e) => return fail(e).await,
-        },
+        Some(address) => {
+            match start_admin(address, &storage, &database.webhooks, &keys, &metrics, &log) {
+                Ok(admin) => Some(admin),
+                Err(e) => return fail(e).await,
+            }
+        }
         None => None,
     };
     let listener = match socket.listen(LISTEN_BACKLOG) {
@@ -589,12 +591,14 @@ async fn purge_old_events(
 fn start_admin(
     address: SocketAddr,
     storage: &Arc<dyn Storage>,
+    webhooks: &Arc<dyn WebhookStorage>,
     keys: &Arc<Keyring>,
     metrics: &Arc<Metrics>,
     log: &slog::Logger,
 ) -> Result<HttpServer<AdminContext>, StartError> {
     let context = AdminContext {
         storage: Arc::clone(storage),
+        webhooks: Arc::clone(webhooks),
         keys: Arc::clone(keys),
         metrics: Arc::clone(metrics),
     };

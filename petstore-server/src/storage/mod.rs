@@ -34,7 +34,7 @@ pub use url::{DatabaseUrl, DatabaseUrlError, PostgresUrl};
 pub use webhooks::{
     AttemptOutcome, ClaimRoom, ClaimedDelivery, DeliveryState, DisabledReason, FinishedAttempt,
     NewDelivery, NewSubscription, NextStep, SealedSecret, StoredDelivery, StoredSubscription,
-    SubscriptionOwner, SubscriptionState, WebhookStorage,
+    SubscriptionOwner, SubscriptionState, WebhookCounts, WebhookStorage,
 };
 
 /// The longest list a backend serves in one call.

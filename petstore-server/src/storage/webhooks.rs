@@ -265,6 +265,21 @@ pub enum NextStep {
     Gone,
 }
 
+/// What operators watch of every subscription (`/metrics`), whoever made
+/// it: a revoked key's too, which no key can read through the API.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WebhookCounts {
+    /// Subscriptions delivered to.
+    pub active: u64,
+    /// Subscriptions disabled (`410`, or a delivery's retries exhausted),
+    /// waiting for a replay.
+    pub disabled: u64,
+    /// Deliveries of every subscription not yet delivered nor failed for
+    /// good: the backlog, whether it waits for a retry, a slow receiver or
+    /// a replay.
+    pub open_deliveries: u64,
+}
+
 /// Which subscriptions a caller may see: its own, or (`None`) every one.
 pub type SubscriptionOwner = Option<OwnerId>;
 
@@ -379,6 +394,10 @@ pub trait WebhookStorage: Send + Sync + 'static {
     /// subscription active. Returns how many were replayed (none when there
     /// is no such subscription).
     async fn replay(&self, id: i64, deliveries: Vec<NewDelivery>) -> Result<u64, StorageError>;
+
+    /// Every subscription counted by state, and their open deliveries, from
+    /// one snapshot.
+    async fn counts(&self) -> Result<WebhookCounts, StorageError>;
 
     /// Deletes at most `limit` deliveries that are delivered or failed and
     /// whose last attempt was before `before`; returns how many.

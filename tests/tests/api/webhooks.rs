@@ -229,6 +229,7 @@ on_every_backend! {
             (read["state"] == "disabled").then_some(read)
         }).await;
         assert_eq!(read["disabledReason"], "gone", "{read}");
+        assert_eq!(server.metric("petstore_webhook_subscriptions{state=\"disabled\"}").await, 1.0);
         // Disabled: nothing more is sent.
         let second = available(&server, "Waiting").await;
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -246,6 +247,7 @@ on_every_backend! {
         names.sort();
         assert_eq!(names, [first["name"].as_str().unwrap(), second["name"].as_str().unwrap()]);
         assert_eq!(get_json(&server, KEY, &format!("/{id}")).await["state"], "active");
+        assert_eq!(server.metric("petstore_webhook_subscriptions{state=\"disabled\"}").await, 0.0);
     }
 
     async fn a_replay_examines_at_most_1000_events_a_call_and_ends_at_to(server) {
@@ -440,6 +442,36 @@ on_every_backend! {
         assert_eq!(again[2].json()["data"]["id"], own["id"], "the replay re-sent its own order");
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert_eq!(receiver.received().len(), 3, "and nothing else");
+    }
+
+    async fn operators_count_every_subscription_and_the_open_deliveries_in_metrics(server) {
+        // The first attempt is told to come back in an hour: its delivery
+        // stays open until the subscription goes.
+        let receiver = Receiver::start(|_, before| match before {
+            0 => Answer::RetryAfter(429, 3600),
+            _ => Answer::Status(200),
+        }).await;
+        let webhook = subscribe_as(&server, KEY, json!({"url": receiver.url("/"), "types": ["pet.created"]})).await;
+        // A subscription whose key is revoked: no key can read it any more.
+        let maker = server.stored_key("revoked-maker", "orders:manage,webhooks:manage").await;
+        subscribe_as(&server, &maker, json!({"url": receiver.url("/orders"), "types": ["order.placed"]})).await;
+        server.revoke_key("revoked-maker").await;
+        server.key_answers(&maker, "/webhooks", |status| status == 401).await;
+        available(&server, "Later").await;
+        eventually_some("the first attempt", DELIVERY, || async {
+            (!receiver.received().is_empty()).then_some(())
+        }).await;
+        let active = "petstore_webhook_subscriptions{state=\"active\"}";
+        let disabled = "petstore_webhook_subscriptions{state=\"disabled\"}";
+        let open = "petstore_webhook_open_deliveries ";
+        assert_eq!(server.metric(active).await, 2.0, "the revoked key's is counted too");
+        assert_eq!(server.metric(disabled).await, 0.0);
+        assert_eq!(server.metric(open).await, 1.0, "the delivery waiting for its Retry-After");
+        let id = webhook["id"].as_i64().unwrap();
+        let response = webhooks_as(&server, KEY, Method::DELETE, &format!("/{id}"), None).await;
+        assert_eq!(response.status(), StatusCode::NO_CONTENT);
+        assert_eq!(server.metric(active).await, 1.0);
+        assert_eq!(server.metric(open).await, 0.0, "a subscription's deliveries go with it");
     }
 
     async fn subscriptions_are_listed_read_and_deleted(server) {

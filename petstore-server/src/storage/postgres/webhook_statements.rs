@@ -133,6 +133,13 @@ pub(super) const LIST: &str = concat!(
       ORDER BY w.id LIMIT $3"
 );
 
+/// Every subscription by state, and the open deliveries (the partial
+/// index `webhook_deliveries_due_per_webhook` holds just those).
+pub(super) const COUNTS: &str = "
+    SELECT count(*) FILTER (WHERE state = 'active'), count(*) FILTER (WHERE state = 'disabled'),
+           (SELECT count(*) FROM webhook_deliveries WHERE state IN ('pending', 'sending'))
+    FROM webhooks";
+
 /// The subscription `$1` (`$2`'s when given).
 pub(super) const GET: &str = concat!(
     "SELECT ",

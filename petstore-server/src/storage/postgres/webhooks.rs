@@ -34,8 +34,9 @@ use super::{Lent, PostgresStorage, postgres};
 use crate::storage::StorageError;
 use crate::storage::webhooks::{
     ClaimRoom, ClaimedDelivery, DeliveryState, FinishedAttempt, NewDelivery, NewSubscription,
-    SealedSecret, StoredDelivery, StoredSubscription, SubscriptionOwner, WebhookStorage, distinct,
-    kinds_column, stored_delivery_state, stored_kind, stored_kinds, stored_owner, stored_state,
+    SealedSecret, StoredDelivery, StoredSubscription, SubscriptionOwner, WebhookCounts,
+    WebhookStorage, distinct, kinds_column, stored_delivery_state, stored_kind, stored_kinds,
+    stored_owner, stored_state,
 };
 
 /// The most pooled connections webhooks use per instance: each claim,
@@ -519,6 +520,30 @@ impl WebhookStorage for PostgresStorage {
         let work = replay(lent.client(), id, deliveries);
         let answer = tokio::time::timeout(STATEMENT_TIMEOUT, work).await;
         lent.settle("replaying webhook deliveries", answer)
+    }
+
+    async fn counts(&self) -> Result<WebhookCounts, StorageError> {
+        let doing = "counting webhooks";
+        let mut lent = self.webhooks_client().await?;
+        let work = async {
+            let row = lent
+                .client()
+                .query_one(statements::COUNTS, &[])
+                .await
+                .map_err(postgres(doing))?;
+            let count = |i| {
+                row.try_get::<_, i64>(i)
+                    .map(|n| u64::try_from(n).unwrap_or(0))
+                    .map_err(postgres(doing))
+            };
+            Ok(WebhookCounts {
+                active: count(0)?,
+                disabled: count(1)?,
+                open_deliveries: count(2)?,
+            })
+        };
+        let answer = tokio::time::timeout(STATEMENT_TIMEOUT, work).await;
+        lent.settle(doing, answer)
     }
 
     async fn purge_deliveries(

@@ -27,8 +27,9 @@ use super::schema::{on_connection, sqlite};
 use crate::storage::StorageError;
 use crate::storage::webhooks::{
     ClaimRoom, ClaimedDelivery, DeliveryState, FinishedAttempt, NewDelivery, NewSubscription,
-    SealedSecret, StoredDelivery, StoredSubscription, SubscriptionOwner, WebhookStorage, distinct,
-    kinds_column, stored_delivery_state, stored_kind, stored_kinds, stored_owner, stored_state,
+    SealedSecret, StoredDelivery, StoredSubscription, SubscriptionOwner, WebhookCounts,
+    WebhookStorage, distinct, kinds_column, stored_delivery_state, stored_kind, stored_kinds,
+    stored_owner, stored_state,
 };
 
 /// The SQLite implementation of [`WebhookStorage`].
@@ -747,6 +748,33 @@ impl WebhookStorage for SqliteWebhooks {
             drop(upsert);
             tx.commit().map_err(&sql)?;
             Ok(replayed as u64)
+        })
+        .await
+    }
+
+    async fn counts(&self) -> Result<WebhookCounts, StorageError> {
+        self.read(|conn| {
+            let counts = conn.query_row(
+                "SELECT (SELECT count(*) FROM webhooks WHERE state = 'active'),
+                        (SELECT count(*) FROM webhooks WHERE state = 'disabled'),
+                        (SELECT count(*) FROM webhook_deliveries
+                         WHERE state IN ('pending', 'sending'))",
+                [],
+                |row| {
+                    Ok((
+                        row.get::<_, i64>(0)?,
+                        row.get::<_, i64>(1)?,
+                        row.get::<_, i64>(2)?,
+                    ))
+                },
+            );
+            let (active, disabled, open) = counts.map_err(sqlite("counting webhooks"))?;
+            let count = |n: i64| u64::try_from(n).unwrap_or(0);
+            Ok(WebhookCounts {
+                active: count(active),
+                disabled: count(disabled),
+                open_deliveries: count(open),
+            })
         })
         .await
     }
