@@ -14,6 +14,7 @@ mod cli;
 
 use cli::keys::KeysCommand;
 use cli::settings::{AdminBind, DatabaseArgs, DatabaseSettings, ServeArgs, ServeSettings, Switch};
+use cli::webhooks::WebhooksCommand;
 
 /// The pet store catalogue service (OpenAPI contract: openapi/petstore.yaml).
 #[derive(Parser)]
@@ -39,6 +40,9 @@ enum Command {
     /// Manage API keys: create, list, revoke. Running servers pick up changes within seconds.
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// Every webhook subscription, whoever made it: list, remove.
+    #[command(subcommand)]
+    Webhooks(WebhooksCommand),
     /// Check configuration.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -91,6 +95,10 @@ fn main() -> ExitCode {
             Command::Keys(command) => {
                 let (_, sub) = sub.subcommand().expect("clap requires a keys command");
                 cli::keys::run(command, sub).await
+            }
+            Command::Webhooks(command) => {
+                let (_, sub) = sub.subcommand().expect("clap requires a webhooks command");
+                cli::webhooks::run(command, sub).await
             }
             Command::Config(ConfigCommand::Check { file }) => config_check(file),
             Command::Openapi => print_openapi(),

@@ -233,6 +233,122 @@ async fn keys_created_revoked_and_expired_through_the_cli_take_effect_on_every_i
     assert!(answered > 0);
 }
 
+/// `petstore-server webhooks ARGS --database URL`, in `dir`.
+fn webhooks(dir: &Path, database: &str, args: &[&str]) -> (bool, String, String) {
+    let (output, stdout, stderr) = run(petstore(dir)
+        .arg("webhooks")
+        .args(args)
+        .args(["--database", database]));
+    (output.status.success(), stdout, stderr)
+}
+
+/// Subscribes `url` to `pet.created` with `key` through the API; its id.
+fn subscribe(address: &str, key: &str, url: &str) -> i64 {
+    let body = format!(r#"{{"url": "{url}", "types": ["pet.created"]}}"#);
+    let (status, answer) = common::raw_request(address, "POST", "/v1/webhooks", Some(key), &body);
+    assert!(status.contains(" 201 "), "{status}: {answer}");
+    let made: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    made["id"].as_i64().unwrap()
+}
+
+/// Through the API a subscription is its maker's key's alone; the operator
+/// lists and removes every one through the CLI while the server serves,
+/// one whose key was revoked too, and never sees a secret.
+#[tokio::test]
+async fn every_webhook_subscription_is_listed_and_removed_through_the_cli_whoever_made_it() {
+    let sqlite_dir = tempfile::tempdir().unwrap();
+    let sqlite = format!("sqlite://{}", sqlite_dir.path().join("pets.db").display());
+    let mut databases = vec![(sqlite, None)];
+    if let Some(postgres) = petstore_support::postgres::fresh_database().await {
+        databases.push((postgres.url().to_owned(), Some(postgres)));
+    }
+    for (database, _postgres) in &databases {
+        let dir = tempfile::tempdir().unwrap();
+        let key_file = dir.path().join("webhook.key");
+        let (output, _, stderr) = run(petstore(dir.path())
+            .args(["webhook-key", "create"])
+            .arg(&key_file));
+        assert!(output.status.success(), "{stderr}");
+        let (path, url, file) = (dir.path().to_owned(), database.clone(), key_file.clone());
+        let served = blocking(move || {
+            let flags = ["--webhook-key-file", file.to_str().unwrap()];
+            let private = ["--webhook-allow-private-targets", "on"];
+            Served::start(
+                &path,
+                &[&["--database", &url][..], &flags, &private].concat(),
+            )
+        })
+        .await;
+        let (ok, maker, stderr) = keys(
+            dir.path(),
+            database,
+            &[
+                "create",
+                "--name",
+                "hook-maker",
+                "--scopes",
+                "pets:read,webhooks:manage",
+            ],
+        );
+        assert!(ok, "{stderr}");
+        let maker = maker.trim().to_owned();
+        let instances = [Instances {
+            served: vec![served],
+            database: database.clone(),
+            _dir: dir,
+            _postgres: None,
+        }];
+        let (dir, address) = (instances[0]._dir.path(), &instances[0].served[0].address);
+        let answers = |status| {
+            let (address, maker) = (address.clone(), maker.clone());
+            eventually_within("the maker's key taken or refused", KEY_CHANGE, move || {
+                get(&address, "/v1/webhooks", Some(&maker)).0 == status
+            })
+        };
+        answers(200).await;
+        let theirs = subscribe(address, &maker, "http://127.0.0.1:9/theirs");
+        let ours = subscribe(address, KEY, "http://127.0.0.1:9/ours");
+        let (ok, _, stderr) = keys(dir, database, &["revoke", "hook-maker"]);
+        assert!(ok, "{stderr}");
+        answers(401).await;
+
+        let (ok, list, stderr) = webhooks(dir, database, &["list"]);
+        assert!(ok, "{stderr}");
+        let line = |id: i64| {
+            list.lines()
+                .find(|line| line.starts_with(&format!("{id} ")))
+                .unwrap_or_else(|| panic!("subscription {id} listed: {list}"))
+                .to_owned()
+        };
+        let revoked = line(theirs);
+        for shown in ["active", "hook-maker", "revoked", "pet.created", "/theirs"] {
+            assert!(revoked.contains(shown), "{shown:?} in {revoked}");
+        }
+        assert!(line(ours).contains("not stored"), "{list}");
+        assert!(!list.contains("whsec_"), "{list}");
+
+        let (ok, _, stderr) = webhooks(dir, database, &["remove", &theirs.to_string()]);
+        assert!(ok, "{stderr}");
+        let (ok, list, _) = webhooks(dir, database, &["list"]);
+        assert!(
+            ok && !list.contains("/theirs") && list.contains("/ours"),
+            "{list}"
+        );
+        let (ok, _, stderr) = webhooks(dir, database, &["remove", &theirs.to_string()]);
+        assert!(
+            !ok && stderr.contains(&format!("no webhook subscription has id {theirs}")),
+            "{stderr}"
+        );
+        // The server serves on, and the other key's subscription is still its own.
+        let (status, body) = get(address, "/v1/webhooks", Some(KEY));
+        assert_eq!(status, 200, "{body}");
+        assert!(
+            body.contains("/ours") && !body.contains("/theirs"),
+            "{body}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn the_access_log_names_the_key_and_the_operation_never_the_key_itself() {
     let dir = tempfile::tempdir().unwrap();

@@ -229,20 +229,14 @@ async fn create(
 
 async fn list(database: DatabaseArgs, matches: &clap::ArgMatches) -> anyhow::Result<()> {
     let keys = open(database, matches).await?.list_keys().await?;
-    let now = unix_now();
     let optional = |at: Option<i64>| at.map_or_else(|| "-".to_owned(), time);
     let own = |value: Option<String>| value.unwrap_or_else(|| "default".to_owned());
     let rows: Vec<[String; 10]> = keys
         .iter()
         .map(|key| {
-            let state = match (key.revoked_at, key.expires_at) {
-                (Some(_), _) => "revoked",
-                (None, Some(at)) if at <= now => "expired",
-                _ => "active",
-            };
             [
                 key.name.clone(),
-                state.to_owned(),
+                state(key).to_owned(),
                 time(key.created_at),
                 optional(key.expires_at),
                 optional(key.last_used_at),
@@ -268,23 +262,7 @@ async fn list(database: DatabaseArgs, matches: &clap::ArgMatches) -> anyhow::Res
         "SCOPES",
     ]
     .map(String::from);
-    let widths: Vec<usize> = (0..header.len())
-        .map(|i| {
-            std::iter::once(&header)
-                .chain(&rows)
-                .map(|row| row[i].len())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    for row in std::iter::once(&header).chain(&rows) {
-        let line: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(cell, width)| format!("{cell:width$}"))
-            .collect();
-        println!("{}", line.join("  ").trim_end());
-    }
+    super::print_table(&header, &rows);
     if rows.is_empty() {
         eprintln!("no stored keys; create one with `petstore-server keys create --name NAME`");
     }
@@ -339,6 +317,15 @@ async fn revoke(
         Revoked::Already(at) => eprintln!("key {name:?} was already revoked at {}", time(at)),
     }
     Ok(())
+}
+
+/// A stored key's state: `active`, `expired` or `revoked`.
+pub(super) fn state(key: &StoredKey) -> &'static str {
+    match (key.revoked_at, key.expires_at) {
+        (Some(_), _) => "revoked",
+        (None, Some(at)) if at <= unix_now() => "expired",
+        _ => "active",
+    }
 }
 
 /// A Unix time as RFC 3339 UTC, to the second.

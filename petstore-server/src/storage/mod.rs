@@ -516,6 +516,17 @@ pub async fn open(
     }
 }
 
+/// Opens only the webhooks of the database at `url`, for the `webhooks`
+/// commands: while a server serves it, or not (see [`SqliteWebhooks::open`]).
+pub async fn open_webhooks(url: &DatabaseUrl) -> Result<Arc<dyn WebhookStorage>, OpenError> {
+    match url {
+        DatabaseUrl::Sqlite(path) => Ok(Arc::new(SqliteWebhooks::open(path.clone()).await?)),
+        DatabaseUrl::Postgres(url) => Ok(Arc::new(
+            PostgresStorage::open(&url.clone().with_pool_size(1)).await?,
+        )),
+    }
+}
+
 /// Opens only the keys of the database at `url`, for the `keys` commands:
 /// while a server serves it, or not (see [`SqliteKeys::open`]).
 pub async fn open_keys(url: &DatabaseUrl) -> Result<Arc<dyn KeyStorage>, OpenError> {

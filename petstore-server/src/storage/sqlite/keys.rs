@@ -11,9 +11,7 @@ use std::sync::{Arc, Mutex};
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 
 use super::lock::DatabaseLock;
-use super::schema::{
-    BUSY_TIMEOUT, MIGRATIONS, configure_and_migrate, on_connection, schema_version, sqlite,
-};
+use super::schema::{on_connection, open_for_command, sqlite};
 use crate::budget::{KeyLimits, LimitsChange};
 use crate::storage::keys::{
     KeyError, KeyStorage, Revoked, StoredKey, limits_columns, scopes_column, stored_digest,
@@ -39,11 +37,7 @@ impl SqliteKeys {
     }
 
     /// Opens the keys of the database at `path` for the `keys` commands,
-    /// whether or not a server is serving it. The file must exist (a key
-    /// stored in a new file would most likely be in the wrong place). With no
-    /// server, the database is migrated as `migrate` would; with one, it
-    /// must already be at this program's schema version (the server
-    /// migrated it).
+    /// whether or not a server is serving it ([`open_for_command`]).
     pub async fn open(path: PathBuf) -> Result<SqliteKeys, OpenError> {
         tokio::task::spawn_blocking(move || SqliteKeys::open_blocking(&path))
             .await
@@ -54,44 +48,11 @@ impl SqliteKeys {
     }
 
     fn open_blocking(path: &Path) -> Result<SqliteKeys, OpenError> {
-        if !path.exists() {
-            return Err(OpenError::NoDatabase {
-                path: path.to_owned(),
-            });
-        }
-        let in_file = |source: StorageError| OpenError::Storage {
-            database: path.display().to_string(),
-            source,
-        };
-        match DatabaseLock::acquire(path) {
-            Ok(lock) => {
-                let mut conn = Connection::open(path)
-                    .map_err(sqlite("opening the file"))
-                    .map_err(in_file)?;
-                configure_and_migrate(&mut conn, path)?;
-                Ok(SqliteKeys {
-                    conn: Arc::new(Mutex::new(conn)),
-                    _lock: Some(lock),
-                })
-            }
-            Err(OpenError::InUse { .. }) => {
-                let conn = Connection::open(path)
-                    .map_err(sqlite("opening the file"))
-                    .map_err(in_file)?;
-                conn.busy_timeout(BUSY_TIMEOUT)
-                    .map_err(sqlite("configuring the connection"))
-                    .map_err(in_file)?;
-                let found = schema_version(&conn).map_err(in_file)?;
-                if found != MIGRATIONS.len() as i64 {
-                    return Err(OpenError::ServedAtOtherSchema {
-                        found,
-                        known: MIGRATIONS.len(),
-                    });
-                }
-                Ok(SqliteKeys::on(conn))
-            }
-            Err(other) => Err(other),
-        }
+        let (conn, lock) = open_for_command(path)?;
+        Ok(SqliteKeys {
+            conn: Arc::new(Mutex::new(conn)),
+            _lock: lock,
+        })
     }
 
     /// Runs `f` on the connection, off the async workers.

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, ErrorCode, TransactionBehavior};
 
+use super::lock::DatabaseLock;
 use crate::storage::{OpenError, StorageError};
 
 /// Schema migrations; the database's `user_version` counts those applied.
@@ -265,6 +266,52 @@ pub(super) fn configure_and_migrate(conn: &mut Connection, path: &Path) -> Resul
     };
     configure(conn, path).map_err(refused)?;
     migrate(conn).map_err(refused)
+}
+
+/// A connection to the database at `path` for the operator's commands
+/// (`keys`, `webhooks`), whether or not a server is serving it, and the
+/// file's lock when none was. The file must exist (a key stored in a new
+/// file would most likely be in the wrong place). With no server, the
+/// database is migrated as `migrate` would; with one, it must already be
+/// at this program's schema version (the server migrated it).
+pub(super) fn open_for_command(
+    path: &Path,
+) -> Result<(Connection, Option<DatabaseLock>), OpenError> {
+    if !path.exists() {
+        return Err(OpenError::NoDatabase {
+            path: path.to_owned(),
+        });
+    }
+    let in_file = |source: StorageError| OpenError::Storage {
+        database: path.display().to_string(),
+        source,
+    };
+    match DatabaseLock::acquire(path) {
+        Ok(lock) => {
+            let mut conn = Connection::open(path)
+                .map_err(sqlite("opening the file"))
+                .map_err(in_file)?;
+            configure_and_migrate(&mut conn, path)?;
+            Ok((conn, Some(lock)))
+        }
+        Err(OpenError::InUse { .. }) => {
+            let conn = Connection::open(path)
+                .map_err(sqlite("opening the file"))
+                .map_err(in_file)?;
+            conn.busy_timeout(BUSY_TIMEOUT)
+                .map_err(sqlite("configuring the connection"))
+                .map_err(in_file)?;
+            let found = schema_version(&conn).map_err(in_file)?;
+            if found != MIGRATIONS.len() as i64 {
+                return Err(OpenError::ServedAtOtherSchema {
+                    found,
+                    known: MIGRATIONS.len(),
+                });
+            }
+            Ok((conn, None))
+        }
+        Err(other) => Err(other),
+    }
 }
 
 /// The schema version the database says it has.

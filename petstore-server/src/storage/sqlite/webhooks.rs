@@ -15,6 +15,7 @@
 //!   PostgreSQL: the deliverer is the same on both.
 //! - Times are microseconds since the Unix epoch, by the process's clock.
 
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,21 +23,24 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, Row, Transaction, TransactionBehavior, params};
 
 use super::gate::WriteGate;
+use super::lock::DatabaseLock;
 use super::rows::micros_to_time;
-use super::schema::{on_connection, sqlite};
-use crate::storage::StorageError;
+use super::schema::{on_connection, open_for_command, sqlite};
 use crate::storage::webhooks::{
     ClaimRoom, ClaimedDelivery, DeliveryState, FinishedAttempt, NewDelivery, NewSubscription,
     SealedSecret, StoredDelivery, StoredSubscription, SubscriptionOwner, WebhookCounts,
     WebhookStorage, distinct, kinds_column, stored_delivery_state, stored_kind, stored_kinds,
     stored_owner, stored_state,
 };
+use crate::storage::{OpenError, StorageError};
 
 /// The SQLite implementation of [`WebhookStorage`].
 pub struct SqliteWebhooks {
     conn: Arc<Mutex<Connection>>,
     /// Taken around each write, in turn with the writer's.
     gate: WriteGate,
+    /// Held by an operator's command when no server had the file.
+    _lock: Option<DatabaseLock>,
 }
 
 impl SqliteWebhooks {
@@ -46,7 +50,25 @@ impl SqliteWebhooks {
         SqliteWebhooks {
             conn: Arc::new(Mutex::new(conn)),
             gate,
+            _lock: None,
         }
+    }
+
+    /// Opens the webhooks of the database at `path` for the `webhooks`
+    /// commands, whether or not a server is serving it
+    /// ([`open_for_command`]): SQLite's locks serialise the command's
+    /// writes with the server's, as they do the `keys` commands'.
+    pub async fn open(path: PathBuf) -> Result<SqliteWebhooks, OpenError> {
+        let opened = tokio::task::spawn_blocking(move || open_for_command(&path)).await;
+        let (conn, lock) = opened.map_err(|e| OpenError::Io {
+            doing: "opening the database".into(),
+            source: std::io::Error::other(e.to_string()),
+        })??;
+        Ok(SqliteWebhooks {
+            conn: Arc::new(Mutex::new(conn)),
+            gate: WriteGate::default(),
+            _lock: lock,
+        })
     }
 
     /// Runs `f`, which writes, on the connection, off the async workers,
