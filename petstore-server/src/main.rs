@@ -40,7 +40,7 @@ enum Command {
     /// Manage API keys: create, list, revoke. Running servers pick up changes within seconds.
     #[command(subcommand)]
     Keys(KeysCommand),
-    /// Every webhook subscription, whoever made it: list, remove.
+    /// Every webhook subscription, whoever made it: list, deliveries, remove.
     #[command(subcommand)]
     Webhooks(WebhooksCommand),
     /// Check configuration.

@@ -306,8 +306,24 @@ async fn every_webhook_subscription_is_listed_and_removed_through_the_cli_whoeve
             })
         };
         answers(200).await;
-        let theirs = subscribe(address, &maker, "http://127.0.0.1:9/theirs");
-        let ours = subscribe(address, KEY, "http://127.0.0.1:9/ours");
+        // A port nothing listens on: every delivery is refused.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .unwrap()
+            .port();
+        let target = |path| format!("http://127.0.0.1:{port}/{path}");
+        let theirs = subscribe(address, &maker, &target("theirs"));
+        let ours = subscribe(address, KEY, &target("ours"));
+        // An animal for both to receive.
+        let pet = r#"{"name": "Rex", "categoryId": 1}"#;
+        let (status, body) = common::raw_request(address, "POST", "/v1/pets", Some(KEY), pet);
+        assert!(status.contains(" 201 "), "{status}: {body}");
+        eventually_within("the delivery tried and failed", OUTAGE, || {
+            let (ok, listed, _) = webhooks(dir, database, &["deliveries", &theirs.to_string()]);
+            let line = listed.lines().nth(1).unwrap_or_default().to_owned();
+            ok && line.contains("pet.created") && !line.ends_with(" -")
+        })
+        .await;
         let (ok, _, stderr) = keys(dir, database, &["revoke", "hook-maker"]);
         assert!(ok, "{stderr}");
         answers(401).await;
@@ -334,11 +350,11 @@ async fn every_webhook_subscription_is_listed_and_removed_through_the_cli_whoeve
             ok && !list.contains("/theirs") && list.contains("/ours"),
             "{list}"
         );
-        let (ok, _, stderr) = webhooks(dir, database, &["remove", &theirs.to_string()]);
-        assert!(
-            !ok && stderr.contains(&format!("no webhook subscription has id {theirs}")),
-            "{stderr}"
-        );
+        for command in ["remove", "deliveries"] {
+            let (ok, _, stderr) = webhooks(dir, database, &[command, &theirs.to_string()]);
+            let said = format!("no webhook subscription has id {theirs}");
+            assert!(!ok && stderr.contains(&said), "{command}: {stderr}");
+        }
         // The server serves on, and the other key's subscription is still its own.
         let (status, body) = get(address, "/v1/webhooks", Some(KEY));
         assert_eq!(status, 200, "{body}");

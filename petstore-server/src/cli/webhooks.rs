@@ -1,7 +1,8 @@
-//! `petstore-server webhooks list|remove`: every webhook subscription in the
-//! database, whoever made it, for operators. Through the API a subscription
-//! is its maker's key's alone, so these are the only way to see or remove
-//! one whose key was revoked or is held by someone else.
+//! `petstore-server webhooks list|deliveries|remove`: every webhook
+//! subscription in the database, whoever made it, for operators. Through
+//! the API a subscription is its maker's key's alone, so these are the only
+//! way to see or remove one whose key was revoked or is held by someone
+//! else.
 
 use std::collections::HashMap;
 
@@ -21,6 +22,17 @@ pub enum WebhooksCommand {
         #[command(flatten)]
         database: DatabaseArgs,
     },
+    /// A subscription's deliveries, newest event first: state, attempts, the last attempt's
+    /// answer or error, the next attempt, delivery.
+    Deliveries {
+        /// The subscription's id (as `list` shows it).
+        id: i64,
+        /// How many, at most.
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100))]
+        limit: u32,
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
     /// Remove a subscription and its deliveries, whoever made it; running servers send it
     /// nothing more.
     Remove {
@@ -35,6 +47,11 @@ pub enum WebhooksCommand {
 pub async fn run(command: WebhooksCommand, matches: &clap::ArgMatches) -> anyhow::Result<()> {
     match command {
         WebhooksCommand::List { database } => list(database, matches).await,
+        WebhooksCommand::Deliveries {
+            id,
+            limit,
+            database,
+        } => deliveries(id, limit, database, matches).await,
         WebhooksCommand::Remove { id, database } => remove(id, database, matches).await,
     }
 }
@@ -121,12 +138,70 @@ fn row(subscription: &StoredSubscription, key_state: &str) -> [String; 9] {
     ]
 }
 
+async fn deliveries(
+    id: i64,
+    limit: u32,
+    database: DatabaseArgs,
+    matches: &clap::ArgMatches,
+) -> anyhow::Result<()> {
+    let url = database.resolve(matches)?.url();
+    let hooks = storage::open_webhooks(&url).await?;
+    eprintln!("database: {url}");
+    if hooks.get_subscription(id, None).await?.is_none() {
+        bail!(no_such(id));
+    }
+    let optional = |at: Option<DateTime<Utc>>| at.map_or_else(|| "-".to_owned(), time);
+    let rows: Vec<[String; 9]> = hooks
+        .list_deliveries(id, None, limit)
+        .await?
+        .into_iter()
+        .map(|delivery| {
+            [
+                delivery.event_id.to_string(),
+                delivery.kind.event_type().as_str().to_owned(),
+                <&str>::from(delivery.state).to_owned(),
+                delivery.attempts.to_string(),
+                delivery
+                    .last_status
+                    .map_or_else(|| "-".to_owned(), |status| status.to_string()),
+                optional(delivery.last_attempt_at),
+                optional(delivery.next_attempt_at),
+                optional(delivery.delivered_at),
+                // Last: the widest.
+                delivery.last_error.unwrap_or_else(|| "-".to_owned()),
+            ]
+        })
+        .collect();
+    let header = [
+        "EVENT",
+        "TYPE",
+        "STATE",
+        "ATTEMPTS",
+        "STATUS",
+        "LAST ATTEMPT",
+        "NEXT ATTEMPT",
+        "DELIVERED",
+        "LAST ERROR",
+    ]
+    .map(String::from);
+    super::print_table(&header, &rows);
+    if rows.is_empty() {
+        eprintln!("no deliveries yet");
+    }
+    Ok(())
+}
+
+/// What `deliveries` and `remove` say of an id that is not a subscription's.
+fn no_such(id: i64) -> String {
+    format!("no webhook subscription has id {id} (see `petstore-server webhooks list`)")
+}
+
 async fn remove(id: i64, database: DatabaseArgs, matches: &clap::ArgMatches) -> anyhow::Result<()> {
     let url = database.resolve(matches)?.url();
     let hooks = storage::open_webhooks(&url).await?;
     eprintln!("database: {url}");
     if !hooks.delete_subscription(id, None).await? {
-        bail!("no webhook subscription has id {id} (see `petstore-server webhooks list`)");
+        bail!(no_such(id));
     }
     eprintln!("removed webhook subscription {id} and its deliveries");
     Ok(())
