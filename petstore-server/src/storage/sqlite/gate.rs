@@ -6,8 +6,8 @@
 //! `SQLITE_BUSY` and sleep in SQLite's busy handler (1 ms, then 2, 5,
 //! 10…), polling. Behind a subscriber's deliveries, a group of API writes
 //! slept so some 240 times a second.
-//! Other processes (the `keys` commands) and the keys' connection, which
-//! writes rarely, still wait with the busy timeout.
+//! Other processes (the `keys` and `webhooks` commands) and the keys'
+//! connection, which writes rarely, still wait with the busy timeout.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 

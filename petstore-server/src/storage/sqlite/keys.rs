@@ -1,7 +1,8 @@
 //! API keys in the SQLite file, on a connection of their own.
 //!
 //! The serving process keeps one such connection beside its writer; the
-//! `keys` commands open one while a server runs. SQLite serialises their
+//! `keys` commands open one while a server runs (as the `webhooks` commands
+//! do for theirs, `webhooks.rs`). SQLite serialises their
 //! writes with its own locks (waiting up to the busy timeout), and the
 //! pets, which only the serving process writes, are not touched here.
 

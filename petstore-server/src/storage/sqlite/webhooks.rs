@@ -5,9 +5,9 @@
 //!   the process's write gate (`gate.rs`), waiting for the writer's group
 //!   to commit, and one of more than one statement then takes the write
 //!   lock at its start (`BEGIN IMMEDIATE`), so it never fails half-way on
-//!   a lock another process (a `keys` command) holds: that one it waits
-//!   for up to the busy timeout. The longest holds the file for a batch of
-//!   outcomes, two short statements each.
+//!   a lock another process (a `keys` or `webhooks` command) holds: that
+//!   one it waits for up to the busy timeout. The longest holds the file
+//!   for a batch of outcomes, two short statements each.
 //! - **Claims without `SKIP LOCKED`.** One process serves a file
 //!   (`lock.rs`), and a claim reads and marks its deliveries in one
 //!   immediate transaction, so no other claim runs meanwhile. Leases end
