@@ -9,7 +9,8 @@ use std::collections::HashMap;
 use anyhow::bail;
 use chrono::{DateTime, SecondsFormat, Utc};
 use petstore_api::model::EventType;
-use petstore_server::storage::{self, EventKind, LIST_MAX, StoredSubscription, SubscriptionState};
+use petstore_server::storage::{self, LIST_MAX, StoredSubscription, SubscriptionState};
+use petstore_server::webhooks::api::subscribed_types;
 
 use super::settings::DatabaseArgs;
 
@@ -116,14 +117,10 @@ fn row(subscription: &StoredSubscription, key_state: &str) -> [String; 9] {
         }
     };
     let optional = |at: Option<DateTime<Utc>>| at.map_or_else(|| "-".to_owned(), time);
-    let mut types: Vec<EventType> = subscription
-        .kinds
-        .iter()
-        .map(EventKind::event_type)
+    let types: Vec<&str> = subscribed_types(subscription.kinds)
+        .into_iter()
+        .map(EventType::as_str)
         .collect();
-    types.sort_unstable();
-    types.dedup();
-    let types: Vec<&str> = types.into_iter().map(EventType::as_str).collect();
     [
         subscription.id.to_string(),
         state,

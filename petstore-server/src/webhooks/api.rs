@@ -240,13 +240,10 @@ pub fn webhook_of(stored: StoredSubscription) -> Webhook {
             }),
         ),
     };
-    let mut types: Vec<EventType> = stored.kinds.iter().map(EventKind::event_type).collect();
-    types.sort_unstable();
-    types.dedup();
     Webhook {
         id: stored.id,
         url: stored.url,
-        types,
+        types: subscribed_types(stored.kinds),
         state,
         disabled_reason,
         created_at: stored.created_at,
@@ -254,6 +251,15 @@ pub fn webhook_of(stored: StoredSubscription) -> Webhook {
         last_success_at: stored.last_success_at,
         last_failure_at: stored.last_failure_at,
     }
+}
+
+/// The contract's event types of the kinds a subscription receives, in
+/// the contract's order (an animal's three status changes are one type).
+pub fn subscribed_types(kinds: EnumSet<EventKind>) -> Vec<EventType> {
+    let mut types: Vec<EventType> = kinds.iter().map(EventKind::event_type).collect();
+    types.sort_unstable();
+    types.dedup();
+    types
 }
 
 /// A delivery as the contract shows it.
