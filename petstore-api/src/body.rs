@@ -5,6 +5,10 @@
 //!   with 413 *before* any of it is read: no `100 Continue` is sent for it,
 //!   and a client that declared more than it sends is not waited for.
 //! - A body that grows past the limit while being read is 413 as well.
+//! - The body must be a JSON object, as every request body of the contract
+//!   is: an array is 400, where serde's derived structs would take it and
+//!   match its elements to the fields by position (`["Rex", 1]` as a
+//!   `NewPet`).
 //! - After the JSON value, only whitespace may follow: `{…}{…}` or
 //!   `{…} trailing` is 400, where `TypedBody` silently drops the rest.
 //! - A body that has not all arrived within the server's body-read timeout
@@ -157,11 +161,19 @@ fn check_content_encoding(headers: &HeaderMap) -> Result<(), HttpError> {
     Ok(())
 }
 
-/// One JSON value of type `T`, with only whitespace after it.
+/// One JSON value of type `T`, not an array, with only whitespace after it.
 fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, HttpError> {
     let bad = |e: &dyn std::fmt::Display| {
         HttpError::for_bad_request(None, format!("unable to parse JSON body: {e}"))
     };
+    // Any other value that is not an object gets serde's own "invalid type"
+    // (a struct takes only a map or a sequence).
+    let first = bytes
+        .iter()
+        .find(|byte| !matches!(byte, b' ' | b'\t' | b'\n' | b'\r'));
+    if first == Some(&b'[') {
+        return Err(bad(&"invalid type: array, expected a JSON object"));
+    }
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| bad(&e))?;
     deserializer.end().map_err(|e| bad(&e))?;
@@ -181,6 +193,45 @@ mod tests {
     #[test]
     fn one_value_with_trailing_whitespace_parses() {
         assert_eq!(parse::<Thing>(b" {\"a\":1} \n").unwrap(), Thing { a: 1 });
+    }
+
+    #[test]
+    fn an_array_is_refused_even_where_its_elements_would_fill_the_fields() {
+        for body in [&b"[1]"[..], b" \n[1]", b"[]"] {
+            let error = parse::<Thing>(body).unwrap_err();
+            assert_eq!(error.status_code.as_u16(), 400);
+            assert_eq!(
+                error.external_message,
+                "unable to parse JSON body: invalid type: array, expected a JSON object"
+            );
+        }
+    }
+
+    /// What makes refusing arrays right for every `StrictJson` body.
+    #[test]
+    fn every_request_body_of_the_contract_is_an_object() {
+        let document = crate::openapi_document();
+        let mut bodies = 0;
+        for (path, item) in document["paths"].as_object().unwrap() {
+            for (method, operation) in item.as_object().unwrap() {
+                let Some(body) = operation.get("requestBody") else {
+                    continue;
+                };
+                let reference = body["content"]["application/json"]["schema"]["$ref"]
+                    .as_str()
+                    .unwrap_or_else(|| {
+                        panic!("{method} {path}: a body that is not a named schema")
+                    });
+                let name = reference.trim_start_matches("#/components/schemas/");
+                let schema = &document["components"]["schemas"][name];
+                assert_eq!(schema["type"], "object", "{method} {path}: {name}");
+                bodies += 1;
+            }
+        }
+        assert_eq!(
+            bodies, 5,
+            "createPet, placeOrder, updateOrder, createWebhook, replayWebhook"
+        );
     }
 
     #[test]

@@ -89,6 +89,8 @@ on_every_backend! {
             json!({"name": "Rex", "categoryId": 1, "id": 7}),
             json!({"name": "Rex", "categoryId": 1, "colour": "brown"}),
             json!([{"name": "Rex", "categoryId": 1}]),
+            json!(["Rex", 1]),
+            json!(["Rex", 1, "available"]),
             json!("Rex"),
             json!(null),
         ];

@@ -200,6 +200,7 @@ on_every_backend! {
             r#"{"petId": null}"#.to_owned(),
             format!(r#"{{"petId": {pet_id}}} {{}}"#),
             "[]".to_owned(),
+            format!("[{pet_id}]"),
             "not json".to_owned(),
         ] {
             let response = post_order_raw(&server, &body).await;
@@ -219,6 +220,7 @@ on_every_backend! {
             json!({"status": "shipped"}),
             json!({}),
             json!({"status": "delivered", "note": "x"}),
+            json!(["cancelled"]),
         ] {
             let response = server.request(Method::PATCH, &path).json(&body).send().await.unwrap();
             assert_error(response, StatusCode::BAD_REQUEST, "bad_request").await;

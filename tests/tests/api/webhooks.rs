@@ -511,13 +511,22 @@ on_every_backend! {
             (json!({"url": "ftp://127.0.0.1/"}), StatusCode::UNPROCESSABLE_ENTITY, "webhook_target_refused"),
             (json!({"url": "http://user:pass@127.0.0.1/"}), StatusCode::UNPROCESSABLE_ENTITY, "webhook_target_refused"),
             (json!({"url": "http://127.0.0.1:0/"}), StatusCode::UNPROCESSABLE_ENTITY, "webhook_target_refused"),
+            // The body is an object: an array's elements are not taken as
+            // the fields in order.
+            (json!(["http://127.0.0.1:1/", ["pet.created"]]), StatusCode::BAD_REQUEST, "bad_request"),
+            (json!(["http://127.0.0.1:1/"]), StatusCode::BAD_REQUEST, "bad_request"),
         ] {
             let response = webhooks_as(&server, KEY, Method::POST, "", Some(body.clone())).await;
             let error = assert_error(response, status, code).await;
             assert!(!error["message"].as_str().unwrap().is_empty(), "{body}");
         }
-        let response = webhooks_as(&server, KEY, Method::POST, "/1/replay", Some(json!({"from": "9", "to": "3"}))).await;
+        assert_eq!(get_json(&server, KEY, "").await, json!([]), "nothing refused was made");
+        let id = subscribe(&server, "http://127.0.0.1:1/").await["id"].clone();
+        let replay = format!("/{id}/replay");
+        let response = webhooks_as(&server, KEY, Method::POST, &replay, Some(json!({"from": "9", "to": "3"}))).await;
         assert_error(response, StatusCode::UNPROCESSABLE_ENTITY, "invalid_replay_range").await;
+        let response = webhooks_as(&server, KEY, Method::POST, &replay, Some(json!(["1", "2"]))).await;
+        assert_error(response, StatusCode::BAD_REQUEST, "bad_request").await;
         let response = webhooks_as(&server, KEY, Method::GET, "/999999", None).await;
         assert_error(response, StatusCode::NOT_FOUND, "webhook_not_found").await;
         let response = webhooks_as(&server, KEY, Method::POST, "/999999/rotate?previousValidFor=604801", None).await;
