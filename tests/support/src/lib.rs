@@ -36,11 +36,40 @@ pub use wait::{
 use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 
-/// A free port on 127.0.0.1. The OS picks it; the listener is closed before
-/// the caller binds it, and should another process take it in between, the
-/// caller's server fails to start saying so.
+/// A free port on 127.0.0.1, for a server the caller starts. The listener
+/// that found it is closed before the caller binds it, so the port is taken
+/// below the range the OS hands out by itself (to outgoing connections, and
+/// to listeners on port 0): a busy machine's connections, a database
+/// client's say, cannot take it in between. Should another process still
+/// take it, the caller's server fails to start saying so.
 pub fn free_loopback_addr() -> std::io::Result<SocketAddr> {
+    let below = ephemeral_ports_start().unwrap_or(32768);
+    if below > OWN_PORTS_START {
+        for _ in 0..64 {
+            let port = OWN_PORTS_START + random_u16()? % (below - OWN_PORTS_START);
+            if let Ok(listener) = TcpListener::bind((Ipv4Addr::LOCALHOST, port)) {
+                return listener.local_addr();
+            }
+        }
+    }
+    // No room below the ephemeral range, or all tries taken: the OS picks.
     TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()
+}
+
+/// Where [`free_loopback_addr`] starts looking: above the ports services
+/// are commonly configured on.
+const OWN_PORTS_START: u16 = 20000;
+
+/// The first port of the OS's ephemeral range (Linux), if it says.
+fn ephemeral_ports_start() -> Option<u16> {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    range.split_whitespace().next()?.parse().ok()
+}
+
+fn random_u16() -> std::io::Result<u16> {
+    let mut bytes = [0u8; 2];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(u16::from_ne_bytes(bytes))
 }
 
 /// A single-use API key: `prefix-` and 192 random bits, hex-encoded (a valid
@@ -96,9 +125,12 @@ mod tests {
     }
 
     #[test]
-    fn free_ports_can_be_bound() {
-        let addr = free_loopback_addr().unwrap();
-        assert_ne!(addr.port(), 0);
-        TcpListener::bind(addr).unwrap();
+    fn free_ports_are_outside_the_ranges_the_os_hands_out_and_can_be_bound() {
+        let below = ephemeral_ports_start().unwrap();
+        for _ in 0..20 {
+            let addr = free_loopback_addr().unwrap();
+            assert!((OWN_PORTS_START..below).contains(&addr.port()), "{addr}");
+            TcpListener::bind(addr).unwrap();
+        }
     }
 }
