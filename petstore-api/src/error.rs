@@ -116,9 +116,26 @@ impl ErrorCode {
     }
 }
 
+/// The most characters of a message sent (and logged): messages that name
+/// what the client sent are cut here, so that a 15,000-character field
+/// name or a 7,000-digit id is not sent back whole.
+const MESSAGE_MAX_CHARS: usize = 1000;
+
+/// `message`, cut after [`MESSAGE_MAX_CHARS`] characters, saying so.
+fn cut(message: String) -> String {
+    match message.char_indices().nth(MESSAGE_MAX_CHARS) {
+        None => message,
+        Some((at, _)) => format!(
+            "{}… (cut: the message has {} characters)",
+            &message[..at],
+            message.chars().count()
+        ),
+    }
+}
+
 impl ApiError {
     fn new(status_code: ErrorStatusCode, code: ErrorCode, message: impl Into<String>) -> ApiError {
-        let message = message.into();
+        let message = cut(message.into());
         ApiError {
             code: code.as_str().to_owned(),
             status: i32::from(status_code.as_u16()),
@@ -428,7 +445,7 @@ impl From<HttpError> for ApiError {
             _ => error.external_message,
         };
         let mut api_error = ApiError::new(error.status_code, code, message);
-        api_error.internal_message = error.internal_message;
+        api_error.internal_message = cut(error.internal_message);
         api_error.headers = headers;
         api_error
     }
@@ -477,6 +494,27 @@ pub(crate) fn insufficient_scope_challenge(needed: &[Scope]) -> HeaderValue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_message_naming_a_huge_value_is_cut_and_says_so() {
+        let huge = format!("unknown field `{}`", "x".repeat(15_000));
+        let error = ApiError::bad_request(huge.clone());
+        assert!(error.message.starts_with("unknown field `xxx"));
+        assert!(
+            error
+                .message
+                .ends_with("… (cut: the message has 15016 characters)"),
+            "{}",
+            &error.message[990..]
+        );
+        assert!(error.message.chars().count() < MESSAGE_MAX_CHARS + 50);
+        assert_eq!(error.internal_message, error.message);
+        let from_dropshot = ApiError::from(HttpError::for_bad_request(None, huge));
+        assert_eq!(from_dropshot.message, error.message);
+        assert_eq!(from_dropshot.internal_message, error.message);
+        let short = ApiError::bad_request("no pet has id 42");
+        assert_eq!(short.message, "no pet has id 42");
+    }
 
     #[test]
     fn status_field_matches_http_status() {

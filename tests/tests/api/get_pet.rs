@@ -63,5 +63,12 @@ on_every_backend! {
             let response = server.get(&format!("/pets/{id}")).send().await.unwrap();
             assert_error(response, StatusCode::BAD_REQUEST, "bad_request").await;
         }
+        // A huge id is named, not sent back whole.
+        let huge = "9".repeat(7_000);
+        let response = server.get(&format!("/pets/{huge}")).send().await.unwrap();
+        let error = assert_error(response, StatusCode::BAD_REQUEST, "bad_request").await;
+        let message = error["message"].as_str().unwrap();
+        assert!(message.chars().count() < 1_100, "{} characters", message.len());
+        assert!(message.contains("(cut: the message has"), "{message}");
     }
 }
