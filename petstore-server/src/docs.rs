@@ -16,13 +16,14 @@
 
 use std::sync::{Arc, LazyLock};
 
-use dropshot::{ApiDescription, Body, HttpError, Path, RequestContext};
+use dropshot::{ApiDescription, Body, Path, RequestContext};
 use http::{Response, StatusCode, header};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use utoipa_swagger_ui::Config;
 
 use petstore_api::auth::ApiContext;
+use petstore_api::error::ApiError;
 
 /// The committed contract, as it is in the repository.
 pub const CONTRACT_YAML: &str = include_str!("../../openapi/petstore.yaml");
@@ -52,23 +53,23 @@ pub fn register(api: &mut ApiDescription<ApiContext>) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
-fn respond(content_type: &str, body: impl Into<Body>) -> Result<Response<Body>, HttpError> {
+fn respond(content_type: &str, body: impl Into<Body>) -> Result<Response<Body>, ApiError> {
     Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, content_type)
         .body(body.into())
-        .map_err(|e| HttpError::for_internal_error(e.to_string()))
+        .map_err(|e| ApiError::internal(&e))
 }
 
 /// The contract, as committed.
 #[dropshot::endpoint { method = GET, path = "/openapi.yaml", unpublished = true }]
-async fn openapi_yaml(_rqctx: RequestContext<ApiContext>) -> Result<Response<Body>, HttpError> {
+async fn openapi_yaml(_rqctx: RequestContext<ApiContext>) -> Result<Response<Body>, ApiError> {
     respond("application/yaml", CONTRACT_YAML)
 }
 
 /// The contract, as JSON.
 #[dropshot::endpoint { method = GET, path = "/openapi.json", unpublished = true }]
-async fn openapi_json(_rqctx: RequestContext<ApiContext>) -> Result<Response<Body>, HttpError> {
+async fn openapi_json(_rqctx: RequestContext<ApiContext>) -> Result<Response<Body>, ApiError> {
     respond("application/json", CONTRACT_JSON)
 }
 
@@ -83,7 +84,7 @@ struct DocsPath {
 async fn docs_file(
     rqctx: RequestContext<ApiContext>,
     path: Path<DocsPath>,
-) -> Result<Response<Body>, HttpError> {
+) -> Result<Response<Body>, ApiError> {
     let file = path.into_inner().path.join("/");
     // `/docs` itself: the page's assets are relative to `/docs/`.
     if file.is_empty() && !rqctx.request.uri().path().ends_with('/') {
@@ -91,17 +92,17 @@ async fn docs_file(
             .status(StatusCode::MOVED_PERMANENTLY)
             .header(header::LOCATION, "/docs/")
             .body(Body::empty())
-            .map_err(|e| HttpError::for_internal_error(e.to_string()));
+            .map_err(|e| ApiError::internal(&e));
     }
     if format!("/docs/{file}") == PAGE_CONTRACT {
         return respond("application/json", PAGE_JSON);
     }
     match utoipa_swagger_ui::serve(&file, Arc::clone(&PAGE_CONFIG)) {
         Ok(Some(found)) => respond(&found.content_type, found.bytes.into_owned()),
-        Ok(None) => Err(HttpError::for_not_found(
-            None,
-            format!("no file /docs/{file}"),
-        )),
-        Err(e) => Err(HttpError::for_internal_error(e.to_string())),
+        // The contract's 404, as for any path it does not define.
+        Ok(None) => Err(ApiError::not_found(format!(
+            "the docs page has no file /docs/{file}"
+        ))),
+        Err(e) => Err(ApiError::internal(&*e)),
     }
 }

@@ -93,6 +93,18 @@ async fn the_docs_page_and_every_asset_it_names_are_served() {
     assert_eq!(servers.remove(0)["url"], "/v1");
     let yaml: Value = serde_norway::from_str(CONTRACT).unwrap();
     assert_eq!(page_contract, yaml, "otherwise the contract itself");
-    let (status, _, _) = fetch(&server, "/docs/no-such-file.js").await;
-    assert_eq!(status, StatusCode::NOT_FOUND);
+    // A file the page does not have is the contract's 404, as any path
+    // the contract does not define.
+    for path in ["/docs/no-such-file.js", "/docs/a/b", "/docs/x"] {
+        let (status, content_type, body) = fetch(&server, path).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+        assert_eq!(content_type, "application/json", "{path}");
+        let error: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(error["code"], "not_found", "{path}: {body}");
+        assert_eq!(error["status"], 404, "{path}: {body}");
+        assert!(
+            error["message"].as_str().unwrap().contains("/docs/"),
+            "{body}"
+        );
+    }
 }
