@@ -9,7 +9,6 @@ use petstore_api::auth::{Caller, Gatekeeper, Knock, Refusal};
 use petstore_api::error::Keyed;
 
 use crate::keyring::Keyring;
-use crate::keys::AuthFailure;
 use crate::metrics::{KeyedOutcome, Metrics};
 use crate::observe::RequestNotes;
 use crate::storage::{Retention, Storage};
@@ -70,7 +69,7 @@ impl Gatekeeper for Service {
                 Err(Refusal {
                     message: failure.message(),
                     reason: failure.reason().into(),
-                    credential_sent: failure != AuthFailure::Missing,
+                    credential_sent: failure.credential_sent(),
                 })
             }
         }

@@ -142,6 +142,9 @@ fn pst_key_is_intact(key: &str) -> bool {
 pub enum AuthFailure {
     /// No `Authorization` header, or no key in it.
     Missing,
+    /// The header names another scheme than `Bearer` (`Basic`, say): no
+    /// bearer key was sent.
+    OtherScheme,
     /// The header is not `Bearer <token>`.
     Malformed(&'static str),
     /// A `pst_` key whose checksum does not match: a typo or a truncation.
@@ -153,10 +156,18 @@ pub enum AuthFailure {
 }
 
 impl AuthFailure {
+    /// Whether a bearer credential was sent (then it was wrong, expired or
+    /// revoked: RFC 6750's `invalid_token`). A request that sent none, or
+    /// used another scheme, gets no error code (RFC 6750 §3.1).
+    pub fn credential_sent(self) -> bool {
+        !matches!(self, AuthFailure::Missing | AuthFailure::OtherScheme)
+    }
+
     /// The message the client gets.
     pub fn message(self) -> &'static str {
         match self {
             AuthFailure::Missing => MISSING,
+            AuthFailure::OtherScheme => "the Authorization scheme must be Bearer",
             AuthFailure::Malformed(reason) => reason,
             AuthFailure::Checksum => {
                 "invalid API key: its checksum does not match (mistyped or truncated?)"
@@ -170,7 +181,7 @@ impl AuthFailure {
     pub fn reason(self) -> AuthReason {
         match self {
             AuthFailure::Missing => AuthReason::Missing,
-            AuthFailure::Malformed(_) => AuthReason::Malformed,
+            AuthFailure::OtherScheme | AuthFailure::Malformed(_) => AuthReason::Malformed,
             AuthFailure::Checksum => AuthReason::Checksum,
             AuthFailure::Unknown => AuthReason::Unknown,
             AuthFailure::Expired => AuthReason::Expired,
@@ -392,9 +403,7 @@ fn bearer_token(headers: &HeaderMap) -> Result<&str, AuthFailure> {
         .map_err(|_| AuthFailure::Malformed("the Authorization header is not ASCII"))?;
     let (scheme, key) = value.trim().split_once(' ').ok_or(AuthFailure::Missing)?;
     if !scheme.eq_ignore_ascii_case("bearer") {
-        return Err(AuthFailure::Malformed(
-            "the Authorization scheme must be Bearer",
-        ));
+        return Err(AuthFailure::OtherScheme);
     }
     let key = key.trim_start_matches(' ');
     if is_token68(key) {

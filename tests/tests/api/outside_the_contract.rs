@@ -4,7 +4,7 @@
 //! `405 method_not_allowed` with `Allow`, a path that cannot be decoded is
 //! `400 bad_request`. And RFC 6750 §3: a `401` challenges with
 //! `WWW-Authenticate: Bearer realm="petstore"` (plus
-//! `error="invalid_token"` when a credential was sent), a
+//! `error="invalid_token"` when a bearer credential was sent), a
 //! `403 insufficient_scope` names the scopes that would admit the request.
 
 use petstore_tests::{KEY, TestServer, assert_error};
@@ -118,6 +118,19 @@ async fn a_401_without_a_credential_challenges_with_the_realm_alone() {
         [r#"Bearer realm="petstore""#]
     );
     assert_error(response, StatusCode::UNAUTHORIZED, "unauthorized").await;
+    // Another scheme sends no bearer key either (RFC 6750 §3.1).
+    let response = server
+        .anonymous(Method::GET, "/pets")
+        .header("Authorization", format!("Basic {KEY}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        header(&response, WWW_AUTHENTICATE),
+        [r#"Bearer realm="petstore""#]
+    );
+    let error = assert_error(response, StatusCode::UNAUTHORIZED, "unauthorized").await;
+    assert_eq!(error["message"], "the Authorization scheme must be Bearer");
 }
 
 #[tokio::test]
