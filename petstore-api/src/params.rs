@@ -6,7 +6,7 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer};
 
-use crate::model::{EventType, OrderInclude, OrderStatus, PetStatus, quoted};
+use crate::model::{EventType, OrderInclude, OrderStatus, PetStatus};
 use crate::{LIMIT_DEFAULT, LIMIT_MAX};
 
 /// Query parameters of `GET /pets`.
@@ -66,9 +66,8 @@ where
     T: std::str::FromStr,
 {
     let text = String::deserialize(deserializer)?;
-    text.parse().map_err(|_| {
-        serde::de::Error::custom(format!("{name} must be {expected}, got {}", quoted(&text)))
-    })
+    text.parse()
+        .map_err(|_| serde::de::Error::custom(format!("{name} must be {expected}, got {text:?}")))
 }
 
 fn limit_param<'de, D: Deserializer<'de>>(deserializer: D) -> Result<PageLimit, D::Error> {
@@ -177,9 +176,8 @@ fn event_id_param<'de, D: Deserializer<'de>>(deserializer: D, name: &str) -> Res
     let text = String::deserialize(deserializer)?;
     crate::model::parse_event_id(&text).ok_or_else(|| {
         serde::de::Error::custom(format!(
-            "{name} must be the id of an event (1 to {} decimal digits), got {}",
-            crate::model::EVENT_ID_DIGITS_MAX,
-            quoted(&text)
+            "{name} must be the id of an event (1 to {} decimal digits), got {text:?}",
+            crate::model::EVENT_ID_DIGITS_MAX
         ))
     })
 }
@@ -191,8 +189,8 @@ fn types_param<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Even
         let event_type: EventType = name.parse().map_err(|_| {
             serde::de::Error::custom(format!(
                 "types must be event types separated by commas (pet.created, \
-                 pet.status_changed, order.placed, order.delivered, order.cancelled), got {}",
-                quoted(name)
+                 pet.status_changed, order.placed, order.delivered, order.cancelled), got \
+                 {name:?}"
             ))
         })?;
         if !types.contains(&event_type) {
@@ -395,29 +393,6 @@ mod tests {
                 .unwrap_err()
                 .contains("wait must be an integer")
         );
-    }
-
-    #[test]
-    fn a_long_bad_value_is_named_by_its_start_and_length() {
-        let parse = |query: &str| {
-            serde_urlencoded::from_str::<ListEventsParams>(query)
-                .map(drop)
-                .unwrap_err()
-                .to_string()
-        };
-        let types = format!("types={}", "x".repeat(60_000));
-        let after = format!("after={}", "9".repeat(20_000));
-        for (query, named) in [(types, "types"), (after, "after")] {
-            let message = parse(&query);
-            assert!(message.starts_with(named), "{message}");
-            assert!(message.len() < 300, "{message}");
-            assert!(
-                message.ends_with("… (60000 characters)")
-                    || message.ends_with("… (20000 characters)"),
-                "{message}"
-            );
-        }
-        assert!(parse("wait=abc").ends_with("got \"abc\""));
     }
 
     #[test]

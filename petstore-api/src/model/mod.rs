@@ -30,17 +30,6 @@ pub use webhook::{
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 
-/// `text` quoted for an error message, cut after its first 40 characters:
-/// the message names what the client sent, but does not send back a
-/// 60 KB query parameter whole.
-pub(crate) fn quoted(text: &str) -> String {
-    const SHOWN: usize = 40;
-    match text.char_indices().nth(SHOWN) {
-        None => format!("{text:?}"),
-        Some((cut, _)) => format!("{:?}… ({} characters)", &text[..cut], text.chars().count()),
-    }
-}
-
 /// Longest accepted `name`, in Unicode code points (JSON Schema `maxLength`).
 pub const NAME_MAX_CHARS: usize = 255;
 

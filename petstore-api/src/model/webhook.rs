@@ -318,8 +318,7 @@ fn event_id<'de, D: Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error>
     let text = String::deserialize(deserializer)?;
     super::parse_event_id(&text).ok_or_else(|| {
         serde::de::Error::custom(format!(
-            "an event id is 1 to 18 decimal digits, got {}",
-            super::quoted(&text)
+            "an event id is 1 to 18 decimal digits, got {text:?}"
         ))
     })
 }
