@@ -198,6 +198,13 @@ on_every_backend! {
             let error = assert_error(feed_as(&server, KEY, query).await, StatusCode::BAD_REQUEST, "bad_request").await;
             assert!(error["message"].as_str().unwrap().contains(named), "{query}: {error}");
         }
+        // A huge value is named, not sent back whole.
+        let query = format!("?types={}", "x".repeat(60_000));
+        let error = assert_error(feed_as(&server, KEY, &query).await, StatusCode::BAD_REQUEST, "bad_request").await;
+        let message = error["message"].as_str().unwrap();
+        assert!(message.starts_with("unable to parse query string: types must be"), "{message}");
+        assert!(message.chars().count() < 1_100, "{} characters", message.len());
+        assert!(message.contains("(cut: the message has"), "{message}");
     }
 
     async fn types_filter_and_the_cursor_moves_past_what_it_skips(server) {
