@@ -17,6 +17,12 @@
 //!
 //! The kernel releases a `flock` when its process dies, however it dies, so
 //! a server killed with SIGKILL leaves a stale file but never a stale lock.
+//!
+//! Dropping the lock unlocks it explicitly rather than only closing the
+//! file: a `flock` belongs to the open file description, and a child that
+//! another thread is starting (`fork` then `exec`) holds a copy of every
+//! descriptor until its `exec`, so closing ours alone may leave the lock
+//! held for a moment, and a storage reopened at once would find it taken.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, Write};
@@ -27,7 +33,15 @@ use crate::storage::OpenError;
 /// The held lock; released when dropped (or when the process exits).
 #[derive(Debug)]
 pub struct DatabaseLock {
-    _file: File,
+    file: File,
+}
+
+impl Drop for DatabaseLock {
+    fn drop(&mut self) {
+        // Unlocking cannot fail on a descriptor we locked; if it somehow
+        // did, closing the file still releases the lock once no copy is left.
+        let _ = self.file.unlock();
+    }
 }
 
 impl DatabaseLock {
@@ -68,7 +82,7 @@ impl DatabaseLock {
             .and_then(|()| file.rewind())
             .and_then(|()| file.write_all(holder.as_bytes()))
             .map_err(|e| cannot_write(database, &path, e))?;
-        Ok(DatabaseLock { _file: file })
+        Ok(DatabaseLock { file })
     }
 }
 
@@ -117,5 +131,18 @@ mod tests {
         assert!(!database.exists(), "the database itself was not touched");
         drop(held);
         DatabaseLock::acquire(&database).expect("free again once released");
+    }
+
+    /// What a child being started by another thread holds between its
+    /// `fork` and its `exec`: a copy of the lock's descriptor.
+    #[test]
+    fn a_dropped_lock_is_free_even_while_a_copy_of_its_descriptor_is_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let database = dir.path().join("pets.db");
+        let held = DatabaseLock::acquire(&database).unwrap();
+        let copy = held.file.try_clone().unwrap();
+        drop(held);
+        DatabaseLock::acquire(&database).expect("free once dropped, copy or not");
+        drop(copy);
     }
 }
