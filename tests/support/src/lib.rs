@@ -34,26 +34,43 @@ pub use wait::{
 };
 
 use std::io::Read;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::net::{Ipv4Addr, SocketAddr};
 
-/// A free port on 127.0.0.1, for a server the caller starts. The listener
-/// that found it is closed before the caller binds it, so the port is taken
-/// below the range the OS hands out by itself (to outgoing connections, and
-/// to listeners on port 0): a busy machine's connections, a database
-/// client's say, cannot take it in between. Should another process still
-/// take it, the caller's server fails to start saying so.
+/// A free port on 127.0.0.1, for a server the caller starts.
+///
+/// Two things could take the port before the caller binds it:
+/// - another connection of the machine, a database client's say: so the
+///   port is taken below the range the OS hands out by itself (to outgoing
+///   connections, and to listeners on port 0);
+/// - the probe itself: a child that another thread is starting holds a copy
+///   of every descriptor until its `exec`, so a probe that listened would
+///   keep listening there for a moment. So the probe only binds, with
+///   `SO_REUSEADDR`, which a listener that also sets it (std's, tokio's,
+///   PostgreSQL's, nginx's) is not refused beside ([`probe`]).
+///
+/// Should another process still take it, the caller's server fails to start
+/// saying so.
 pub fn free_loopback_addr() -> std::io::Result<SocketAddr> {
     let below = ephemeral_ports_start().unwrap_or(32768);
     if below > OWN_PORTS_START {
         for _ in 0..64 {
             let port = OWN_PORTS_START + random_u16()? % (below - OWN_PORTS_START);
-            if let Ok(listener) = TcpListener::bind((Ipv4Addr::LOCALHOST, port)) {
-                return listener.local_addr();
+            if let Ok(probe) = probe(port) {
+                return probe.local_addr();
             }
         }
     }
     // No room below the ephemeral range, or all tries taken: the OS picks.
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()
+    probe(0)?.local_addr()
+}
+
+/// A socket bound to 127.0.0.1:`port` that does not listen: refused where a
+/// listener already is, and no obstacle to one that comes after.
+fn probe(port: u16) -> std::io::Result<tokio::net::TcpSocket> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.set_reuseaddr(true)?;
+    socket.bind((Ipv4Addr::LOCALHOST, port).into())?;
+    Ok(socket)
 }
 
 /// Where [`free_loopback_addr`] starts looking: above the ports services
@@ -115,6 +132,7 @@ pub fn is_root() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::TcpListener;
 
     #[test]
     fn keys_are_fresh_bearer_tokens() {
@@ -132,5 +150,19 @@ mod tests {
             assert!((OWN_PORTS_START..below).contains(&addr.port()), "{addr}");
             TcpListener::bind(addr).unwrap();
         }
+    }
+
+    /// What a child being started by another thread holds between its
+    /// `fork` and its `exec`: a copy of the probe's socket.
+    #[test]
+    fn a_probe_still_open_does_not_keep_a_server_from_the_port() {
+        let copy = probe(0).unwrap();
+        let addr = copy.local_addr().unwrap();
+        let server = TcpListener::bind(addr).expect("the port is free for a server");
+        assert!(
+            probe(addr.port()).is_err(),
+            "a probe finds the server there"
+        );
+        drop((copy, server));
     }
 }
