@@ -253,7 +253,7 @@ async fn migrate(settings: DatabaseSettings) -> anyhow::Result<()> {
     )
     .await?;
     opened.pets.close().await;
-    println!("the database is at the current schema version");
+    println!("the database is at the current schema version (created or migrated as needed)");
     Ok(())
 }
 

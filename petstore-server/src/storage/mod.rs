@@ -120,9 +120,10 @@ pub enum StorageError {
     /// keeping up, and waiting longer would only grow memory.
     #[error("{0} creates are already waiting for the database")]
     Overloaded(usize),
-    /// The statement storing a batch of creates (PostgreSQL) failed: this
-    /// create's failure is the batch's.
-    #[error("storing a batch of creates")]
+    /// The one statement of a batch (PostgreSQL: creates, orders placed or
+    /// updated, reads of pets or events) failed: this request's failure is
+    /// the batch's.
+    #[error("a batched statement (one for many requests)")]
     Batch(#[source] Arc<StorageError>),
 }
 
