@@ -245,6 +245,8 @@ fn shutdown_signal() -> anyhow::Result<impl Future<Output = &'static str>> {
 async fn migrate(settings: DatabaseSettings) -> anyhow::Result<()> {
     let log = slog::Logger::root(slog::Discard, slog::o!());
     let database: DatabaseUrl = settings.url();
+    // Where it went, as the other operators' commands say (password redacted).
+    eprintln!("database: {database}");
     let opened = storage::open(
         &database,
         &log,

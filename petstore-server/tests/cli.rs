@@ -158,10 +158,11 @@ fn serve_uses_sqlite_in_the_working_directory_logs_and_stops_cleanly_on_sigterm(
 #[test]
 fn migrate_creates_the_schema_and_serve_refuses_a_newer_one() {
     let dir = tempfile::tempdir().unwrap();
-    let (output, stdout, _) =
+    let (output, stdout, stderr) =
         run(petstore(dir.path()).args(["migrate", "--database", "sqlite://m.db"]));
     assert!(output.status.success());
     assert!(stdout.contains("current schema version"), "{stdout}");
+    assert!(stderr.contains("database: sqlite://m.db"), "{stderr}");
 
     let conn = rusqlite::Connection::open(dir.path().join("m.db")).unwrap();
     conn.pragma_update(None, "user_version", 42).unwrap();
