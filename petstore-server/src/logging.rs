@@ -328,11 +328,19 @@ impl Drop for LastOut {
     }
 }
 
-/// dropshot's per-request and per-connection records.
+/// dropshot's record of a request answered.
+pub const REQUEST_COMPLETED: &str = "request completed";
+
+/// dropshot's record of a request whose client hung up first (or whose
+/// handler panicked: see `observe`).
+pub const REQUEST_CANCELLED: &str = "request handling cancelled (client disconnected)";
+
+/// The per-request and per-connection records: a request answered, a
+/// request whose client hung up first, a connection accepted.
 fn is_access_record(record: &slog::Record<'_>) -> bool {
     matches!(
         record.msg().as_str(),
-        Some("request completed" | "accepted connection")
+        Some(REQUEST_COMPLETED | REQUEST_CANCELLED | "accepted connection")
     )
 }
 

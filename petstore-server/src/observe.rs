@@ -7,17 +7,24 @@
 //! records as they are made: it counts them in the metrics and adds to them
 //! what the authentication extractor noted about the request (the
 //! operationId and the name of the key), found by request id.
+//!
+//! dropshot logs a request whose client hung up before the answer as a
+//! warning, `request handling cancelled (client disconnected)`. That is the
+//! client's doing, not the server's (a follower that stopped following a
+//! long poll, a caller that gave up): the observer makes it an access record
+//! at `info`, counted as status 499 as nginx does. dropshot's guard logs the
+//! same record while a handler's panic unwinds; that one is a bug of ours,
+//! and the observer logs it as the error `request handler panicked`, counted
+//! as a 500.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use dashmap::DashMap;
-use slog::{Drain, Key, OwnedKVList, Record, Serializer};
+use slog::{Drain, Key, Level, OwnedKVList, Record, RecordStatic, Serializer};
 
+use crate::logging::{REQUEST_CANCELLED, REQUEST_COMPLETED};
 use crate::metrics::Metrics;
-
-const COMPLETED: &str = "request completed";
-const CANCELLED: &str = "request handling cancelled (client disconnected)";
 
 /// What the authentication extractor learned about one request.
 #[derive(Clone, Debug)]
@@ -95,8 +102,8 @@ impl Drain for ObservingDrain {
 
     fn log(&self, record: &Record<'_>, values: &OwnedKVList) -> Result<(), slog::Never> {
         let message = record.msg().as_str();
-        let cancelled = message == Some(CANCELLED);
-        if message != Some(COMPLETED) && !cancelled {
+        let cancelled = message == Some(REQUEST_CANCELLED);
+        if message != Some(REQUEST_COMPLETED) && !cancelled {
             return Drain::log(&self.inner, record, values);
         }
         let mut fields = Fields {
@@ -108,26 +115,38 @@ impl Drain for ObservingDrain {
         let _ = slog::KV::serialize(values, record, &mut fields);
         let _ = slog::KV::serialize(&record.kv(), record, &mut fields);
         let note = fields.note.take();
-        let status = if cancelled { 499 } else { fields.status };
+        let panicked = cancelled && std::thread::panicking();
+        let (status, level, message) = match (cancelled, panicked) {
+            (false, _) => (fields.status, record.level(), *record.msg()),
+            (true, false) => (499, Level::Info, *record.msg()),
+            (true, true) => (500, Level::Error, format_args!("request handler panicked")),
+        };
         self.metrics.request_done(
             note.as_ref().map(|note| &note.operation),
             status,
             fields.latency_us as f64 / 1e6,
         );
+        let record_static = RecordStatic {
+            location: record.location(),
+            tag: record.tag(),
+            level,
+        };
         match note {
             Some(Note { operation, key }) => {
                 let key = key.unwrap_or_else(|| Arc::from("-"));
-                let extra = slog::o!("operation_id" => operation, "key" => key);
-                let kv = (record.kv(), extra);
-                let record_static = slog::RecordStatic {
-                    location: record.location(),
-                    tag: record.tag(),
-                    level: record.level(),
-                };
-                let enriched = Record::new(&record_static, record.msg(), slog::BorrowedKV(&kv));
-                Drain::log(&self.inner, &enriched, values)
+                let kv = (
+                    record.kv(),
+                    slog::o!("operation_id" => operation, "key" => key),
+                );
+                let record = Record::new(&record_static, &message, slog::BorrowedKV(&kv));
+                Drain::log(&self.inner, &record, values)
             }
-            None => Drain::log(&self.inner, record, values),
+            // No handler ran (a 404 or 405 of the router): dropshot's fields.
+            None => {
+                let kv = record.kv();
+                let record = Record::new(&record_static, &message, kv);
+                Drain::log(&self.inner, &record, values)
+            }
         }
     }
 }
@@ -165,5 +184,63 @@ impl Serializer for Fields<'_> {
             self.latency_us = value;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use slog::Logger;
+
+    use super::*;
+
+    /// The level and message of each record that reached the output.
+    #[derive(Clone, Default)]
+    struct Seen(Arc<Mutex<Vec<(Level, String)>>>);
+
+    impl Drain for Seen {
+        type Ok = ();
+        type Err = slog::Never;
+
+        fn log(&self, record: &Record<'_>, _: &OwnedKVList) -> Result<(), slog::Never> {
+            let seen = (record.level(), record.msg().to_string());
+            self.0.lock().unwrap().push(seen);
+            Ok(())
+        }
+    }
+
+    /// Logs as dropshot's guard does when a request's task is dropped.
+    struct RequestGuard(Logger);
+
+    impl Drop for RequestGuard {
+        fn drop(&mut self) {
+            slog::warn!(self.0, "request handling cancelled (client disconnected)";
+                "latency_us" => 5u128);
+        }
+    }
+
+    #[test]
+    fn a_client_that_hung_up_is_an_access_record_and_a_handler_that_panicked_an_error() {
+        let seen = Seen::default();
+        let observed = ObservingDrain::new(
+            Logger::root(seen.clone(), slog::o!()),
+            Arc::default(),
+            Arc::new(Metrics::new(Default::default())),
+        );
+        let log = Logger::root(observed, slog::o!());
+        drop(RequestGuard(log.clone()));
+        let unwound = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let _guard = RequestGuard(log.clone());
+            panic!("a bug in a handler");
+        }));
+        assert!(unwound.is_err());
+        assert_eq!(
+            *seen.0.lock().unwrap(),
+            [
+                (Level::Info, REQUEST_CANCELLED.to_owned()),
+                (Level::Error, "request handler panicked".to_owned()),
+            ]
+        );
     }
 }

@@ -319,6 +319,34 @@ on_every_backend! {
         assert_eq!(response.expect("an answer").status(), StatusCode::OK);
         assert!(!report.deadline_passed, "the long poll held the shutdown up: {report:?}");
     }
+
+    // A follower that stops following hangs up on its parked poll: that is
+    // the client's doing, so it is an access record at `info` (status 499
+    // in the metrics), naming the operation and the key, not a warning.
+    async fn a_follower_that_hangs_up_is_an_access_record_not_a_warning(server) {
+        let (_, after) = page_as(&server, KEY, "").await;
+        let query = format!("?wait=30&after={after}");
+        let poll = feed_as(&server, KEY, &query);
+        let parked = eventually_async_within("the long poll is parked", Duration::from_secs(30), || async {
+            server.metric("petstore_events_waiters ").await >= 1.0
+        });
+        // Dropping the request closes its connection.
+        tokio::select! {
+            response = poll => panic!("answered with nothing committed: {response:?}"),
+            () = parked => {}
+        }
+        let log = server.log_eventually_contains("request handling cancelled").await;
+        let record: Value = log
+            .lines()
+            .find(|line| line.contains("request handling cancelled"))
+            .and_then(|line| serde_json::from_str(line).ok())
+            .expect("a JSON record");
+        assert_eq!(record["level"], "INFO", "{record}");
+        assert_eq!(record["operation_id"], "listEvents", "{record}");
+        assert_eq!(record["key"], "PETSTORE_API_KEYS[1]", "{record}");
+        let hung_up = r#"petstore_http_requests_total{operation="listEvents",status="499"}"#;
+        assert_eq!(server.metric(hung_up).await, 1.0);
+    }
 }
 
 /// Retention: once the oldest events are purged, a cursor before them is
