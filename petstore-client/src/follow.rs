@@ -29,6 +29,11 @@ pub const EVENTS_WAIT_MAX: u32 = 30;
 const REQUEST_TIMEOUT: Duration =
     Duration::from_secs(EVENTS_WAIT_MAX as u64 + DEFAULT_TIMEOUT.as_secs());
 
+/// The follower's attempts at one request by default: no limit that an
+/// outage could reach (at the default's waits, centuries), since a follower
+/// of a live feed is meant to outlast outages.
+const UNLIMITED_ATTEMPTS: u32 = u32::MAX;
+
 /// The statuses other than `200` that the contract declares for
 /// `listEvents`, each with the service's `types::Error` body.
 const DECLARED_ERRORS: [u16; 7] = [400, 401, 403, 410, 429, 500, 503];
@@ -63,13 +68,19 @@ impl Client {
     /// A request that fails for a reason that may pass — no answer, a
     /// broken connection or a timeout, `429`, `503` or another `5xx` — is
     /// sent again from the same position, after the `Retry-After` of a `429`
-    /// or `503`, else after a backoff with jitter, within the follower's
-    /// [`RetryPolicy`] ([`FollowEvents::retry`]), which counts the attempts
-    /// of each request apart. Any other error (`410 cursor_expired`: the
-    /// position is older than the service keeps events; `400`; `401`;
-    /// `403`), and the last one when the policy gives up, is the stream's
-    /// last item: the stream never skips an event silently. After it, start
-    /// again after the last event read, or, after a `410`, without `after`.
+    /// or `503`, else after a backoff with jitter. By default it is sent
+    /// again for as long as that takes, so that the stream goes on through
+    /// a restart or an outage of any length: waits capped at 100 ms
+    /// doubling up to 5 s, and a `Retry-After` of up to 30 s waited for
+    /// (the [`RetryPolicy::default`]'s, without its limit on the attempts).
+    /// [`FollowEvents::retry`] gives a policy of its own, whose
+    /// `max_attempts` counts the attempts of each request apart. Any other
+    /// error (`410 cursor_expired`: the position is older than the service
+    /// keeps events; `400`; `401`; `403`), a `Retry-After` longer than the
+    /// policy waits for, and the last error when a policy with a limit gives
+    /// up, is the stream's last item: the stream never skips an event
+    /// silently. After it, start again after the last event read, or, after
+    /// a `410`, without `after`.
     ///
     /// ```no_run
     /// use futures::TryStreamExt;
@@ -98,7 +109,7 @@ impl Client {
             client: self,
             after: Ok(None),
             types: Ok(None),
-            policy: RetryPolicy::default(),
+            policy: RetryPolicy::with_max_attempts(UNLIMITED_ATTEMPTS),
         }
     }
 }
@@ -133,8 +144,9 @@ impl<'a> FollowEvents<'a> {
         self
     }
 
-    /// Sends a request again as `policy` says instead of
-    /// [`RetryPolicy::default`].
+    /// Sends a request again as `policy` says instead of for as long as it
+    /// takes: `RetryPolicy::with_max_attempts(n)` ends the stream with the
+    /// error of the `n`th failed attempt at one request.
     pub fn retry(mut self, policy: RetryPolicy) -> FollowEvents<'a> {
         self.policy = policy;
         self
@@ -196,7 +208,7 @@ async fn page_retrying(
             return Err(error);
         };
         tokio::time::sleep(wait).await;
-        attempt += 1;
+        attempt = attempt.saturating_add(1);
     }
 }
 

@@ -111,8 +111,10 @@
 //!   operation (400, 401, 403, 404, 409, 410, 413, 422, 429, 500, 503), with the
 //!   service's [`types::Error`] body (`code`, `message`, `status`).
 //! - [`Error::InvalidRequest`]: the request was not sent because a value does
-//!   not fit the contract (for example a name with a control character, or a
-//!   missing required parameter).
+//!   not fit the contract's types (for example a name with a control
+//!   character, a `limit` of 0, or a missing required parameter). A
+//!   parameter's upper bound is not in its type (a `limit` above 100): the
+//!   service answers it with `400 bad_request`.
 //! - [`Error::CommunicationError`]: the service could not be reached, or
 //!   the connection broke. A create that fails so (or with 503) may or may
 //!   not have stored the animal: [`Client::create_pet_once`] retries it
@@ -123,7 +125,7 @@
 //!
 //! - `rustls` (default): HTTPS through rustls. Without it only `http://` base
 //!   URLs work.
-//! - `mock`: [`mock`], typed [httpmock](https://crates.io/crates/httpmock)
+//! - `mock`: the module `mock`, typed [httpmock](https://crates.io/crates/httpmock)
 //!   mocks of every operation, for testing code that uses this client.
 //!
 //! # Versions

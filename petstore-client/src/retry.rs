@@ -14,7 +14,7 @@ use crate::{Error, types};
 /// [`Client::place_order_once`]), the walks ([`Client::walk_pets`],
 /// [`Client::walk_orders`]) and the follower of the feed
 /// ([`Client::follow_events`], which counts the attempts of each of its
-/// requests apart) retry.
+/// requests apart, and by default sets no limit on them) retry.
 ///
 /// A `429` or `503` that carries `Retry-After` (delay-seconds, as the
 /// service sends it) is retried after exactly that many seconds, unless it

@@ -52,7 +52,7 @@ const WHSEC_PREFIX: &str = "whsec_";
 ///         // Not from the service, or too old to trust: refuse it.
 ///         Err(error) => {
 ///             eprintln!("refused a delivery: {error}");
-///             return 400;
+///             return 401;
 ///         }
 ///     };
 ///     // At least once: an event may come again.

@@ -247,6 +247,29 @@ fn a_proxy_s_504_and_a_429_are_asked_for_again() {
     limited.assert_calls(1);
 }
 
+/// By default a follower outlasts any outage: one request asked for again
+/// well past the 10 attempts of `RetryPolicy::default`, then the feed read
+/// on from the same position.
+#[test]
+fn by_default_a_follower_asks_again_for_as_long_as_an_outage_lasts() {
+    let server = MockServer::start();
+    let unavailable = server.list_events(|when, then| {
+        when.after(&at("50"));
+        then.service_unavailable(&error(503, "service_unavailable"))
+            .into_inner()
+            .header("retry-after", "0")
+            .up_to_n_times(25);
+    });
+    let served = page_after(&server, Some("50"), &[pet_created(51, 1)], &next("51"));
+    expired_after(&server, "51");
+    let (events, _) = events_then_error(read_to_end(
+        client(&server).follow_events().after("50").stream(),
+    ));
+    assert_eq!(events, [pet_created(51, 1)]);
+    unavailable.assert_calls(25);
+    served.assert_calls(1);
+}
+
 /// The policy bounds the attempts of one request: its last error ends the
 /// stream.
 #[test]
