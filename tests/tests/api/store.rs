@@ -326,6 +326,41 @@ on_every_backend! {
         }
     }
 
+    // Many changes of one order at once, and retries of one already made:
+    // each answered as if they came one after another (the first change
+    // wins, a retry of the status it has is 200, anything else 409), never
+    // a 5xx however many there are.
+    async fn concurrent_changes_of_one_order_are_answered_as_if_in_turn(server) {
+        for round in 0..3 {
+            let pet_id = animal(&server, Some("available")).await;
+            let order = server.place_order(&pet_id).await;
+            let settle = |i: usize| {
+                let to = if (i + round).is_multiple_of(3) { "cancelled" } else { "delivered" };
+                server.patch_order(&order["id"], to).send()
+            };
+            let answers = futures::future::join_all((0..24).map(settle)).await;
+            let mut settled_as = Vec::new();
+            for answer in answers {
+                let answer = answer.unwrap();
+                match answer.status() {
+                    StatusCode::OK => settled_as.push(answer.json::<Value>().await.unwrap()["status"].clone()),
+                    _ => drop(assert_error(answer, StatusCode::CONFLICT, "invalid_transition").await),
+                }
+            }
+            let status = settled_as.first().expect("one change wins").clone();
+            assert!(settled_as.iter().all(|s| *s == status), "{settled_as:?}");
+            let sold_or_not = if status == "delivered" { "sold" } else { "available" };
+            assert_eq!(status_of(&server, &pet_id).await, sold_or_not);
+
+            // Retries of the change made, all at once: each 200.
+            let to = status.as_str().unwrap();
+            let retries = (0..16).map(|_| server.patch_order(&order["id"], to).send());
+            for answer in futures::future::join_all(retries).await {
+                assert_eq!(answer.unwrap().status(), StatusCode::OK);
+            }
+        }
+    }
+
     async fn an_idempotency_key_places_an_order_once(server) {
         let pet_id = animal(&server, Some("available")).await;
         let first = post_order_once(&server, KEY, "order-1", &pet_id).await;

@@ -427,57 +427,69 @@ async fn place_round(batch: Vec<Waiting<Place>>, connections: &SharedConnections
     Ok(again)
 }
 
-/// Updates the batch's orders in one statement (one request per order a
-/// round: the others wait for the next); reads the orders it did not
-/// change, to answer each as it now is.
+/// Updates the batch's orders in one statement, one request per order;
+/// reads the orders it did not change. Then answers every other request as
+/// the order now is, as if each came just after the one that went into the
+/// statement (each taking a round of its own would leave more than
+/// [`ATTEMPTS`] requests for one order failed). What finds an order still
+/// `placed` (a change overtook it) is left for the next round.
 async fn update_round(
     batch: Vec<Waiting<Update>>,
     connections: &SharedConnections,
 ) -> Round<Update> {
     let mut seen = std::collections::HashSet::new();
-    let (now, mut later): (Vec<_>, Vec<_>) = batch.into_iter().partition(|w| seen.insert(w.job.id));
+    let (now, same_order): (Vec<_>, Vec<_>) =
+        batch.into_iter().partition(|w| seen.insert(w.job.id));
     let shared = match connections.get().await {
         Ok(shared) => shared,
-        Err(error) => return Err((now, error)),
+        Err(error) => return Err((now.into_iter().chain(same_order).collect(), error)),
     };
     let ids: Vec<i64> = now.iter().map(|w| w.job.id).collect();
     let to: Vec<&str> = now.iter().map(|w| w.job.to.as_str()).collect();
     let pets: Vec<&str> = now.iter().map(|w| w.job.to.pet_status().as_str()).collect();
     let statement = &shared.orders.update_many;
     let params: [&(dyn ToSql + Sync); 3] = [&ids, &to, &pets];
-    let mut changed = match shared
+    // The orders as the round leaves them, by id.
+    let mut orders = match shared
         .query_map("updating orders", statement, &params, order_by_id)
         .await
     {
         Ok(changed) => changed,
-        Err(error) => return Err((now, error)),
+        Err(error) => return Err((now.into_iter().chain(same_order).collect(), error)),
     };
-    let mut unchanged = Vec::new();
+    let mut undecided = Vec::new();
     for waiting in now {
-        match changed.remove(&waiting.job.id) {
-            Some(order) => drop(waiting.answer.send(Ok(UpdateOutcome::Done(order)))),
-            None => unchanged.push(waiting),
+        match orders.get(&waiting.job.id) {
+            Some(order) => drop(waiting.answer.send(Ok(UpdateOutcome::Done(order.clone())))),
+            None => undecided.push(waiting),
         }
     }
-    if unchanged.is_empty() {
-        return Ok(later);
+    undecided.extend(same_order);
+    let mut unread: Vec<i64> = undecided
+        .iter()
+        .map(|w| w.job.id)
+        .filter(|id| !orders.contains_key(id))
+        .collect();
+    unread.sort_unstable();
+    unread.dedup();
+    if !unread.is_empty() {
+        let statement = &shared.orders.get_many;
+        match shared
+            .query_map("reading orders", statement, &[&unread], order_by_id)
+            .await
+        {
+            Ok(current) => orders.extend(current),
+            Err(error) => return Err((undecided, error)),
+        }
     }
-    let ids: Vec<i64> = unchanged.iter().map(|w| w.job.id).collect();
-    let statement = &shared.orders.get_many;
-    let current = match shared
-        .query_map("reading orders", statement, &[&ids], order_by_id)
-        .await
-    {
-        Ok(current) => current,
-        Err(error) => return Err((unchanged, error)),
-    };
-    for waiting in unchanged {
-        let outcome = match current.get(&waiting.job.id) {
+    let mut later = Vec::new();
+    for waiting in undecided {
+        let outcome = match orders.get(&waiting.job.id) {
             None => UpdateOutcome::NoSuchOrder,
             Some(order) => match transition(order.status, waiting.job.to) {
                 Ok(None) => UpdateOutcome::Done(order.clone()),
                 Err(from) => UpdateOutcome::Invalid(from),
-                // Placed again? Never; but decide it in the next round.
+                // Still `placed`: a change overtook this round's statement.
                 Ok(Some(_)) => {
                     later.push(waiting);
                     continue;
