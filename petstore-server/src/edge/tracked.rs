@@ -7,6 +7,12 @@
 //! The response body, not the handler's future, ends the request: a large
 //! page still being written to a slow reader is not idle.
 //!
+//! The answer to a `HEAD` request (a `405`: the contract has no `HEAD`
+//! operation) keeps its headers and loses its body here. hyper leaves out
+//! the body itself over HTTP/1.1, but over HTTP/2 it sends it, and a
+//! client then ends the stream with `PROTOCOL_ERROR` (RFC 9110 §9.3.2: a
+//! `HEAD` response has no content).
+//!
 //! The socket is wrapped too ([`Watched`]), below TLS, so that the table
 //! knows which idle connections have begun to send (a handshake, a request
 //! head) and which are silent.
@@ -62,9 +68,11 @@ where
 
     fn call(&self, request: Request<Incoming>) -> Self::Future {
         let in_flight = InFlight::start(&self.slot);
+        let head = request.method() == http::Method::HEAD;
         TrackedFuture {
             inner: self.inner.call(request),
             in_flight: Some(in_flight),
+            head,
         }
     }
 }
@@ -76,6 +84,7 @@ pin_project_lite::pin_project! {
         #[pin]
         inner: F,
         in_flight: Option<InFlight>,
+        head: bool,
     }
 }
 
@@ -89,10 +98,12 @@ where
         let this = self.project();
         let response = ready!(this.inner.poll(cx));
         let in_flight = this.in_flight.take();
+        let head = *this.head;
         Poll::Ready(response.map(|response| {
             response.map(|inner| TrackedBody {
                 inner,
                 _in_flight: in_flight,
+                head,
             })
         }))
     }
@@ -100,10 +111,12 @@ where
 
 pin_project_lite::pin_project! {
     /// A response body; its request is in progress until it is dropped.
+    /// Empty when it answers a `HEAD` request.
     pub(super) struct TrackedBody<B> {
         #[pin]
         inner: B,
         _in_flight: Option<InFlight>,
+        head: bool,
     }
 }
 
@@ -115,11 +128,14 @@ impl<B: Body> Body for TrackedBody<B> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        if self.head {
+            return Poll::Ready(None);
+        }
         self.project().inner.poll_frame(cx)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.head || self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {

@@ -84,6 +84,37 @@ async fn a_method_the_path_does_not_allow_is_405_method_not_allowed_with_allow()
     }
 }
 
+/// The contract has no `HEAD` operation: `HEAD` is a `405` with `Allow`,
+/// and, as every answer to `HEAD`, without content (RFC 9110 §9.3.2), over
+/// HTTP/1.1 and HTTP/2 alike (where content would break the stream).
+#[tokio::test]
+async fn head_is_405_with_allow_and_no_content_over_http_1_and_2() {
+    let server = TestServer::start().await;
+    let response = send(&server, Method::HEAD, "/v1/pets", Some(KEY)).await;
+    assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(header(&response, ALLOW), ["GET", "POST"]);
+    assert!(response.bytes().await.unwrap().is_empty());
+
+    let url = format!("http://{}/v1/pets", server.addr());
+    let curl = tokio::process::Command::new("curl")
+        .args([
+            "-sS",
+            "--http2-prior-knowledge",
+            "--head",
+            "--max-time",
+            "30",
+        ])
+        .args(["-H", &format!("Authorization: Bearer {KEY}"), &url])
+        .output()
+        .await
+        .expect("curl runs");
+    let head = String::from_utf8_lossy(&curl.stdout);
+    let stderr = String::from_utf8_lossy(&curl.stderr);
+    assert!(curl.status.success(), "{stderr}");
+    assert!(head.starts_with("HTTP/2 405"), "{head}");
+    assert!(head.contains("allow: GET"), "{head}");
+}
+
 #[tokio::test]
 async fn a_path_that_cannot_be_decoded_is_400_bad_request() {
     let server = TestServer::start().await;
