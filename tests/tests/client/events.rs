@@ -99,6 +99,24 @@ fn expired_after<'a>(server: &'a MockServer, after: &str) -> httpmock::Mock<'a> 
     })
 }
 
+/// `GET /events` after `after` answered `503` with `Retry-After`, the first
+/// `times` times.
+fn unavailable_after<'a>(
+    server: &'a MockServer,
+    after: &str,
+    retry_after: &str,
+    times: usize,
+) -> httpmock::Mock<'a> {
+    let after = at(after);
+    server.list_events(|when, then| {
+        when.after(&after);
+        then.service_unavailable(&error(503, "service_unavailable"))
+            .into_inner()
+            .header("retry-after", retry_after)
+            .up_to_n_times(times);
+    })
+}
+
 fn client(server: &MockServer) -> Client {
     // The mocks match the contract's paths without `/v1`.
     Client::with_api_key(&server.base_url(), "test-key")
@@ -199,13 +217,7 @@ fn an_event_of_an_unknown_type_passes_through() {
 #[test]
 fn a_503_is_waited_for_then_the_same_position_asked_for_again() {
     let server = MockServer::start();
-    let unavailable = server.list_events(|when, then| {
-        when.after(&at("20"));
-        then.service_unavailable(&error(503, "service_unavailable"))
-            .into_inner()
-            .header("retry-after", "1")
-            .up_to_n_times(1);
-    });
+    let unavailable = unavailable_after(&server, "20", "1", 1);
     let served = page_after(&server, Some("20"), &[pet_created(21, 1)], &next("21"));
     expired_after(&server, "21");
     let started = Instant::now();
@@ -253,13 +265,7 @@ fn a_proxy_s_504_and_a_429_are_asked_for_again() {
 #[test]
 fn by_default_a_follower_asks_again_for_as_long_as_an_outage_lasts() {
     let server = MockServer::start();
-    let unavailable = server.list_events(|when, then| {
-        when.after(&at("50"));
-        then.service_unavailable(&error(503, "service_unavailable"))
-            .into_inner()
-            .header("retry-after", "0")
-            .up_to_n_times(25);
-    });
+    let unavailable = unavailable_after(&server, "50", "0", 25);
     let served = page_after(&server, Some("50"), &[pet_created(51, 1)], &next("51"));
     expired_after(&server, "51");
     let (events, _) = events_then_error(read_to_end(
