@@ -428,25 +428,33 @@ async fn place_round(batch: Vec<Waiting<Place>>, connections: &SharedConnections
 }
 
 /// Updates the batch's orders in one statement, one request per order;
-/// reads the orders it did not change. Then answers every other request as
-/// the order now is, as if each came just after the one that went into the
-/// statement (each taking a round of its own would leave more than
+/// reads the orders it did not change. Then answers every request as the
+/// order now is: the one that went into the statement finds the status it
+/// asked for, and the others for the same order are answered as if each
+/// came just after it (each taking a round of its own would leave more than
 /// [`ATTEMPTS`] requests for one order failed). What finds an order still
-/// `placed` (a change overtook it) is left for the next round.
+/// `placed` (a change overtook the statement) is left for the next round.
 async fn update_round(
     batch: Vec<Waiting<Update>>,
     connections: &SharedConnections,
 ) -> Round<Update> {
+    // Each order once, for the first request for it.
     let mut seen = std::collections::HashSet::new();
-    let (now, same_order): (Vec<_>, Vec<_>) =
-        batch.into_iter().partition(|w| seen.insert(w.job.id));
+    let first: Vec<&Update> = batch
+        .iter()
+        .map(|w| &w.job)
+        .filter(|update| seen.insert(update.id))
+        .collect();
     let shared = match connections.get().await {
         Ok(shared) => shared,
-        Err(error) => return Err((now.into_iter().chain(same_order).collect(), error)),
+        Err(error) => return Err((batch, error)),
     };
-    let ids: Vec<i64> = now.iter().map(|w| w.job.id).collect();
-    let to: Vec<&str> = now.iter().map(|w| w.job.to.as_str()).collect();
-    let pets: Vec<&str> = now.iter().map(|w| w.job.to.pet_status().as_str()).collect();
+    let ids: Vec<i64> = first.iter().map(|update| update.id).collect();
+    let to: Vec<&str> = first.iter().map(|update| update.to.as_str()).collect();
+    let pets: Vec<&str> = first
+        .iter()
+        .map(|update| update.to.pet_status().as_str())
+        .collect();
     let statement = &shared.orders.update_many;
     let params: [&(dyn ToSql + Sync); 3] = [&ids, &to, &pets];
     // The orders as the round leaves them, by id.
@@ -455,17 +463,9 @@ async fn update_round(
         .await
     {
         Ok(changed) => changed,
-        Err(error) => return Err((now.into_iter().chain(same_order).collect(), error)),
+        Err(error) => return Err((batch, error)),
     };
-    let mut undecided = Vec::new();
-    for waiting in now {
-        match orders.get(&waiting.job.id) {
-            Some(order) => drop(waiting.answer.send(Ok(UpdateOutcome::Done(order.clone())))),
-            None => undecided.push(waiting),
-        }
-    }
-    undecided.extend(same_order);
-    let mut unread: Vec<i64> = undecided
+    let mut unread: Vec<i64> = batch
         .iter()
         .map(|w| w.job.id)
         .filter(|id| !orders.contains_key(id))
@@ -479,11 +479,11 @@ async fn update_round(
             .await
         {
             Ok(current) => orders.extend(current),
-            Err(error) => return Err((undecided, error)),
+            Err(error) => return Err((batch, error)),
         }
     }
     let mut later = Vec::new();
-    for waiting in undecided {
+    for waiting in batch {
         let outcome = match orders.get(&waiting.job.id) {
             None => UpdateOutcome::NoSuchOrder,
             Some(order) => match transition(order.status, waiting.job.to) {
