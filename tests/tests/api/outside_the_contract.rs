@@ -55,11 +55,17 @@ async fn a_path_of_no_operation_is_404_not_found_in_the_error_body_with_or_witho
     }
 }
 
+/// Method names are case-sensitive (RFC 9110 §9.1): `post` is a method
+/// of its own, which no path allows, not `POST`.
 #[tokio::test]
 async fn a_method_the_path_does_not_allow_is_405_method_not_allowed_with_allow() {
     let server = TestServer::start().await;
+    let lower_case = |name: &str| Method::from_bytes(name.as_bytes()).unwrap();
     let cases = [
         (Method::DELETE, "/v1/pets", vec!["GET", "POST"]),
+        (lower_case("post"), "/v1/pets", vec!["GET", "POST"]),
+        (lower_case("get"), "/v1/pets/1", vec!["GET"]),
+        (lower_case("Patch"), "/v1/store/orders/1", vec!["GET", "PATCH"]),
         (Method::PUT, "/v1/pets/1", vec!["GET"]),
         (Method::DELETE, "/v1/store/orders/1", vec!["GET", "PATCH"]),
         (Method::POST, "/v1/store/inventory", vec!["GET"]),

@@ -502,10 +502,11 @@ impl<Context: ServerContext> HttpRouter<Context> {
             _ => {}
         }
 
-        // First, look for a matching implementation.
-        let methodname = method.as_str().to_uppercase();
+        // First, look for a matching implementation.  Method names are
+        // case-sensitive (RFC 9110 section 9.1): "post" is not "POST".
+        let methodname = method.as_str();
         if let Some(handler) = find_handler_matching_version(
-            node.methods.get(&methodname).map(|v| v.as_slice()).unwrap_or(&[]),
+            node.methods.get(methodname).map(|v| v.as_slice()).unwrap_or(&[]),
             version,
         ) {
             return Ok(RouterLookupResult {
