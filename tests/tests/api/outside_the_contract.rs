@@ -65,7 +65,11 @@ async fn a_method_the_path_does_not_allow_is_405_method_not_allowed_with_allow()
         (Method::DELETE, "/v1/pets", vec!["GET", "POST"]),
         (lower_case("post"), "/v1/pets", vec!["GET", "POST"]),
         (lower_case("get"), "/v1/pets/1", vec!["GET"]),
-        (lower_case("Patch"), "/v1/store/orders/1", vec!["GET", "PATCH"]),
+        (
+            lower_case("Patch"),
+            "/v1/store/orders/1",
+            vec!["GET", "PATCH"],
+        ),
         (Method::PUT, "/v1/pets/1", vec!["GET"]),
         (Method::DELETE, "/v1/store/orders/1", vec!["GET", "PATCH"]),
         (Method::POST, "/v1/store/inventory", vec!["GET"]),
