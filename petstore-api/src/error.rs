@@ -373,13 +373,19 @@ impl ApiError {
 /// waiting it out loses little.
 pub const SERVICE_UNAVAILABLE_RETRY_AFTER_SECS: u16 = 2;
 
-/// `error: its source: that one's source …`, for the log.
+/// `error: its source: that one's source …`, for the log. Many errors
+/// print their source in their own text and return it as their source too
+/// (tokio-postgres', deadpool's, io's wrappers): a source whose text the
+/// chain already ends with is not said again.
 pub fn chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
+        let said = cause.to_string();
+        if !text.ends_with(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
         source = cause.source();
     }
     text
@@ -494,6 +500,45 @@ pub(crate) fn insufficient_scope_challenge(needed: &[Scope]) -> HeaderValue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An error that says `text`, and has `source`; `{source}` in `text`
+    /// repeats it, as many libraries' errors do.
+    #[derive(Debug)]
+    struct Said(String, Option<Box<Said>>);
+
+    impl std::fmt::Display for Said {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
+
+    impl std::error::Error for Said {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|s| s as _)
+        }
+    }
+
+    fn said(text: &str, source: Option<Said>) -> Said {
+        Said(text.to_owned(), source.map(Box::new))
+    }
+
+    #[test]
+    fn a_chain_says_each_cause_once() {
+        let refused = said("Connection refused (os error 111)", None);
+        let connecting = said(
+            "error connecting to server: Connection refused (os error 111)",
+            Some(refused),
+        );
+        let storage = said("PostgreSQL, connecting", Some(connecting));
+        assert_eq!(
+            chain(&storage),
+            "PostgreSQL, connecting: error connecting to server: Connection refused (os error 111)"
+        );
+
+        let inner = said("disk full", None);
+        let outer = said("writing the page", Some(inner));
+        assert_eq!(chain(&outer), "writing the page: disk full");
+    }
 
     #[test]
     fn a_message_naming_a_huge_value_is_cut_and_says_so() {

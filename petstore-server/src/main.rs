@@ -110,7 +110,7 @@ fn main() -> ExitCode {
     runtime.shutdown_timeout(Duration::from_secs(1));
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(format!("{e:#}")),
+        Err(e) => fail(petstore_api::error::chain(e.as_ref())),
     }
 }
 

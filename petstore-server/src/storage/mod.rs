@@ -133,9 +133,12 @@ pub enum PostgresFailure {
     /// The driver's error (the database's own, or a broken connection).
     #[error(transparent)]
     Driver(#[from] tokio_postgres::Error),
-    /// The pool's (no connection within the timeout, pool closed).
+    /// The pool's own (no connection within the timeout, pool closed).
+    /// A connection the pool could not make is the driver's error
+    /// ([`From`] unwraps it: the pool's "Error occurred while creating a
+    /// new object" adds nothing an operator needs).
     #[error(transparent)]
-    Pool(#[from] deadpool_postgres::PoolError),
+    Pool(deadpool_postgres::PoolError),
     /// No shared connection could be made within the timeout.
     #[error("no connection within the timeout")]
     ConnectTimeout,
@@ -143,6 +146,15 @@ pub enum PostgresFailure {
     /// (and was given up).
     #[error("no answer within the timeout")]
     StatementTimeout,
+}
+
+impl From<deadpool_postgres::PoolError> for PostgresFailure {
+    fn from(error: deadpool_postgres::PoolError) -> PostgresFailure {
+        match error {
+            deadpool_postgres::PoolError::Backend(error) => PostgresFailure::Driver(error),
+            other => PostgresFailure::Pool(other),
+        }
+    }
 }
 
 impl StorageError {

@@ -208,8 +208,7 @@ pub struct PostgresStorage {
 /// (a statement the server rejects, data that does not decode).
 pub(super) fn is_unavailable(failure: &PostgresFailure) -> bool {
     let error = match failure {
-        PostgresFailure::Pool(deadpool_postgres::PoolError::Backend(error))
-        | PostgresFailure::Driver(error) => error,
+        PostgresFailure::Driver(error) => error,
         PostgresFailure::Pool(_)
         | PostgresFailure::ConnectTimeout
         | PostgresFailure::StatementTimeout => return true,
