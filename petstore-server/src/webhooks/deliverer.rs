@@ -24,13 +24,13 @@ use chrono::{DateTime, Utc};
 use futures::FutureExt;
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 
+use super::outage::Outage;
 use super::schedule::{RetrySchedule, retry_after};
 use super::secrets::SealingKeys;
 use super::sign::signature_header;
 use super::target::TargetPolicy;
 use crate::logging::panic_message;
 use crate::metrics::{AttemptResult, Metrics};
-use crate::storage::StorageError;
 use crate::storage::webhooks::{
     AttemptOutcome, ClaimRoom, ClaimedDelivery, FinishedAttempt, NextStep, WebhookStorage,
 };
@@ -92,6 +92,8 @@ pub struct Deliverer {
     pub metrics: Arc<Metrics>,
     /// Where failures of our own are logged.
     pub log: slog::Logger,
+    /// Whether the database stopped answering (logged once an outage).
+    pub outage: Outage,
 }
 
 /// A subscription's share of the requests in flight while `busy` other
@@ -210,9 +212,12 @@ impl Deliverer {
             }
             let room = in_flight.room(batch.num_permits());
             let claimed = match this.hooks.claim(&this.instance, &room, this.lease()).await {
-                Ok(claimed) => claimed,
+                Ok(claimed) => {
+                    this.outage.answered();
+                    claimed
+                }
                 Err(e) => {
-                    this.warn("claiming webhook deliveries", &e);
+                    this.outage.failed("claiming webhook deliveries", &e);
                     Vec::new()
                 }
             };
@@ -283,7 +288,8 @@ impl Deliverer {
                 .clamp(Duration::from_millis(5), IDLE_TICK),
             Ok(None) => IDLE_TICK,
             Err(e) => {
-                self.warn("reading when webhook deliveries are due", &e);
+                self.outage
+                    .failed("reading when webhook deliveries are due", &e);
                 IDLE_TICK
             }
         }
@@ -315,8 +321,11 @@ impl Deliverer {
                 .catch_unwind()
                 .await;
             match recorded {
-                Ok(Ok(_)) => return,
-                Ok(Err(e)) if last_try => self.warn("recording webhook deliveries", &e),
+                Ok(Ok(_)) => {
+                    self.outage.answered();
+                    return;
+                }
+                Ok(Err(e)) if last_try => self.outage.failed("recording webhook deliveries", &e),
                 Ok(Err(_)) => {}
                 Err(panic) => {
                     let message = panic_message(&*panic);
@@ -453,11 +462,6 @@ impl Deliverer {
             ended,
             next,
         }
-    }
-
-    fn warn(&self, doing: &str, error: &StorageError) {
-        slog::warn!(self.log, "{doing} failed; trying again later";
-            "error" => petstore_api::error::chain(error));
     }
 }
 

@@ -18,6 +18,7 @@ use enumset::EnumSet;
 use petstore_api::scopes::{Scope, Scopes};
 use tokio::sync::Notify;
 
+use super::outage::Outage;
 use crate::keyring::Keyring;
 use crate::keys::KeyDigest;
 use crate::storage::webhooks::{NewDelivery, StoredSubscription, WebhookStorage};
@@ -56,13 +57,17 @@ pub async fn run(
     let mut subscriptions: Vec<StoredSubscription> = Vec::new();
     let mut read_to: HashMap<i64, i64> = HashMap::new();
     let mut refreshed = tokio::time::Instant::now() - REFRESH;
+    let outage = Outage::new("webhook fan-out", log);
     loop {
         let seen = *head.borrow_and_update();
         let refresh_due = refreshed.elapsed() >= REFRESH;
         if refresh_due {
             match hooks.active_subscriptions().await {
-                Ok(active) => subscriptions = active,
-                Err(e) => warn(&log, "reading the webhook subscriptions", &e),
+                Ok(active) => {
+                    outage.answered();
+                    subscriptions = active;
+                }
+                Err(e) => outage.failed("reading the webhook subscriptions", &e),
             }
             refreshed = tokio::time::Instant::now();
         }
@@ -79,11 +84,14 @@ pub async fn run(
                 }
                 other => other,
             };
+            if round.is_ok() {
+                outage.answered();
+            }
             match round {
                 Ok(Round::Stored) => delivered.notify_one(),
                 Ok(Round::Nothing) => {}
                 Ok(Round::Stale) => stale = true,
-                Err(e) => warn(&log, "turning events into webhook deliveries", &e),
+                Err(e) => outage.failed("turning events into webhook deliveries", &e),
             }
         }
         if stale {
@@ -223,9 +231,4 @@ pub fn delivery_of(event: StoredEvent) -> NewDelivery {
         resource,
         body,
     }
-}
-
-fn warn(log: &slog::Logger, doing: &str, error: &StorageError) {
-    slog::warn!(log, "{doing} failed; trying again later";
-        "error" => petstore_api::error::chain(error));
 }

@@ -13,6 +13,7 @@
 //! - [`fanout`]: the feed turned into deliveries, each event once per
 //!   subscription whichever instance gets there first.
 //! - [`deliverer`]: due deliveries claimed, sent, and their outcome kept.
+//! - [`outage`]: what those two tasks log while the database is down.
 //! - [`api`]: the operations' decisions (who sees which subscription, what
 //!   a new one receives), for the handlers.
 //!
@@ -21,6 +22,7 @@
 pub mod api;
 pub mod deliverer;
 pub mod fanout;
+pub mod outage;
 pub mod schedule;
 pub mod secrets;
 pub mod sign;
@@ -193,6 +195,7 @@ pub fn start(
         timeout: settings.timeout,
         due: Arc::clone(&webhooks.due),
         metrics,
+        outage: outage::Outage::new("webhook deliveries", log.clone()),
         log,
     };
     let delivering = tokio::spawn(deliverer.run());
