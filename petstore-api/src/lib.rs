@@ -60,7 +60,7 @@ pub const LIMIT_DEFAULT: i32 = 20;
 pub const REQUEST_BODY_MAX_BYTES: usize = 16 * 1024;
 
 /// The contract version this interface implements (`info.version`).
-pub const CONTRACT_VERSION: semver::Version = semver::Version::new(1, 7, 2);
+pub const CONTRACT_VERSION: semver::Version = semver::Version::new(1, 7, 3);
 
 /// The pet store API.
 #[dropshot::api_description]
@@ -401,7 +401,10 @@ pub trait PetstoreApi {
     /// Delivers again the events from `from` to `to` (event `id`s, both
     /// included) that the subscription is to receive: each becomes a
     /// pending delivery, due now, its attempts counted afresh, whether it
-    /// had been delivered, had failed or had never been made. A `disabled`
+    /// had been delivered, had failed or had never been made (an event
+    /// committed before the subscription was made too: a replay may
+    /// deliver any event the feed still keeps, of the subscription's
+    /// `types` and that its API key may see). A `disabled`
     /// subscription becomes `active` again, and its waiting deliveries are
     /// sent too. The deliveries are sent in the background, each
     /// resource's in the feed's order as ever; the `202` says how many.

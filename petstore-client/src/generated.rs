@@ -141,8 +141,16 @@ attribute.
         pub specversion: ::std::string::String,
         ///The resource the event is about, below `source`: `pets/{petId}` or `store/orders/{orderId}`.
         pub subject: ::std::string::String,
-        /**When the change was committed, in UTC, with six fractional digits
-(the order's `placedAt` for `order.placed`).
+        /**When the change was made, in UTC, with six fractional digits (the
+order's `placedAt` for `order.placed`): the time of the statement
+that made it, in the transaction that committed it. Times follow
+the feed's order wherever that order is certain: an animal's or
+an order's own events, and a change made after another was
+acknowledged, have times no earlier. Changes to different
+resources made at the same moment by several clients may have
+times a little out of the feed's order (on a busy PostgreSQL, by
+as much as a statement takes): go by `id`, never by `time`, to
+order events or to resume.
 */
         pub time: ::chrono::DateTime<::chrono::offset::Utc>,
         /**What happened: `pet.created`, `pet.status_changed`, `order.placed`,
@@ -1228,7 +1236,10 @@ a minor version.
             ::chrono::DateTime<::chrono::offset::Utc>,
         >,
         /**How many deliveries are neither delivered nor failed: waiting for
-their first attempt or for a retry, or being sent.
+their first attempt or for a retry, or being sent. While the
+subscription is `disabled`, the events committed meanwhile are
+not deliveries yet, and not counted: they become deliveries when
+`replayWebhook` makes it active again.
 */
         pub pending: i64,
         /**`active` (deliveries are sent) or `disabled` (nothing is sent until
@@ -1291,7 +1302,10 @@ a minor version.
             ::chrono::DateTime<::chrono::offset::Utc>,
         >,
         /**How many deliveries are neither delivered nor failed: waiting for
-their first attempt or for a retry, or being sent.
+their first attempt or for a retry, or being sent. While the
+subscription is `disabled`, the events committed meanwhile are
+not deliveries yet, and not counted: they become deliveries when
+`replayWebhook` makes it active again.
 */
         pub pending: i64,
         /**The signing secret: `whsec_` followed by the base64 of 32 random
@@ -3247,7 +3261,7 @@ Decisions where the interface specification is silent:
   every acknowledged change appears there exactly once, nothing that was
   not committed ever does, and the events of any one animal or order
   appear in the order they were committed. `id` increases in the feed's
-  order and is the cursor: a client that passes the last `id` it read
+  order (an event's `time` may not, across resources) and is the cursor: a client that passes the last `id` it read
   as `after` never misses an event, on any instance of the service,
   whichever instance wrote it. An event is readable once every change
   that could precede it in the feed is settled, usually within
@@ -3281,7 +3295,7 @@ Decisions where the interface specification is silent:
   each through the created item's `id` (OpenAPI `links`).
 
 
-Version: 1.7.2*/
+Version: 1.7.3*/
 pub struct Client {
     pub(crate) baseurl: String,
     pub(crate) client: reqwest::Client,
@@ -3321,7 +3335,7 @@ impl Client {
 
 impl ClientInfo<()> for Client {
     fn api_version() -> &'static str {
-        "1.7.2"
+        "1.7.3"
     }
 
     fn baseurl(&self) -> &str {
@@ -3834,7 +3848,10 @@ let response = client.list_webhook_deliveries()
 Delivers again the events from `from` to `to` (event `id`s, both
 included) that the subscription is to receive: each becomes a
 pending delivery, due now, its attempts counted afresh, whether it
-had been delivered, had failed or had never been made. A `disabled`
+had been delivered, had failed or had never been made (an event
+committed before the subscription was made too: a replay may deliver
+any event the feed still keeps, of the subscription's `types` and
+that its API key may see). A `disabled`
 subscription becomes `active` again, and its waiting deliveries are
 sent too. The deliveries are sent in the background, each
 resource's in the feed's order as ever; the `202` says how many.

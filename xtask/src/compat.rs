@@ -393,6 +393,10 @@ mod tests {
             "petstore-1.7.2.yaml",
             "56209a8445d8b6f4816ef2c622998a598b1d17a208d28e3ef8da1fa591b79f68",
         ),
+        (
+            "petstore-1.7.3.yaml",
+            "c018b8cbd2343843d40a01ec22dfff37044a5fc96c3594a1613d3b7cb99448a0",
+        ),
     ];
 
     fn sha256(path: &Path) -> String {

@@ -119,8 +119,16 @@ pub struct Event {
     /// The resource the event is about, as a path below `source`:
     /// `pets/{petId}` or `store/orders/{orderId}`.
     pub subject: String,
-    /// When the change was committed, in UTC, with six fractional digits
-    /// (an order's `placedAt` for `order.placed`).
+    /// When the change was made, in UTC, with six fractional digits (an
+    /// order's `placedAt` for `order.placed`): the time of the statement
+    /// that made it, in the transaction that committed it. Times follow the
+    /// feed's order wherever that order is certain: an animal's or an
+    /// order's own events, and a change made after another was
+    /// acknowledged, have times no earlier. Changes to different resources
+    /// made at the same moment by several clients may have times a little
+    /// out of the feed's order (on a busy PostgreSQL, by as much as a
+    /// statement takes): go by `id`, never by `time`, to order events or to
+    /// resume.
     #[serde(serialize_with = "rfc3339_micros")]
     pub time: DateTime<Utc>,
     /// The media type of `data`: always `application/json`.

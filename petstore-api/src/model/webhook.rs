@@ -137,7 +137,10 @@ pub struct Webhook {
     #[serde(serialize_with = "rfc3339_micros")]
     pub created_at: DateTime<Utc>,
     /// How many deliveries are neither delivered nor failed: waiting for
-    /// their first attempt or for a retry, or being sent.
+    /// their first attempt or for a retry, or being sent. While the
+    /// subscription is `disabled`, the events committed meanwhile are not
+    /// deliveries yet, and not counted: they become deliveries when
+    /// `replayWebhook` makes it active again.
     #[schemars(with = "i64", range(min = 0))]
     pub pending: u64,
     /// When a delivery last succeeded. Absent until one has.

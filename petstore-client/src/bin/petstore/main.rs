@@ -327,10 +327,13 @@ fn tail_command(place: &Place) -> Command {
              line of JSON (JSON Lines) as soon as it is read, from the oldest event the service \
              keeps (or after --after), until interrupted (Ctrl-C).\n\n\
              To go on later from where it stopped, pass the `id` of the last line printed as \
-             --after. A request that fails for a while (no answer, 429, 5xx) is sent again from \
-             the same place; when it keeps failing through the retries (half a minute at most), \
-             it ends with exit status 3 (no answer) or 1. An --after older than the events the service keeps ends it \
-             with cursor_expired (exit status 1): run it again without --after.",
+             --after. A request that fails for a reason that may pass (no answer, a timeout, \
+             429, 5xx) is sent again from the same place for as long as that lasts: it waits \
+             through restarts and outages of the service. An answer no retry can change ends \
+             it, with that answer's exit status (see `petstore --help`): 401, 403, any other \
+             error, or a Retry-After longer than 30 s. An --after older than the events the \
+             service keeps ends it with cursor_expired (exit status 1): run it again without \
+             --after.",
         )
         .arg(
             Arg::new("after")
