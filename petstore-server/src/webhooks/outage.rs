@@ -3,7 +3,10 @@
 //! database answers again"), as the keys' reload and the feed's head do.
 //! The tries in between go to `debug`: the tasks try again every few
 //! hundred milliseconds, and an outage of minutes would otherwise write
-//! thousands of the same warning while saying nothing of its end.
+//! thousands of the same warning while saying nothing of its end. A
+//! failure that is not the database's being unavailable (a statement it
+//! rejects, data that does not decode: a bug in us) is an `error` each
+//! time, outage or not.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -28,8 +31,11 @@ impl Outage {
 
     /// `doing` failed with `error`; it is tried again later.
     pub fn failed(&self, doing: &str, error: &StorageError) {
+        let unavailable = error.is_unavailable();
         let error = petstore_api::error::chain(error);
-        if self.failing.swap(true, Ordering::Relaxed) {
+        if !unavailable {
+            slog::error!(self.log, "{doing} failed; trying again later"; "error" => error);
+        } else if self.failing.swap(true, Ordering::Relaxed) {
             slog::debug!(self.log, "{doing} failed again; trying again later"; "error" => error);
         } else {
             slog::warn!(self.log, "{doing} failed; trying again later \
@@ -73,8 +79,18 @@ mod tests {
         }
     }
 
+    /// A row that does not decode: retrying will not help.
+    fn bug() -> StorageError {
+        StorageError::Undecodable {
+            id: 1,
+            column: "kind",
+            value: "9".to_owned(),
+            expected: "event kind",
+        }
+    }
+
     #[test]
-    fn an_outage_is_a_warning_when_it_starts_and_a_record_when_it_ends() {
+    fn an_outage_is_logged_when_it_starts_and_when_it_ends_and_a_bug_every_time() {
         let seen = Seen::default();
         let outage = Outage::new(
             "webhook deliveries",
@@ -88,13 +104,17 @@ mod tests {
         outage.answered();
         outage.failed("claiming webhook deliveries", &unavailable());
 
+        outage.failed("recording webhook deliveries", &bug());
+        outage.failed("recording webhook deliveries", &bug());
+
         let levels: Vec<slog::Level> = seen.0.lock().unwrap().iter().map(|(l, _)| *l).collect();
         let warnings = levels
             .iter()
             .filter(|&&l| l == slog::Level::Warning)
             .count();
         let infos = levels.iter().filter(|&&l| l == slog::Level::Info).count();
-        assert_eq!((warnings, infos), (2, 1), "{levels:?}");
+        let errors = levels.iter().filter(|&&l| l == slog::Level::Error).count();
+        assert_eq!((warnings, infos, errors), (2, 1, 2), "{levels:?}");
         let seen = seen.0.lock().unwrap();
         assert_eq!(seen[0].0, slog::Level::Warning);
         assert!(
