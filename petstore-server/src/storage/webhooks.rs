@@ -332,8 +332,12 @@ pub trait WebhookStorage: Send + Sync + 'static {
 
     /// Stores `deliveries` (due now) for subscription `id` and moves its
     /// cursor from `from` to `to`, in one transaction, only if the cursor is
-    /// still at `from` and the subscription still exists. Returns whether it
-    /// did (`false`: another instance fanned out first; nothing stored).
+    /// still at `from` and the subscription still exists and is active.
+    /// Returns whether it did (`false`: another instance fanned out first,
+    /// or the subscription was disabled or deleted meanwhile; nothing
+    /// stored). A disabled subscription's events are not deliveries until
+    /// a replay makes it active again, even those committed in the moment
+    /// before fan-out learns it was disabled.
     async fn fan_out(
         &self,
         id: i64,

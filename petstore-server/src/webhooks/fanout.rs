@@ -3,7 +3,11 @@
 //! reads the events after it (as its creator's key would see them) and
 //! stores their deliveries together with the moved cursor, compare-and-set
 //! ([`WebhookStorage::fan_out`]), so that whichever instance gets there
-//! first makes each delivery once.
+//! first makes each delivery once. The same compare-and-set insists that
+//! the subscription is still active: from the moment one is disabled its
+//! cursor waits, and the events after it become deliveries only once a
+//! replay makes it active again (not in the second before fan-out reads
+//! the subscriptions again).
 //!
 //! What a subscription receives follows its maker's key *now*: the kinds it
 //! asked for that the key may still see, its own orders only once the key
@@ -95,8 +99,8 @@ pub async fn run(
             }
         }
         if stale {
-            // Another instance moved a cursor (or a subscription went):
-            // read them again before the next round.
+            // Another instance moved a cursor (or a subscription went, or
+            // was disabled): read them again before the next round.
             refreshed = tokio::time::Instant::now() - REFRESH;
         }
         tokio::time::sleep(ROUND_GAP).await;
@@ -152,8 +156,9 @@ async fn fan_out_one(
                 .fan_out(subscription.id, subscription.fanned_out, to, deliveries)
                 .await?
             {
-                // Another instance stored from there first: start again from
-                // the stored cursor, once it is read again.
+                // Another instance stored from there first (or the
+                // subscription was disabled): start again from the stored
+                // cursor, once it is read again.
                 *read = subscription.fanned_out;
                 return Ok(Round::Stale);
             }

@@ -230,10 +230,15 @@ on_every_backend! {
         }).await;
         assert_eq!(read["disabledReason"], "gone", "{read}");
         assert_eq!(server.metric("petstore_webhook_subscriptions{state=\"disabled\"}").await, 1.0);
-        // Disabled: nothing more is sent.
+        // Disabled: nothing more is sent, and what is committed meanwhile
+        // is not a delivery yet (neither counted nor listed).
         let second = available(&server, "Waiting").await;
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert_eq!(receiver.received().len(), 1);
+        assert_eq!(get_json(&server, KEY, &format!("/{id}")).await["pending"], 0);
+        let deliveries = get_json(&server, KEY, &format!("/{id}/deliveries")).await;
+        assert_eq!(deliveries.as_array().unwrap().len(), 1, "only the first event's: {deliveries}");
+        assert_eq!(deliveries[0]["state"], "failed", "{deliveries}");
         // A replay of the first event re-enables it; both arrive.
         let feed = feed_after(&server, "0").await;
         let first_id = feed.iter().find(|e| e["data"]["id"] == first["id"]).unwrap()["id"].as_str().unwrap().to_owned();
@@ -248,6 +253,23 @@ on_every_backend! {
         assert_eq!(names, [first["name"].as_str().unwrap(), second["name"].as_str().unwrap()]);
         assert_eq!(get_json(&server, KEY, &format!("/{id}")).await["state"], "active");
         assert_eq!(server.metric("petstore_webhook_subscriptions{state=\"disabled\"}").await, 0.0);
+    }
+
+    async fn a_replay_delivers_events_committed_before_the_subscription_was_made(server) {
+        let earlier = available(&server, "Before").await;
+        let feed = feed_after(&server, "0").await;
+        let event = feed.iter().find(|e| e["data"]["id"] == earlier["id"]).unwrap()["id"].as_str().unwrap().to_owned();
+        let receiver = Receiver::healthy().await;
+        let webhook = subscribe_as(&server, KEY, json!({"url": receiver.url("/"), "types": ["pet.created"]})).await;
+        let id = webhook["id"].as_i64().unwrap();
+        let response = webhooks_as(&server, KEY, Method::POST, &format!("/{id}/replay"), Some(json!({"from": event, "to": event}))).await;
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+        let accepted: Value = response.json().await.unwrap();
+        assert_eq!(accepted["deliveries"], 1, "{accepted}");
+        let got = delivered(&receiver, 1).await;
+        assert_eq!(got[0].json()["id"].as_str(), Some(event.as_str()));
+        assert_eq!(got[0].json()["data"], earlier);
+        assert!(verifies(&got[0], webhook["secret"].as_str().unwrap()));
     }
 
     async fn a_replay_examines_at_most_1000_events_a_call_and_ends_at_to(server) {

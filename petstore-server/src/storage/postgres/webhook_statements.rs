@@ -185,11 +185,13 @@ pub(super) const DELETE: &str =
 
 /// Moves subscription `$1`'s cursor from `$2` to `$3` and stores the
 /// deliveries (`$4`… as columns), or, if the cursor is no longer at `$2`
-/// (another instance moved it; a concurrent move waits for the row and
-/// re-reads it), does neither. One row: 1 if it moved.
+/// (another instance moved it) or the subscription is disabled, does
+/// neither. A concurrent move or disable waits for the row and re-reads
+/// it. One row: 1 if it moved.
 pub(super) const FAN_OUT: &str = "
     WITH moved AS (
-        UPDATE webhooks SET fanned_out = $3 WHERE id = $1 AND fanned_out = $2
+        UPDATE webhooks SET fanned_out = $3
+        WHERE id = $1 AND fanned_out = $2 AND state = 'active'
         RETURNING id),
     stored AS (
         INSERT INTO webhook_deliveries (webhook_id, event_id, kind, resource, body, state,

@@ -595,7 +595,8 @@ impl WebhookStorage for SqliteWebhooks {
             let tx = immediate(conn, doing)?;
             let moved = tx
                 .prepare_cached(
-                    "UPDATE webhooks SET fanned_out = ?3 WHERE id = ?1 AND fanned_out = ?2",
+                    "UPDATE webhooks SET fanned_out = ?3
+                     WHERE id = ?1 AND fanned_out = ?2 AND state = 'active'",
                 )
                 .and_then(|mut update| update.execute(params![id, from, to]))
                 .map_err(&sql)?;
