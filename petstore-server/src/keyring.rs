@@ -20,6 +20,7 @@ use petstore_api::scopes::Scopes;
 use crate::budget::KeyLimits;
 use crate::keys::{AcceptedKey, ApiKeys, AuthFailure, KeyCounts, KeyDigest, KeySet};
 use crate::metrics::Metrics;
+use crate::storage::outage::Outage;
 use crate::storage::{KeyStorage, StorageError, StoredKey};
 
 /// How often each instance re-reads the stored keys. A change takes effect
@@ -166,7 +167,7 @@ impl Keyring {
 
     /// Keeps the set current and records last use, every
     /// [`REFRESH_INTERVAL`], until the task is dropped. A failed read keeps
-    /// the set in force and is logged (once per outage) and counted.
+    /// the set in force; it is counted, and logged as an [`Outage`].
     pub async fn refresh(
         self: Arc<Self>,
         storage: Arc<dyn KeyStorage>,
@@ -174,24 +175,19 @@ impl Keyring {
         metrics: Arc<Metrics>,
     ) {
         let mut flushed = HashMap::new();
-        let mut failing = false;
+        let outage = Outage::new("API keys", log);
         let mut ticks = tokio::time::interval(REFRESH_INTERVAL);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
             match self.refresh_once(&*storage, &mut flushed).await {
-                Ok(()) if failing => {
-                    failing = false;
-                    slog::info!(log, "API keys reloaded again");
-                }
-                Ok(()) => {}
+                Ok(()) => outage.answered(),
                 Err(error) => {
                     metrics.key_refresh_failed();
-                    if !failing {
-                        failing = true;
-                        slog::warn!(log, "cannot reload the API keys; the keys loaded last stay in force";
-                            "error" => %petstore_api::error::chain(&error));
-                    }
+                    outage.failed(
+                        "reloading the API keys (the keys loaded last stay in force)",
+                        &error,
+                    );
                 }
             }
         }

@@ -18,6 +18,12 @@ const TRAFFIC: Duration = Duration::from_secs(60);
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
+/// How the keys' reload and the feed's head log the start of an outage.
+const OUTAGE_STARTED: [&str; 2] = [
+    "reloading the API keys (the keys loaded last stay in force) failed",
+    "finding the feed's head (it stays at",
+];
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_outage_gives_503_and_the_server_recovers_by_itself() {
     let Some((cluster, server, before)) = server_on_a_cluster_of_its_own().await else {
@@ -71,6 +77,10 @@ async fn a_database_outage_gives_503_and_the_server_recovers_by_itself() {
     })
     .await;
     let acknowledged_during_outage = traffic.acknowledged();
+    // The background tasks that read the database each say so, once.
+    for failed in OUTAGE_STARTED {
+        server.log_eventually_contains(failed).await;
+    }
 
     // Returns once PostgreSQL accepts sessions again.
     blocking({
@@ -86,6 +96,15 @@ async fn a_database_outage_gives_503_and_the_server_recovers_by_itself() {
         traffic.acknowledged() > acknowledged_during_outage
     })
     .await;
+    for task in ["API keys", "events (the feed's head)"] {
+        let answers = format!("{task}: the database answers again");
+        server.log_eventually_contains(&answers).await;
+    }
+    // Not once per try: the tries in between are not logged at `info`.
+    let log = server.log_text();
+    for failed in OUTAGE_STARTED {
+        assert_eq!(log.matches(failed).count(), 1, "{failed:?} in\n{log}");
+    }
     traffic.stop();
     // Its last request, then it returns.
     let stopped = within("the traffic stops", REQUEST_TIMEOUT * 2, creating).await;

@@ -13,6 +13,7 @@ pub mod events;
 pub mod idempotency;
 pub mod keys;
 pub mod orders;
+pub mod outage;
 mod parked;
 mod postgres;
 mod sqlite;

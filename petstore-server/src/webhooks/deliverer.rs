@@ -24,13 +24,13 @@ use chrono::{DateTime, Utc};
 use futures::FutureExt;
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 
-use super::outage::Outage;
 use super::schedule::{RetrySchedule, retry_after};
 use super::secrets::SealingKeys;
 use super::sign::signature_header;
 use super::target::TargetPolicy;
 use crate::logging::panic_message;
 use crate::metrics::{AttemptResult, Metrics};
+use crate::storage::outage::Outage;
 use crate::storage::webhooks::{
     AttemptOutcome, ClaimRoom, ClaimedDelivery, FinishedAttempt, NextStep, WebhookStorage,
 };

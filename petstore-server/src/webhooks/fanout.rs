@@ -22,9 +22,9 @@ use enumset::EnumSet;
 use petstore_api::scopes::{Scope, Scopes};
 use tokio::sync::Notify;
 
-use super::outage::Outage;
 use crate::keyring::Keyring;
 use crate::keys::KeyDigest;
+use crate::storage::outage::Outage;
 use crate::storage::webhooks::{NewDelivery, StoredSubscription, WebhookStorage};
 use crate::storage::{EventKind, OwnerId};
 use crate::storage::{EventQuery, EventsOutcome, LIST_MAX, Storage, StorageError, StoredEvent};

@@ -22,7 +22,6 @@
 pub mod api;
 pub mod deliverer;
 pub mod fanout;
-pub mod outage;
 pub mod schedule;
 pub mod secrets;
 pub mod sign;
@@ -37,6 +36,7 @@ use tokio::task::JoinHandle;
 
 use crate::keyring::Keyring;
 use crate::metrics::Metrics;
+use crate::storage::outage::Outage;
 use crate::storage::webhooks::WebhookStorage;
 use crate::storage::{DatabaseUrl, Storage};
 use schedule::RetrySchedule;
@@ -195,7 +195,7 @@ pub fn start(
         timeout: settings.timeout,
         due: Arc::clone(&webhooks.due),
         metrics,
-        outage: outage::Outage::new("webhook deliveries", log.clone()),
+        outage: Outage::new("webhook deliveries", log.clone()),
         log,
     };
     let delivering = tokio::spawn(deliverer.run());

@@ -108,6 +108,7 @@ use super::event_statements::FLUSH;
 use super::notify::{Listener, Sender};
 use super::shared::{STATEMENT_TIMEOUT, SharedConnections};
 use crate::storage::StorageError;
+use crate::storage::outage::Outage;
 
 /// How often the head is looked for with nothing else to prompt it (other
 /// instances' writes whose notification was lost).
@@ -192,6 +193,7 @@ impl Head {
             telling_failed: false,
             noticed: None,
             flushed: 0,
+            outage: Outage::new("events (the feed's head)", log.clone()),
             log,
         };
         Head {
@@ -286,6 +288,8 @@ struct Watcher {
     noticed: Option<Instant>,
     /// How far the WAL was flushed here at the last round.
     flushed: i64,
+    /// Whether the database stopped answering (the head stays meanwhile).
+    outage: Outage,
     log: slog::Logger,
 }
 
@@ -294,7 +298,6 @@ impl Watcher {
         let mut wait = Duration::ZERO;
         let mut recheck = RECHECK;
         let mut retry = RETRY;
-        let mut failing = false;
         let mut last_round: Option<Instant> = None;
         loop {
             tokio::select! {
@@ -311,11 +314,7 @@ impl Watcher {
                         // What waited for the disk is final now.
                         recheck = RECHECK;
                     }
-                    if failing {
-                        failing = false;
-                        slog::info!(self.log, "events: the feed's head moves again";
-                            "head" => *self.head.borrow());
-                    }
+                    self.outage.answered();
                     retry = RETRY;
                     wait = match self.pending.is_empty() {
                         true => self.poll,
@@ -332,13 +331,12 @@ impl Watcher {
                 }
                 Err(StorageError::Closed) => return,
                 Err(error) => {
-                    if !failing {
-                        failing = true;
-                        slog::warn!(self.log, "events: cannot find the feed's head; \
-                            it stays where it is until the database answers";
-                            "head" => *self.head.borrow(),
-                            "error" => %petstore_api::error::chain(&error));
-                    }
+                    let head = *self.head.borrow();
+                    let doing = format!(
+                        "finding the feed's head (it stays at {head} until the \
+                        database answers)"
+                    );
+                    self.outage.failed(&doing, &error);
                     wait = retry;
                     retry = (retry * 2).min(Duration::from_secs(1));
                 }

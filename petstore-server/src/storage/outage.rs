@@ -1,16 +1,16 @@
-//! What a webhook task logs while its database does not answer: the first
-//! failure, at `warn`, and the first success after it, at `info` ("the
-//! database answers again"), as the keys' reload and the feed's head do.
-//! The tries in between go to `debug`: the tasks try again every few
-//! hundred milliseconds, and an outage of minutes would otherwise write
-//! thousands of the same warning while saying nothing of its end. A
-//! failure that is not the database's being unavailable (a statement it
-//! rejects, data that does not decode: a bug in us) is an `error` each
-//! time, outage or not.
+//! What a background task logs while its database does not answer: the
+//! first failure, at `warn`, and the first success after it, at `info`
+//! ("…: the database answers again"). The tries in between go to `debug`:
+//! the tasks (the keys' reload, the feed's head on PostgreSQL, the
+//! webhooks' fan-out and deliveries) try again every second or sooner, and
+//! an outage of minutes would otherwise write thousands of the same
+//! warning while saying nothing of its end. A failure that is not the
+//! database's being unavailable (a statement it rejects, data that does
+//! not decode: a bug in us) is an `error` each time, outage or not.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::storage::StorageError;
+use super::StorageError;
 
 /// One task's outage, if it is in one.
 pub struct Outage {
