@@ -357,6 +357,47 @@ on_every_backend! {
         }
     }
 
+    async fn a_delivery_held_behind_a_retry_is_due_no_sooner_than_the_retry(server) {
+        // The animal's first delivery hangs past the timeout, then is told
+        // to come back in an hour; its later events wait behind it, and
+        // their `nextAttemptAt` says so, whether they were stored while it
+        // was being sent or after it was put off.
+        let receiver = Receiver::start(|_, before| match before {
+            0 => Answer::Hang(Duration::from_secs(5)),
+            _ => Answer::RetryAfter(429, 3600),
+        }).await;
+        let types = json!(["pet.created", "pet.status_changed"]);
+        let webhook = subscribe_as(&server, KEY, json!({"url": receiver.url("/"), "types": types})).await;
+        let id = webhook["id"].as_i64().unwrap();
+        let deliveries = async |count: usize| {
+            eventually_some(&format!("{count} deliveries stored"), DELIVERY, || async {
+                let listed = get_json(&server, KEY, &format!("/{id}/deliveries")).await;
+                (listed.as_array().unwrap().len() == count).then_some(listed)
+            }).await
+        };
+        let animal = available(&server, "Put off").await;
+        eventually_some("the first attempt under way", DELIVERY, || async {
+            (!receiver.received().is_empty()).then_some(())
+        }).await;
+        let order = server.place_order(&animal["id"]).await;
+        deliveries(2).await;
+        eventually_some("the first delivery put off", DELIVERY, || async {
+            let listed = get_json(&server, KEY, &format!("/{id}/deliveries")).await;
+            (listed[1]["lastStatus"] == 429).then_some(())
+        }).await;
+        server.patch_order(&order["id"], "cancelled").send().await.unwrap();
+        let listed = deliveries(3).await;
+        // Newest first: the cancellation's, the order's, the creation's.
+        let at = |i: usize| -> chrono::DateTime<chrono::Utc> {
+            listed[i]["nextAttemptAt"].as_str().unwrap_or_else(|| panic!("{listed}")).parse().unwrap()
+        };
+        let retry = at(2);
+        assert!(retry > chrono::Utc::now() + Duration::from_secs(3000), "{listed}");
+        assert!(at(1) >= retry, "held while it was sent: {listed}");
+        assert!(at(0) >= retry, "held after it was put off: {listed}");
+        assert_eq!(receiver.received().len(), 2, "nothing else was sent");
+    }
+
     async fn a_rotation_signs_with_both_secrets_until_the_previous_one_expires(server) {
         let receiver = Receiver::healthy().await;
         let webhook = subscribe_as(&server, KEY, json!({"url": receiver.url("/"), "types": ["pet.created"]})).await;

@@ -1,6 +1,8 @@
 //! The webhooks' schema and statements (`webhooks.rs` runs them, each
 //! prepared once per pooled connection).
 
+use crate::storage::webhooks::held_until;
+
 /// Subscriptions and their deliveries. `kinds` holds the bits of the event
 /// kinds; owners are 32 bytes; secrets sealed. A delivery's `resource` is
 /// a pet's id or minus an order's. `webhook_deliveries_open` serves the
@@ -188,20 +190,27 @@ pub(super) const DELETE: &str =
 /// (another instance moved it) or the subscription is disabled, does
 /// neither. A concurrent move or disable waits for the row and re-reads
 /// it. One row: 1 if it moved.
-pub(super) const FAN_OUT: &str = "
-    WITH moved AS (
+///
+/// A delivery is due now, or, behind an open delivery of its resource,
+/// when that one is ([`held_until!`]).
+pub(super) const FAN_OUT: &str = concat!(
+    "WITH moved AS (
         UPDATE webhooks SET fanned_out = $3
         WHERE id = $1 AND fanned_out = $2 AND state = 'active'
         RETURNING id),
     stored AS (
         INSERT INTO webhook_deliveries (webhook_id, event_id, kind, resource, body, state,
                                         next_at)
-        SELECT moved.id, d.event_id, d.kind, d.resource, d.body, 'pending', now()
+        SELECT moved.id, d.event_id, d.kind, d.resource, d.body, 'pending',
+               greatest(now(), ",
+    held_until!("moved.id", "d.resource"),
+    ")
         FROM moved
         CROSS JOIN unnest($4::bigint[], $5::smallint[], $6::bigint[], $7::text[])
             AS d (event_id, kind, resource, body)
         ON CONFLICT DO NOTHING)
-    SELECT count(*) FROM moved";
+    SELECT count(*) FROM moved"
+);
 
 /// At most `$1` due deliveries (see `WebhookStorage::claim`) leased to
 /// `$2` for `$3` seconds, with what sending them needs: the first in
@@ -263,7 +272,10 @@ pub(super) const CLAIM: &str = concat!(
 /// `$5`, next attempt `$6`, status `$7`, error `$8`, time `$9` and end
 /// `$11`; then on each subscription when it last succeeded or failed (the
 /// latest, in whatever order finishes come), and the reason `$10` it is
-/// disabled for, if any. Returns the attempts that counted.
+/// disabled for, if any. A delivery put off to a retry puts off the later
+/// pending deliveries of its resource, which wait for it, as far
+/// (`held_until!` says why; one another claim or replay holds is left as
+/// it is). Returns the attempts that counted.
 ///
 /// One statement, its locks taken in one order: the deliveries' rows in
 /// key order, then their subscriptions' in id order, as replays and
@@ -296,7 +308,21 @@ pub(super) const FINISH_ALL: &str = concat!(
             delivered_at = CASE WHEN a.state = 'delivered' THEN a.ended END
         FROM held a
         WHERE d.webhook_id = a.webhook_id AND d.event_id = a.event_id
-        RETURNING d.webhook_id, d.event_id, a.attempts, a.state, a.reason, a.ended),
+        RETURNING d.webhook_id, d.event_id, d.resource, d.next_at, a.attempts, a.state,
+                  a.reason, a.ended),
+    later AS (
+        SELECT l.webhook_id, l.event_id, f.next_at
+        FROM finished f
+        JOIN webhook_deliveries l ON l.webhook_id = f.webhook_id AND l.resource = f.resource
+                                 AND l.event_id > f.event_id
+        WHERE f.state = 'pending' AND l.state IN ('pending', 'sending')
+          AND l.state = 'pending' AND l.next_at < f.next_at
+        ORDER BY l.webhook_id, l.event_id
+        FOR UPDATE OF l SKIP LOCKED),
+    pushed AS (
+        UPDATE webhook_deliveries d SET next_at = l.next_at
+        FROM later l WHERE d.webhook_id = l.webhook_id AND d.event_id = l.event_id
+        RETURNING 1),
     outcome AS (
         SELECT webhook_id,
                max(ended) FILTER (WHERE state = 'delivered') AS succeeded,

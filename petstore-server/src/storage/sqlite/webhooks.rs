@@ -26,6 +26,7 @@ use super::gate::WriteGate;
 use super::lock::DatabaseLock;
 use super::rows::micros_to_time;
 use super::schema::{on_connection, open_for_command, sqlite};
+use crate::storage::webhooks::held_until;
 use crate::storage::webhooks::{
     ClaimRoom, ClaimedDelivery, DeliveryState, FinishedAttempt, NewDelivery, NewSubscription,
     SealedSecret, StoredDelivery, StoredSubscription, SubscriptionOwner, WebhookCounts,
@@ -425,6 +426,18 @@ fn record_attempt(
     if recorded == 0 {
         return Ok(false);
     }
+    if let Some(retry_at) = next.retry_at() {
+        // The later deliveries of its resource wait for it: as long.
+        tx.prepare_cached(
+            "UPDATE webhook_deliveries SET next_at = ?3
+             WHERE webhook_id = ?1
+               AND resource = (SELECT resource FROM webhook_deliveries
+                               WHERE webhook_id = ?1 AND event_id = ?2)
+               AND event_id > ?2 AND state IN ('pending', 'sending')
+               AND state = 'pending' AND next_at < ?3",
+        )?
+        .execute(params![webhook_id, event_id, micros(retry_at)])?;
+    }
     let delivered = next.delivery_state() == DeliveryState::Delivered;
     let reason: Option<&str> = next.disables().map(Into::into);
     tx.prepare_cached(AFTER_ATTEMPT)?
@@ -603,13 +616,17 @@ impl WebhookStorage for SqliteWebhooks {
             if moved == 0 {
                 return Ok(false);
             }
+            // Due now, or, behind an open delivery of its resource, when
+            // that one is (`held_until!`).
             let mut insert = tx
-                .prepare_cached(
+                .prepare_cached(concat!(
                     "INSERT INTO webhook_deliveries
                          (webhook_id, event_id, kind, resource, body, state, next_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5, 'pending', ?6)
-                     ON CONFLICT DO NOTHING",
-                )
+                     VALUES (?1, ?2, ?3, ?4, ?5, 'pending', max(?6, coalesce(",
+                    held_until!("?1", "?4"),
+                    ", ?6)))
+                     ON CONFLICT DO NOTHING"
+                ))
                 .map_err(&sql)?;
             let now = now();
             for delivery in &deliveries {
