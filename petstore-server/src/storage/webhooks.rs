@@ -543,7 +543,7 @@ pub(super) fn stored_kind(id: i64, code: i64) -> Result<EventKind, StorageError>
 /// event_id)` and passes over every held delivery due before it finds one
 /// it may take (after a receiver's outage, 50,000 held deliveries cost each
 /// claim 117 ms instead of 20 on PostgreSQL: BENCHMARKS.md, issue 28,
-/// eighteenth pass).
+/// eighteenth and nineteenth passes).
 macro_rules! held_until {
     ($webhook:literal, $resource:literal) => {
         concat!(

@@ -1,5 +1,6 @@
 //! The webhooks' schema and statements (`webhooks.rs` runs them, each
-//! prepared once per pooled connection).
+//! prepared once per pooled connection, but the fan-out, the claim and
+//! the finish, which are planned at each execution: see their comments).
 
 use crate::storage::webhooks::held_until;
 
@@ -280,9 +281,11 @@ pub(super) const CLAIM: &str = concat!(
 /// One statement, its locks taken in one order: the deliveries' rows in
 /// key order, then their subscriptions' in id order, as replays and
 /// deletes take them, so that a batch deadlocks with none of them nor with
-/// another instance's batch. A subscription's row is only locked and
-/// written when it changes by a second or more, or is disabled: every
-/// finish of a busy subscription would otherwise queue on that one row.
+/// another instance's batch (the later deliveries a retry puts off are
+/// only tried, `SKIP LOCKED`: they wait for nothing). A subscription's row
+/// is only locked and written when it changes by a second or more, or is
+/// disabled: every finish of a busy subscription would otherwise queue on
+/// that one row.
 pub(super) const FINISH_ALL: &str = concat!(
     "WITH attempt AS (
         SELECT * FROM unnest($1::bigint[], $2::bigint[], $4::integer[], $5::text[],
