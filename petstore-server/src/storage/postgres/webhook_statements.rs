@@ -319,12 +319,16 @@ pub(super) const FINISH_ALL: &str = concat!(
         JOIN webhook_deliveries l ON l.webhook_id = f.webhook_id AND l.resource = f.resource
                                  AND l.event_id > f.event_id
         WHERE f.state = 'pending' AND l.state IN ('pending', 'sending')
-          AND l.state = 'pending' AND l.next_at < f.next_at
+          AND l.state = 'pending'
         ORDER BY l.webhook_id, l.event_id
         FOR UPDATE OF l SKIP LOCKED),
+    -- `next_at` compared here, by key, not in `later`: there it let the
+    -- planner read the subscription's open deliveries by `next_at`.
     pushed AS (
         UPDATE webhook_deliveries d SET next_at = l.next_at
-        FROM later l WHERE d.webhook_id = l.webhook_id AND d.event_id = l.event_id
+        FROM later l
+        WHERE d.webhook_id = l.webhook_id AND d.event_id = l.event_id
+          AND d.next_at < l.next_at
         RETURNING 1),
     outcome AS (
         SELECT webhook_id,

@@ -427,9 +427,11 @@ fn record_attempt(
         return Ok(false);
     }
     if let Some(retry_at) = next.retry_at() {
-        // The later deliveries of its resource wait for it: as long.
+        // The later deliveries of its resource wait for it: as long. (By
+        // the resource's index: SQLite chose the one by `next_at`, every
+        // open delivery of the subscription due before the retry.)
         tx.prepare_cached(
-            "UPDATE webhook_deliveries SET next_at = ?3
+            "UPDATE webhook_deliveries INDEXED BY webhook_deliveries_open SET next_at = ?3
              WHERE webhook_id = ?1
                AND resource = (SELECT resource FROM webhook_deliveries
                                WHERE webhook_id = ?1 AND event_id = ?2)
