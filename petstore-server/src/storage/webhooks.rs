@@ -548,10 +548,11 @@ pub(super) fn stored_kind(id: i64, code: i64) -> Result<EventKind, StorageError>
 /// nineteenth passes).
 ///
 /// Written as the last row of `webhook_deliveries_open`, in its order,
-/// not as `max(next_at)`: both databases answered a `max` from the index
-/// on `(webhook_id, next_at)`, reading every open delivery of the
-/// subscription for each one stored (SQLite's plan; at 5,000 creates a
-/// second, 110 deliveries a second instead of 5,000).
+/// not as `max(next_at)`: SQLite answered a `max` from the index on
+/// `(webhook_id, next_at)`, reading every open delivery of the
+/// subscription for each one stored (`EXPLAIN QUERY PLAN`; at 5,000
+/// creates a second, 110 deliveries a second instead of 5,000), and
+/// PostgreSQL may take the same index for it.
 macro_rules! held_until {
     ($webhook:literal, $resource:literal) => {
         concat!(
