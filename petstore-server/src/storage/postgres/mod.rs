@@ -266,13 +266,10 @@ impl PostgresStorage {
             .map_err(in_database)?;
         // No default `connect_timeout` here: `Primary` bounds each host's
         // whole handshake, by the URL's or its own (2 s).
-        // A session cut off from us mid-transaction (a network partition)
-        // would hold its idempotency key's lock until TCP gives up, hours
-        // later; our transactions never idle, so a minute ends such a one.
         let options = match config.get_options() {
             // The URL's own options come last, so that they win.
-            Some(given) => format!("-c idle_in_transaction_session_timeout=60s {given}"),
-            None => "-c idle_in_transaction_session_timeout=60s".to_owned(),
+            Some(given) => format!("{SESSION_OPTIONS} {given}"),
+            None => SESSION_OPTIONS.to_owned(),
         };
         config.options(&options);
         let primary = Primary::new(&config);
@@ -425,6 +422,18 @@ fn build_pool(
             source: std::io::Error::other(e.to_string()),
         })
 }
+
+/// Every session's settings, before the URL's own options (which win).
+///
+/// - A session cut off from us mid-transaction (a network partition) would
+///   hold its idempotency key's lock until TCP gives up, hours later; our
+///   transactions never idle, so a minute ends such a one.
+/// - No JIT compilation: our statements each touch a few rows by an index,
+///   and the planner's estimate for a claim behind a backlog (its subquery
+///   per candidate) passes `jit_above_cost`, so PostgreSQL compiled every
+///   claim, 30-50 ms of LLVM for a statement that then ran in 9 ms
+///   (BENCHMARKS.md, issue 28, twentieth pass).
+const SESSION_OPTIONS: &str = "-c idle_in_transaction_session_timeout=60s -c jit=off";
 
 /// `config` with `synchronous_commit = off`, for the sessions of the
 /// webhooks' own bookkeeping. Nothing of it is acknowledged to a client:
@@ -1192,5 +1201,67 @@ impl KeyStorage for PostgresStorage {
         let answer = tokio::time::timeout(STATEMENT_TIMEOUT, work).await;
         lent.settle(doing, answer.map(|done| done.map_err(postgres(doing))))
             .map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn setting(pool: &Pool, name: &str) -> String {
+        let client = pool.get().await.expect("a connection");
+        let row = client
+            .query_one("SELECT current_setting($1)", &[&name])
+            .await
+            .expect("the setting");
+        row.get(0)
+    }
+
+    /// Every session has the settings the storage relies on, the
+    /// deliverer's (whose own settings differ) included.
+    #[tokio::test]
+    async fn every_session_runs_without_jit_and_ends_an_idle_transaction() {
+        let Some(database) = petstore_support::postgres::fresh_database().await else {
+            return;
+        };
+        let url = PostgresUrl::parse(database.url()).expect("a PostgreSQL URL");
+        let storage = PostgresStorage::open(&url)
+            .await
+            .expect("open the database");
+        for pool in [
+            &storage.pool,
+            &storage.admin,
+            &storage.webhooks,
+            &storage.deliveries,
+        ] {
+            assert_eq!(setting(pool, "jit").await, "off");
+            assert_eq!(
+                setting(pool, "idle_in_transaction_session_timeout").await,
+                "1min"
+            );
+        }
+        assert_eq!(
+            setting(&storage.deliveries, "synchronous_commit").await,
+            "off"
+        );
+    }
+
+    /// An operator who wants JIT back says so in the URL.
+    #[tokio::test]
+    async fn the_urls_own_options_win() {
+        let Some(database) = petstore_support::postgres::fresh_database().await else {
+            return;
+        };
+        let separator = if database.url().contains('?') {
+            '&'
+        } else {
+            '?'
+        };
+        let with_jit = format!("{}{separator}options=-c%20jit%3Don", database.url());
+        let url = PostgresUrl::parse(&with_jit).expect("a PostgreSQL URL");
+        let storage = PostgresStorage::open(&url)
+            .await
+            .expect("open the database");
+        assert_eq!(setting(&storage.pool, "jit").await, "on");
     }
 }
