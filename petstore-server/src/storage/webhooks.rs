@@ -105,7 +105,8 @@ pub struct StoredSubscription {
     /// The secret before the last rotation, and until when deliveries are
     /// also signed with it.
     pub previous_secret: Option<(SealedSecret, DateTime<Utc>)>,
-    /// Deliveries not yet delivered nor failed for good.
+    /// Deliveries not yet delivered nor failed for good (0 from
+    /// [`WebhookStorage::active_subscriptions`], which does not count them).
     pub pending: u64,
     /// When a delivery last succeeded.
     pub last_success_at: Option<DateTime<Utc>>,
@@ -327,7 +328,8 @@ pub trait WebhookStorage: Send + Sync + 'static {
         previous_until: DateTime<Utc>,
     ) -> Result<Option<StoredSubscription>, StorageError>;
 
-    /// Every active subscription (what fan-out reads the feed for).
+    /// Every active subscription (what fan-out reads the feed for), with
+    /// `pending` not counted: 0.
     async fn active_subscriptions(&self) -> Result<Vec<StoredSubscription>, StorageError>;
 
     /// Stores `deliveries` (due now) for subscription `id` and moves its

@@ -66,14 +66,26 @@ pub(super) const CLAIM_INDEX: &str = "
         WHERE state IN ('pending', 'sending');";
 
 /// A subscription's columns of the row `w`, as `subscription_from_row`
-/// reads them, its open deliveries counted (subscriptions are few).
+/// reads them: with its open deliveries counted (subscriptions are few), or
+/// with 0 in their place, for the fan-out, which reads every subscription
+/// every second and needs no count (behind 150,000 open deliveries,
+/// counting them took 70-93 ms a read: BENCHMARKS.md, issue 28, twentieth
+/// pass).
 macro_rules! subscription_columns {
+    (counted) => {
+        concat!(
+            subscription_columns!(),
+            ", (SELECT count(*) FROM webhook_deliveries d
+                WHERE d.webhook_id = w.id AND d.state IN ('pending', 'sending'))"
+        )
+    };
+    (uncounted) => {
+        concat!(subscription_columns!(), ", 0::bigint")
+    };
     () => {
         "w.id, w.url, w.kinds, w.sees_owner, w.creator, w.creator_name, w.state,
          w.disabled_reason, w.created_at, w.fanned_out, w.secret, w.previous_secret,
-         w.previous_until, w.last_success_at, w.last_failure_at,
-         (SELECT count(*) FROM webhook_deliveries d
-          WHERE d.webhook_id = w.id AND d.state IN ('pending', 'sending'))"
+         w.previous_until, w.last_success_at, w.last_failure_at"
     };
 }
 
@@ -130,7 +142,7 @@ pub(super) const CREATE: &str = "
 /// At most `$3` subscriptions after `$1`, in id order (`$2`'s when given).
 pub(super) const LIST: &str = concat!(
     "SELECT ",
-    subscription_columns!(),
+    subscription_columns!(counted),
     " FROM webhooks w
       WHERE w.id > $1 AND ($2::bytea IS NULL OR w.creator = $2)
       ORDER BY w.id LIMIT $3"
@@ -146,14 +158,14 @@ pub(super) const COUNTS: &str = "
 /// The subscription `$1` (`$2`'s when given).
 pub(super) const GET: &str = concat!(
     "SELECT ",
-    subscription_columns!(),
+    subscription_columns!(counted),
     " FROM webhooks w WHERE w.id = $1 AND ($2::bytea IS NULL OR w.creator = $2)"
 );
 
-/// Every active subscription.
+/// Every active subscription, its open deliveries not counted.
 pub(super) const ACTIVE: &str = concat!(
     "SELECT ",
-    subscription_columns!(),
+    subscription_columns!(uncounted),
     " FROM webhooks w WHERE w.state = 'active' ORDER BY w.id"
 );
 
@@ -165,7 +177,7 @@ pub(super) const ROTATE: &str = concat!(
          WHERE id = $1 AND ($2::bytea IS NULL OR creator = $2)
          RETURNING *)
      SELECT ",
-    subscription_columns!(),
+    subscription_columns!(counted),
     " FROM w"
 );
 

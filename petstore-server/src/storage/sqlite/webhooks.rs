@@ -159,15 +159,30 @@ macro_rules! none_open_before {
     };
 }
 
-/// A subscription's columns, as [`SubscriptionRow::read`] reads them, its
-/// open deliveries counted (subscriptions are few).
-const SUBSCRIPTION: &str = "
-    SELECT w.id, w.url, w.kinds, w.sees_owner, w.creator, w.creator_name, w.state,
-           w.disabled_reason, w.created_at, w.fanned_out, w.secret, w.previous_secret,
-           w.previous_until, w.last_success_at, w.last_failure_at,
-           (SELECT count(*) FROM webhook_deliveries d
-            WHERE d.webhook_id = w.id AND d.state IN ('pending', 'sending'))
-    FROM webhooks w";
+/// A subscription's columns, as [`SubscriptionRow::read`] reads them, then
+/// what stands for its open deliveries.
+macro_rules! subscription_select {
+    ($pending:literal) => {
+        concat!(
+            "SELECT w.id, w.url, w.kinds, w.sees_owner, w.creator, w.creator_name, w.state,
+                    w.disabled_reason, w.created_at, w.fanned_out, w.secret, w.previous_secret,
+                    w.previous_until, w.last_success_at, w.last_failure_at, ",
+            $pending,
+            " FROM webhooks w"
+        )
+    };
+}
+
+/// A subscription, its open deliveries counted (subscriptions are few).
+const SUBSCRIPTION: &str = subscription_select!(
+    "(SELECT count(*) FROM webhook_deliveries d
+      WHERE d.webhook_id = w.id AND d.state IN ('pending', 'sending'))"
+);
+
+/// A subscription with 0 for its open deliveries, for the fan-out, which
+/// reads every subscription every second and needs no count (PostgreSQL's
+/// `ACTIVE` says what the count cost).
+const SUBSCRIPTION_UNCOUNTED: &str = subscription_select!("0");
 
 /// A subscription's row as stored, before it is decoded.
 struct SubscriptionRow {
@@ -238,16 +253,18 @@ impl SubscriptionRow {
     }
 }
 
-/// The subscriptions [`SUBSCRIPTION`] `clause` selects.
+/// The subscriptions `select` (one of [`SUBSCRIPTION`] and
+/// [`SUBSCRIPTION_UNCOUNTED`]) with `clause` reads.
 fn subscriptions(
     conn: &Connection,
+    select: &str,
     clause: &str,
     params: impl rusqlite::Params,
     doing: &'static str,
 ) -> Result<Vec<StoredSubscription>, StorageError> {
     let sql = sqlite(doing);
     let mut select = conn
-        .prepare_cached(&format!("{SUBSCRIPTION} {clause}"))
+        .prepare_cached(&format!("{select} {clause}"))
         .map_err(&sql)?;
     let rows = select
         .query_map(params, SubscriptionRow::read)
@@ -263,7 +280,13 @@ fn subscription(
     doing: &'static str,
 ) -> Result<Option<StoredSubscription>, StorageError> {
     let clause = "WHERE w.id = ?1 AND (?2 IS NULL OR w.creator = ?2)";
-    let found = subscriptions(conn, clause, params![id, owner_column(owner)], doing)?;
+    let found = subscriptions(
+        conn,
+        SUBSCRIPTION,
+        clause,
+        params![id, owner_column(owner)],
+        doing,
+    )?;
     Ok(found.into_iter().next())
 }
 
@@ -517,7 +540,7 @@ impl WebhookStorage for SqliteWebhooks {
             let clause =
                 "WHERE w.id > ?1 AND (?2 IS NULL OR w.creator = ?2) ORDER BY w.id LIMIT ?3";
             let params = params![after.unwrap_or(i64::MIN), owner_column(&owner), limit];
-            subscriptions(conn, clause, params, "listing webhooks")
+            subscriptions(conn, SUBSCRIPTION, clause, params, "listing webhooks")
         })
         .await
     }
@@ -592,7 +615,13 @@ impl WebhookStorage for SqliteWebhooks {
     async fn active_subscriptions(&self) -> Result<Vec<StoredSubscription>, StorageError> {
         self.read(|conn| {
             let clause = "WHERE w.state = 'active' ORDER BY w.id";
-            subscriptions(conn, clause, [], "reading the active webhooks")
+            subscriptions(
+                conn,
+                SUBSCRIPTION_UNCOUNTED,
+                clause,
+                [],
+                "reading the active webhooks",
+            )
         })
         .await
     }
