@@ -541,8 +541,13 @@ impl Bench {
             println!("bench: [{label}] webhooks: waiting for the deliveries of {load}");
             let measure = run.subscriber.measure(target, run.runs_start, load);
             let beside = self.runtime.block_on(measure)?;
-            print_webhooks(label, &beside);
-            run.measured.push(beside);
+            // Read-only scenarios write no event: no row of NaNs.
+            if beside.created == 0 {
+                println!("bench: [{label}] webhooks: {} wrote no event", beside.load);
+            } else {
+                print_webhooks(label, &beside);
+                run.measured.push(beside);
+            }
         }
         self.runtime.block_on(run.subscriber.unsubscribe(target))?;
         Ok(run.measured)
