@@ -252,8 +252,9 @@ fn subscribe(address: &str, key: &str, url: &str) -> i64 {
 }
 
 /// Through the API a subscription is its maker's key's alone; the operator
-/// lists and removes every one through the CLI while the server serves,
-/// one whose key was revoked too, and never sees a secret.
+/// lists every one, pages its deliveries and removes it through the CLI
+/// while the server serves, one whose key was revoked too, and never sees
+/// a secret.
 #[tokio::test]
 async fn every_webhook_subscription_is_listed_and_removed_through_the_cli_whoever_made_it() {
     let sqlite_dir = tempfile::tempdir().unwrap();
@@ -324,6 +325,33 @@ async fn every_webhook_subscription_is_listed_and_removed_through_the_cli_whoeve
             ok && line.contains("pet.created") && !line.ends_with(" -")
         })
         .await;
+        // Paged as the API pages them: a full page says how to read on, and
+        // `--before` its oldest event lists what is older (nothing here).
+        let subscription = theirs.to_string();
+        let (ok, page, stderr) = webhooks(
+            dir,
+            database,
+            &["deliveries", &subscription, "--limit", "1"],
+        );
+        let event = page
+            .lines()
+            .nth(1)
+            .and_then(|line| line.split_whitespace().next());
+        let event = event
+            .unwrap_or_else(|| panic!("a delivery listed: {page}"))
+            .to_owned();
+        let read_on = format!("add --before {event}");
+        assert!(ok && stderr.contains(&read_on), "{read_on:?} in {stderr}");
+        let (ok, page, stderr) = webhooks(
+            dir,
+            database,
+            &["deliveries", &subscription, "--before", &event],
+        );
+        let said = format!("no deliveries of events before {event}");
+        assert!(
+            ok && page.lines().count() == 1 && stderr.contains(&said),
+            "{page}{stderr}"
+        );
         let (ok, _, stderr) = keys(dir, database, &["revoke", "hook-maker"]);
         assert!(ok, "{stderr}");
         answers(401).await;

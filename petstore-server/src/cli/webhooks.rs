@@ -31,6 +31,9 @@ pub enum WebhooksCommand {
         /// How many, at most.
         #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100))]
         limit: u32,
+        /// Only the deliveries of events older than this one: to read on, the last EVENT shown.
+        #[arg(long, value_name = "EVENT")]
+        before: Option<i64>,
         #[command(flatten)]
         database: DatabaseArgs,
     },
@@ -51,8 +54,9 @@ pub async fn run(command: WebhooksCommand, matches: &clap::ArgMatches) -> anyhow
         WebhooksCommand::Deliveries {
             id,
             limit,
+            before,
             database,
-        } => deliveries(id, limit, database, matches).await,
+        } => deliveries(id, limit, before, database, matches).await,
         WebhooksCommand::Remove { id, database } => remove(id, database, matches).await,
     }
 }
@@ -138,6 +142,7 @@ fn row(subscription: &StoredSubscription, key_state: &str) -> [String; 9] {
 async fn deliveries(
     id: i64,
     limit: u32,
+    before: Option<i64>,
     database: DatabaseArgs,
     matches: &clap::ArgMatches,
 ) -> anyhow::Result<()> {
@@ -148,9 +153,9 @@ async fn deliveries(
         bail!(no_such(id));
     }
     let optional = |at: Option<DateTime<Utc>>| at.map_or_else(|| "-".to_owned(), time);
-    let rows: Vec<[String; 9]> = hooks
-        .list_deliveries(id, None, limit)
-        .await?
+    let listed = hooks.list_deliveries(id, before, limit).await?;
+    let oldest = listed.last().map(|delivery| delivery.event_id);
+    let rows: Vec<[String; 9]> = listed
         .into_iter()
         .map(|delivery| {
             [
@@ -182,8 +187,14 @@ async fn deliveries(
     ]
     .map(String::from);
     super::print_table(&header, &rows);
-    if rows.is_empty() {
-        eprintln!("no deliveries yet");
+    match (oldest, before) {
+        // A full page: there may be older ones.
+        (Some(oldest), _) if rows.len() == limit as usize => {
+            eprintln!("older deliveries, if any: add --before {oldest}");
+        }
+        (Some(_), _) => {}
+        (None, None) => eprintln!("no deliveries yet"),
+        (None, Some(before)) => eprintln!("no deliveries of events before {before}"),
     }
     Ok(())
 }
