@@ -372,6 +372,10 @@ async fn values_outside_the_contract_are_refused_before_sending() {
             "unknown event type \"pet.adopted\"",
         ),
         (
+            &["events", "list", "--types", "pet.created,pet.adopted"],
+            "unknown event type \"pet.adopted\"",
+        ),
+        (
             &["events", "tail", "--after", "4x"],
             "invalid value '4x' for '--after <ID>'",
         ),
@@ -943,6 +947,14 @@ async fn events_list_and_tail_read_the_real_feed() {
     };
     assert_eq!(created["type"], "pet.created");
     assert_eq!(created["data"], rex);
+    // `--types` is the service's filter, as given.
+    for (types, expected) in [
+        ("order.placed", json!([])),
+        ("order.placed,pet.created", json!([created])),
+    ] {
+        let run = petstore(&server, &["events", "list", "--types", types]).await;
+        assert_eq!(run.json(), expected, "--types {types}");
+    }
 
     let (mut lines, _tail) = tail(&server.url(""), &["--types", "pet.created"]);
     assert_eq!(&next_line(&mut lines).await, created);

@@ -273,6 +273,9 @@ fn adapt(operation: CliCommand, place: &Place, command: Command) -> Command {
             .mut_arg("after", |after| after.value_name("ID"))
             .mut_arg("wait", |wait| {
                 wait.value_name("SECONDS").value_parser(wait_seconds)
+            })
+            .mut_arg("types", |types| {
+                types.value_name("TYPE,...").value_parser(event_types)
             }),
         CliCommand::ListEvents => tail_command(place),
         CliCommand::ListWebhooks => paged(command),
@@ -366,6 +369,18 @@ fn wait_seconds(value: &str) -> Result<i32, String> {
         .filter(|n| *n <= EVENTS_WAIT_MAX)
         .and_then(|n| i32::try_from(n).ok())
         .ok_or_else(|| format!("expected a whole number of seconds from 0 to {EVENTS_WAIT_MAX}"))
+}
+
+/// `events list --types`: each type checked by name, so that a typo is told
+/// as `tail --types` tells it, not as the contract's pattern (which the
+/// generated parser prints).
+fn event_types(value: &str) -> Result<types::ListEventsTypes, String> {
+    for name in value.split(',') {
+        name.parse::<EventType>().map_err(|e| e.to_string())?;
+    }
+    value
+        .parse()
+        .map_err(|e: types::error::ConversionError| e.to_string())
 }
 
 /// `--limit`: 1 to 100, as the contract says.
