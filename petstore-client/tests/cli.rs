@@ -375,6 +375,8 @@ async fn values_outside_the_contract_are_refused_before_sending() {
             &["events", "list", "--types", "pet.created,pet.adopted"],
             "unknown event type \"pet.adopted\"",
         ),
+        // The endpoint is not the service's `--url <URL>`.
+        (&["webhooks", "add"], "webhooks add --url <URL> <ENDPOINT>"),
         (
             &["events", "tail", "--after", "4x"],
             "invalid value '4x' for '--after <ID>'",

@@ -280,9 +280,10 @@ fn adapt(operation: CliCommand, place: &Place, command: Command) -> Command {
         CliCommand::ListEvents => tail_command(place),
         CliCommand::ListWebhooks => paged(command),
         // `petstore webhooks add https://hooks.example/x`: the endpoint is
-        // positional, `--url` being where the service is.
+        // positional, `--url` being where the service is (hence not `URL`,
+        // which usage lines would print beside `--url <URL>`).
         CliCommand::CreateWebhook => command
-            .mut_arg("url", |url| url.long(None).value_name("URL"))
+            .mut_arg("url", |url| url.long(None).value_name("ENDPOINT"))
             .arg(
                 Arg::new("types")
                     .long("types")
@@ -314,8 +315,8 @@ fn adapt(operation: CliCommand, place: &Place, command: Command) -> Command {
             .mut_arg("before", |before| before.value_name("ID")),
         CliCommand::ReplayWebhook => command
             .mut_arg("webhook-id", positional)
-            .mut_arg("from", |from| from.value_name("ID"))
-            .mut_arg("to", |to| to.value_name("ID"))
+            .mut_arg("from", |from| from.value_name("EVENT"))
+            .mut_arg("to", |to| to.value_name("EVENT"))
             .mut_arg("json-body", |body| body.conflicts_with_all(["from", "to"])),
     }
 }
