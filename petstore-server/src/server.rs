@@ -269,6 +269,7 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
         std::net::TcpListener::bind(admin).map_err(listen_error(ADMIN_LISTENER, admin))?;
     }
     let tls = config.tls.as_ref().map(TlsFiles::load).transpose()?;
+    let webhook_keys = webhooks::read_keys(&config.webhooks, &config.database)?;
     // A database yet to be created holds no keys: refuse before creating it.
     if let DatabaseUrl::Sqlite(path) = &config.database
         && config.api_keys.is_empty()
@@ -310,7 +311,7 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
     let metrics = Arc::new(Metrics::new(storage_metrics));
     let (webhooks, webhook_tasks) = match webhooks::start(
         &config.webhooks,
-        &config.database,
+        webhook_keys,
         Arc::clone(&storage),
         Arc::clone(&database.webhooks),
         Arc::clone(&keys),

@@ -668,21 +668,28 @@ fn keys_commands_refuse_bad_input_with_a_message_and_a_failure_exit() {
         "{stderr}"
     );
     assert!(ok, "{stderr}");
-    for (args, expected) in [
-        (&["create", "--name", "ops"][..], "already exists"),
-        (&["create", "--name", "two words"], "invalid key name"),
+    // 2: the command line refuses it; 1: only the database can tell.
+    for (args, status, expected) in [
+        (&["create", "--name", "ops"][..], 1, "already exists"),
+        (&["create", "--name", "two words"], 2, "--name <NAME>"),
+        (&["create", "--name", &"x".repeat(65)], 2, "1 to 64 letters"),
         (
             &["create", "--name", "x", "--expires-in", "soon"],
+            2,
             "--expires-in",
         ),
         (
             &["create", "--name", "x", "--expires-in", "0s"],
+            2,
             "at least one second",
         ),
-        (&["revoke", "nobody"], "no key is named \"nobody\""),
+        (&["revoke", "nobody"], 1, "no key is named \"nobody\""),
     ] {
-        let (ok, _, stderr) = keys(dir.path(), &database, args);
-        assert!(!ok, "{args:?} succeeded");
+        let (output, _, stderr) = run(petstore(dir.path())
+            .arg("keys")
+            .args(args)
+            .args(["--database", &database]));
+        assert_eq!(output.status.code(), Some(status), "{args:?}: {stderr}");
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
     let (ok, _, stderr) = keys(dir.path(), &database, &["revoke", "ops"]);
@@ -1008,6 +1015,52 @@ fn unusable_tls_files_are_clear_start_up_errors() {
     );
 }
 
+#[test]
+fn unusable_webhook_key_files_are_clear_start_up_errors_before_anything_is_written() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let made = dir.path().join("made.key");
+    let (output, _, stderr) = run(petstore(dir.path())
+        .args(["webhook-key", "create"])
+        .arg(&made));
+    assert!(output.status.success(), "{stderr}");
+    let open_to_others = dir.path().join("open.key");
+    std::fs::copy(&made, &open_to_others).unwrap();
+    std::fs::set_permissions(&open_to_others, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let private = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        path
+    };
+    let malformed = private("malformed.key", "1:not base64\n");
+    let empty = private("empty.key", "# no key yet\n");
+    for (file, expected) in [
+        (
+            dir.path().join("missing.key"),
+            "cannot read the webhook key file",
+        ),
+        (open_to_others, "open to its group or to others (mode 644)"),
+        (malformed, "line 1"),
+        (empty, "has no key"),
+    ] {
+        let (output, _, stderr) = run(petstore(dir.path())
+            .args(["serve", "--bind", "127.0.0.1:0", "--admin-bind", "off"])
+            .arg("--webhook-key-file")
+            .arg(&file)
+            .env("PETSTORE_API_KEYS", KEY));
+        assert_eq!(output.status.code(), Some(1), "{expected}: {stderr}");
+        assert!(stderr.contains(expected), "{expected}: {stderr}");
+        let name = file.file_name().unwrap().to_str().unwrap();
+        assert!(stderr.contains(name), "names the file: {stderr}");
+        assert_eq!(stderr.matches("webhook key file").count(), 1, "{stderr}");
+    }
+    assert!(
+        !dir.path().join("petstore.db").exists(),
+        "nothing was created"
+    );
+}
+
 const DEPLOY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy");
 
 #[test]
@@ -1124,6 +1177,10 @@ fn configuration_mistakes_name_the_key_and_the_file() {
             assert!(!output.status.success(), "{text}");
             assert!(stderr.contains(expected), "{text}: {stderr}");
             assert!(stderr.contains("petstore.toml"), "names the file: {stderr}");
+            // What it expects instead lists settings, never a refused key.
+            let lists_api_keys =
+                stderr.contains("expected one of") && stderr.contains("`api_keys`");
+            assert!(!lists_api_keys, "{stderr}");
         }
     }
     let (output, _, stderr) = run(petstore(dir.path()).args(["config", "check", "missing.toml"]));

@@ -22,7 +22,7 @@ pub enum KeysCommand {
     /// Create a key and print it, once: only its hash is stored.
     Create {
         /// A unique name for the key (letters, digits, . _ -; at most 64), e.g. ci-2026-11.
-        #[arg(long)]
+        #[arg(long, value_parser = parse_name)]
         name: String,
         /// Expire the key after this long, e.g. 90d, 12h, 1y 6months; never by default.
         #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
@@ -130,11 +130,17 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(duration)
 }
 
-fn valid_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
+/// A new key's name, refused by the command line (exit status 2) before
+/// any database is opened.
+fn parse_name(name: &str) -> Result<String, String> {
+    let valid = (1..=64).contains(&name.len())
         && name
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    match valid {
+        true => Ok(name.to_owned()),
+        false => Err("use 1 to 64 letters, digits, dots, underscores or hyphens".into()),
+    }
 }
 
 /// Runs a `keys` command.
@@ -186,11 +192,6 @@ async fn create(
     database: DatabaseArgs,
     matches: &clap::ArgMatches,
 ) -> anyhow::Result<()> {
-    if !valid_name(&name) {
-        bail!(
-            "invalid key name {name:?}: use 1 to 64 letters, digits, dots, underscores or hyphens"
-        );
-    }
     let keys = open(database, matches).await?;
     // Counted from when the key is stored, not from when the command began.
     let now = unix_now();

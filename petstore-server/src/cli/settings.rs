@@ -327,7 +327,7 @@ impl std::fmt::Display for RetryDelays {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         for (i, delay) in self.0.iter().enumerate() {
             let separator = if i == 0 { "" } else { "," };
-            write!(f, "{separator}{}", humantime::format_duration(*delay))?;
+            write!(f, "{separator}{}", duration_text(*delay))?;
         }
         Ok(())
     }
@@ -464,9 +464,32 @@ fn value_name<S: Serializer>(value: &impl ValueEnum, out: S) -> Result<S::Ok, S:
     out.serialize_str(name.get_name())
 }
 
-/// How `config check` prints a duration: `1day`, `7days 3h`.
+/// How `config check` prints a duration: `duration_text`'s.
 fn duration<S: Serializer>(value: &Duration, out: S) -> Result<S::Ok, S::Error> {
-    out.collect_str(&humantime::format_duration(*value))
+    out.serialize_str(&duration_text(*value))
+}
+
+/// A duration as the flags' defaults and the README write it: a whole
+/// number of its largest unit (`24h`, `30d`, `5m`, `250ms`), with days only
+/// from two on, so that a day reads as the `24h` the contract promises;
+/// else, for what a millisecond does not divide, humantime's `1ms 500us`.
+fn duration_text(value: Duration) -> String {
+    const UNITS: [(&str, u128); 5] = [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+        ("ms", 1),
+    ];
+    let millis = value.as_millis();
+    let exact = millis > 0 && value.subsec_nanos().is_multiple_of(1_000_000);
+    let largest = UNITS.iter().find(|&&(unit, size)| {
+        exact && millis.is_multiple_of(size) && (unit != "d" || millis >= 2 * size)
+    });
+    match largest {
+        Some((unit, size)) => format!("{}{unit}", millis / size),
+        None => humantime::format_duration(value).to_string(),
+    }
 }
 
 /// Where a setting's value came from.
@@ -669,18 +692,20 @@ fn parse_error(value: &str, error: &clap::Error) -> String {
     }
 }
 
-/// The keys a configuration file may hold: the settings of `serve`, and
-/// `api_keys`, only to refuse it with a reason.
+/// The settings a configuration file may hold: those of `serve`.
 static FILE_KEYS: LazyLock<&'static [&'static str]> = LazyLock::new(|| {
     let serve = ServeArgs::augment_args(clap::Command::new("serve"));
     let settings = serve.get_arguments().map(|flag| flag.get_id().as_str());
     let keys: Vec<&'static str> = settings
         .filter(|&key| key != "config")
         .map(|key| &*Box::leak(key.into()))
-        .chain(["api_keys"])
         .collect();
     keys.leak()
 });
+
+/// A key a file may not hold, read only to be refused with a reason: API
+/// keys are secrets.
+const API_KEYS: &str = "api_keys";
 
 /// Reads a configuration file: each setting's value, by its key.
 fn read_file(path: &Path) -> anyhow::Result<HashMap<String, toml::Value>> {
@@ -688,7 +713,7 @@ fn read_file(path: &Path) -> anyhow::Result<HashMap<String, toml::Value>> {
         .with_context(|| format!("cannot read the configuration file {}", path.display()))?;
     let values: HashMap<FileKey, toml::Value> = toml::from_str(&text)
         .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.to_string().trim_end()))?;
-    if values.contains_key("api_keys") {
+    if values.contains_key(API_KEYS) {
         bail!(
             "{}: `api_keys` is not a setting of the configuration file: API keys are \
              secrets; create them with `petstore-server keys create` (stored hashed), or \
@@ -703,7 +728,8 @@ fn read_file(path: &Path) -> anyhow::Result<HashMap<String, toml::Value>> {
 }
 
 /// A key of the file, checked as it is read so that toml's error points at
-/// it in the file: one of [`FILE_KEYS`].
+/// it in the file: one of [`FILE_KEYS`], or [`API_KEYS`]. An unknown key's
+/// error lists only the settings.
 #[derive(PartialEq, Eq, Hash)]
 struct FileKey(String);
 
@@ -716,7 +742,7 @@ impl std::borrow::Borrow<str> for FileKey {
 impl<'de> Deserialize<'de> for FileKey {
     fn deserialize<D: serde::Deserializer<'de>>(input: D) -> Result<Self, D::Error> {
         let key = String::deserialize(input)?;
-        match FILE_KEYS.contains(&key.as_str()) {
+        match key == API_KEYS || FILE_KEYS.contains(&key.as_str()) {
             true => Ok(FileKey(key)),
             false => Err(serde::de::Error::unknown_field(&key, *FILE_KEYS)),
         }
@@ -776,7 +802,7 @@ mod tests {
             log_format = \"text\"\n\
             access_log = \"off\"\n\
             shutdown_timeout = 0\n\
-            idempotency_retention = \"7days 3h\"\n\
+            idempotency_retention = \"171h\"\n\
             events_retention = \"12h\"\n\
             webhook_key_file = \"/etc/petstore/webhook.key\"\n\
             webhook_allow_private_targets = \"on\"\n\
@@ -817,8 +843,10 @@ mod tests {
             described.lines().all(|line| line.ends_with("  # default")),
             "{described}"
         );
-        assert!(described.contains("idempotency_retention = \"1day\""));
-        assert!(described.contains("events_retention = \"30days\""));
+        // As the README's table gives them.
+        assert!(described.contains("idempotency_retention = \"24h\""));
+        assert!(described.contains("events_retention = \"30d\""));
+        assert!(described.contains("webhook_retry_schedule = \"5s,5m,30m,2h,5h,10h,14h,20h,24h\""));
         assert!(described.contains("idle_timeout = \"10s\""));
         let cap = EdgeLimits::default().max_connections;
         assert!(described.contains(&format!("max_connections = {cap}  #")));
@@ -828,6 +856,25 @@ mod tests {
             .unwrap();
         let args = Serve::from_arg_matches(&matches).unwrap().serve;
         assert_eq!(args.edge.limits(), EdgeLimits::default());
+    }
+
+    #[test]
+    fn durations_are_printed_in_their_largest_whole_unit() {
+        for (text, printed) in [
+            ("24h", "24h"),
+            ("1d", "24h"),
+            ("2d", "2d"),
+            ("7days 3h", "171h"),
+            ("90m", "90m"),
+            ("1h 30s", "3630s"),
+            ("1500ms", "1500ms"),
+            ("0s", "0s"),
+            ("1ms 500us", "1ms 500us"),
+        ] {
+            let value = humantime::parse_duration(text).unwrap();
+            assert_eq!(duration_text(value), printed, "{text}");
+            assert_eq!(humantime::parse_duration(printed), Ok(value), "{text}");
+        }
     }
 
     #[test]

@@ -73,15 +73,9 @@ impl Default for WebhookSettings {
 /// Why webhooks cannot start.
 #[derive(Debug, thiserror::Error)]
 pub enum WebhooksError {
-    /// The key file cannot be read or made.
-    #[error("the webhook key file {path}: {source}")]
-    KeyFile {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: secrets::KeyFileError,
-    },
+    /// The key file cannot be read or made (its error names it).
+    #[error(transparent)]
+    KeyFile(#[from] secrets::KeyFileError),
     /// The HTTP client cannot be built (no TLS roots, say).
     #[error("cannot build the webhooks' HTTP client: {0}")]
     Client(String),
@@ -129,12 +123,43 @@ fn key_file(settings: &WebhookSettings, database: &DatabaseUrl) -> Option<(PathB
     }
 }
 
-/// Loads the keys and starts fan-out and delivery; with no key file on
-/// PostgreSQL, webhooks are off (logged): this instance neither fans out nor
-/// delivers, and creating or rotating a secret answers 503.
-pub fn start(
+/// The keys that seal signing secrets, as start-up finds them.
+pub enum StartKeys {
+    /// PostgreSQL without a key file: webhooks are off.
+    Off,
+    /// Read from the key file.
+    Read(SealingKeys),
+    /// SQLite's default file beside the database, not made yet.
+    ToMake(PathBuf),
+}
+
+/// Reads the key file, and writes nothing: start-up calls it before it
+/// opens the database, so that an unusable key file (missing, open to
+/// others, malformed) refuses start before any database file is made.
+pub fn read_keys(
     settings: &WebhookSettings,
     database: &DatabaseUrl,
+) -> Result<StartKeys, WebhooksError> {
+    let Some((path, made_if_missing)) = key_file(settings, database) else {
+        return Ok(StartKeys::Off);
+    };
+    match SealingKeys::load(&path) {
+        Err(secrets::KeyFileError::Read { source, .. })
+            if made_if_missing && source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            Ok(StartKeys::ToMake(path))
+        }
+        loaded => Ok(StartKeys::Read(loaded?)),
+    }
+}
+
+/// Starts fan-out and delivery with `keys` (making SQLite's default key
+/// file if it is still missing); with no key file on PostgreSQL, webhooks
+/// are off (logged): this instance neither fans out nor delivers, and
+/// creating or rotating a secret answers 503.
+pub fn start(
+    settings: &WebhookSettings,
+    keys: StartKeys,
     storage: Arc<dyn Storage>,
     store: Arc<dyn WebhookStorage>,
     keyring: Arc<Keyring>,
@@ -144,8 +169,8 @@ pub fn start(
     let policy = TargetPolicy {
         allow_private: settings.allow_private_targets,
     };
-    let keys = match key_file(settings, database) {
-        None => {
+    let keys = match keys {
+        StartKeys::Off => {
             slog::warn!(
                 log,
                 "webhooks are off: on PostgreSQL they need --webhook-key-file \
@@ -154,15 +179,9 @@ pub fn start(
             );
             None
         }
-        Some((path, made_if_missing)) => {
-            let loaded = if made_if_missing {
-                SealingKeys::load_or_create(&path)
-            } else {
-                SealingKeys::load(&path)
-            };
-            let keys = loaded.map_err(|source| WebhooksError::KeyFile { path, source })?;
-            Some(Arc::new(keys))
-        }
+        StartKeys::Read(keys) => Some(Arc::new(keys)),
+        // Another process may make it meanwhile: load_or_create then reads it.
+        StartKeys::ToMake(path) => Some(Arc::new(SealingKeys::load_or_create(&path)?)),
     };
     let webhooks = Arc::new(Webhooks {
         store: Arc::clone(&store),
