@@ -30,6 +30,14 @@ fn migrate(dir: &Path, database: &str) {
     assert!(output.status.success(), "{stderr}");
 }
 
+/// `petstore-server webhook-key create DIR/NAME`: a new key file.
+fn webhook_key(dir: &Path, name: &str) -> std::path::PathBuf {
+    let file = dir.join(name);
+    let (output, _, stderr) = run(petstore(dir).args(["webhook-key", "create"]).arg(&file));
+    assert!(output.status.success(), "{stderr}");
+    file
+}
+
 /// A GET to `address`, with a key unless `None`: the status code and body.
 fn get(address: &str, path: &str, key: Option<&str>) -> (u16, String) {
     let (status, body) = common::raw_request(address, "GET", path, key, "");
@@ -265,11 +273,7 @@ async fn every_webhook_subscription_is_listed_and_removed_through_the_cli_whoeve
     }
     for (database, _postgres) in &databases {
         let dir = tempfile::tempdir().unwrap();
-        let key_file = dir.path().join("webhook.key");
-        let (output, _, stderr) = run(petstore(dir.path())
-            .args(["webhook-key", "create"])
-            .arg(&key_file));
-        assert!(output.status.success(), "{stderr}");
+        let key_file = webhook_key(dir.path(), "webhook.key");
         let (path, url, file) = (dir.path().to_owned(), database.clone(), key_file.clone());
         let served = blocking(move || {
             let flags = ["--webhook-key-file", file.to_str().unwrap()];
@@ -1019,11 +1023,7 @@ fn unusable_tls_files_are_clear_start_up_errors() {
 fn unusable_webhook_key_files_are_clear_start_up_errors_before_anything_is_written() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
-    let made = dir.path().join("made.key");
-    let (output, _, stderr) = run(petstore(dir.path())
-        .args(["webhook-key", "create"])
-        .arg(&made));
-    assert!(output.status.success(), "{stderr}");
+    let made = webhook_key(dir.path(), "made.key");
     let open_to_others = dir.path().join("open.key");
     std::fs::copy(&made, &open_to_others).unwrap();
     std::fs::set_permissions(&open_to_others, std::fs::Permissions::from_mode(0o644)).unwrap();
