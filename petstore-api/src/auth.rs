@@ -23,7 +23,7 @@ use dropshot::{
 };
 use http::HeaderMap;
 
-use crate::error::{ApiError, ErrorCode, insufficient_scope_challenge};
+use crate::error::{ApiError, ErrorCode, insufficient_scope_challenge, invalid_token_challenge};
 use crate::scopes::{Scope, Scopes, admitting};
 
 /// What the implementation decides about each request's key.
@@ -218,7 +218,7 @@ impl SharedExtractor for Authenticated {
                     format!("authentication failed: {}", refusal.reason),
                 );
                 let challenge = if refusal.credential_sent {
-                    HeaderValue::from_static(r#"Bearer realm="petstore", error="invalid_token""#)
+                    invalid_token_challenge()
                 } else {
                     HeaderValue::from_static(r#"Bearer realm="petstore""#)
                 };

@@ -160,6 +160,19 @@ impl ApiError {
         )
     }
 
+    /// 401 of a request admitted with a key that was revoked or expired
+    /// before it was answered (a long poll of the feed): refused as the
+    /// key's next request is, with RFC 6750's `invalid_token`.
+    pub fn key_withdrawn_while_waiting() -> ApiError {
+        let mut error =
+            ApiError::unauthorized("this API key was revoked or expired while the request waited");
+        error
+            .headers
+            .get_or_insert_default()
+            .insert(WWW_AUTHENTICATE, invalid_token_challenge());
+        error
+    }
+
     /// 403: the key has none of `needed`, one of which `operation` needs.
     pub fn insufficient_scope(operation: &str, needed: &[Scope]) -> ApiError {
         let message = match needed {
@@ -487,6 +500,12 @@ impl HttpResponseError for ApiError {
 
 /// RFC 6750 §3's challenge on a `403 insufficient_scope`: the scopes any one
 /// of which would admit the operation, space-separated.
+/// The `WWW-Authenticate` of a `401` whose request sent a key, wrong,
+/// expired or revoked (RFC 6750's `invalid_token`).
+pub(crate) fn invalid_token_challenge() -> HeaderValue {
+    HeaderValue::from_static(r#"Bearer realm="petstore", error="invalid_token""#)
+}
+
 pub(crate) fn insufficient_scope_challenge(needed: &[Scope]) -> HeaderValue {
     let scopes: Vec<&str> = needed.iter().map(|scope| scope.as_str()).collect();
     let challenge = format!(

@@ -6,7 +6,7 @@ use dropshot::{
     HttpResponseOk, Path, Query, RequestContext,
 };
 
-use petstore_api::auth::{ApiContext, Authenticated};
+use petstore_api::auth::{ApiContext, Authenticated, Identity};
 use petstore_api::body::StrictJson;
 use petstore_api::error::{ApiError, Keyed};
 use petstore_api::idempotency::{CreatedHeaders, IdempotencyKey};
@@ -23,11 +23,12 @@ use petstore_api::responses::{
     DeliveriesPageHeaders, DeprecationHeaders, EventsPage, EventsPageHeaders, OrdersPageHeaders,
     PageHeaders, PetsPage, WebhooksPageHeaders,
 };
-use petstore_api::scopes::Scope;
+use petstore_api::scopes::{Scope, Scopes};
 use petstore_api::{LIMIT_MAX, PetstoreApi};
 
 use crate::context::Service;
 use crate::keyring::unix_now;
+use crate::keys::KeyDigest;
 use crate::metrics::KeyedOutcome;
 use crate::storage::idempotency::{fingerprint, order_fingerprint};
 use crate::storage::{
@@ -68,23 +69,42 @@ fn placed_by_shown_to(
     }
 }
 
-/// The kinds of event a request reads: those of the `types` asked for (all
-/// without the filter) that the key may see — `pet.*` with `pets:read`,
-/// `order.*` with `orders:place` or `orders:manage` (whose orders, the
-/// query's owner says).
-fn visible_kinds(auth: &Authenticated, types: Option<&EventTypes>) -> EnumSet<EventKind> {
-    let wanted = match types {
+/// What a read of the feed asks for, the key holding `scopes`: of the
+/// `types` asked for (all without the filter), the kinds the key may see,
+/// and every order's events or only its own.
+fn feed_query(
+    scopes: Scopes,
+    identity: Identity,
+    types: Option<&EventTypes>,
+    after: Option<i64>,
+    limit: u32,
+) -> EventQuery {
+    let wanted: EnumSet<EventKind> = match types {
         None => EnumSet::all(),
         Some(types) => types.iter().map(EventKind::of_type).collect(),
     };
-    let may_see = |kind: &EventKind| {
-        if kind.is_order() {
-            auth.may(Scope::OrdersPlace) || auth.may(Scope::OrdersManage)
-        } else {
-            auth.may(Scope::PetsRead)
-        }
-    };
-    wanted.iter().filter(may_see).collect()
+    EventQuery {
+        after,
+        limit,
+        kinds: wanted & EventKind::visible_to(scopes),
+        owner: (!scopes.contains(Scope::OrdersManage)).then(|| OwnerId::of(identity)),
+    }
+}
+
+/// A long poll's key as it is now, after the wait: keys change on every
+/// instance within 2 seconds, and a poll that began before a change answers
+/// as the key is when it answers. Revoked or expired, it is refused as a
+/// new request would be (401); without `events:read`, 403; otherwise the
+/// scopes it holds now (which may see fewer kinds, or only its own orders).
+fn scopes_after_wait(context: &Service, auth: &Authenticated) -> Result<Scopes, ApiError> {
+    match context.keys.scopes_now(KeyDigest(auth.identity().0)) {
+        None => Err(ApiError::key_withdrawn_while_waiting()),
+        Some(scopes) if !scopes.contains(Scope::EventsRead) => Err(ApiError::insufficient_scope(
+            "listEvents",
+            &[Scope::EventsRead],
+        )),
+        Some(scopes) => Ok(scopes),
+    }
 }
 
 /// Reads pages of the feed until one has an event, or one that is empty
@@ -95,6 +115,8 @@ fn visible_kinds(auth: &Authenticated, types: Option<&EventTypes>) -> EnumSet<Ev
 /// ([`Storage::events_after`](crate::storage::Storage::events_after)).
 async fn feed_page(
     context: &Service,
+    auth: &Authenticated,
+    types: Option<&EventTypes>,
     mut query: EventQuery,
     wait: Duration,
 ) -> Result<EventPage, ApiError> {
@@ -134,6 +156,7 @@ async fn feed_page(
             waited = waited => waited,
             _ = stopping.wait_for(|stopping| *stopping) => return Ok(page),
         };
+        let scopes = scopes_after_wait(context, auth)?;
         // Nothing of its kinds up to `quiet`: the cursor moves there, so a
         // poll parked through many commits of other events is not left to
         // examine them all, page after page, once it is answered.
@@ -145,7 +168,7 @@ async fn feed_page(
                 ..page
             });
         }
-        query.after = Some(after);
+        query = feed_query(scopes, auth.identity(), types, Some(after), query.limit);
         parked = true;
     }
 }
@@ -472,17 +495,13 @@ impl PetstoreApi for PetstoreImpl {
         let params = query.into_inner();
         let limit = params.limit.get();
         let context = service(&rqctx)?;
-        let query = EventQuery {
-            after: params.after,
-            limit,
-            kinds: visible_kinds(&auth, params.types.as_ref()),
-            owner: only_own(&auth),
-        };
+        let types = params.types.as_ref();
+        let query = feed_query(auth.scopes(), auth.identity(), types, params.after, limit);
         let wait = Duration::from_secs(u64::from(params.wait));
-        let page = feed_page(context, query, wait).await?;
-        let types = params.types.as_ref().map(EventTypes::to_param);
+        let page = feed_page(context, &auth, types, query, wait).await?;
+        let types_param = types.map(EventTypes::to_param);
         let headers =
-            EventsPageHeaders::next(limit, types.as_deref(), params.wait, page.next_after);
+            EventsPageHeaders::next(limit, types_param.as_deref(), params.wait, page.next_after);
         let mut events = EventArrayWriter::with_capacity(page.events.len());
         for event in &page.events {
             event.encode_into(&mut events);

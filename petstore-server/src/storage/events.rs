@@ -25,6 +25,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use enumset::{EnumSet, EnumSetType};
 use petstore_api::model::{EventArrayWriter, EventData, EventType, PetStatus, encode_event};
+use petstore_api::scopes::{Scope, Scopes};
 
 use super::orders::OwnerId;
 
@@ -182,6 +183,18 @@ impl EventKind {
     /// by keys that may see that order).
     pub fn is_order(self) -> bool {
         self.event_type().is_order()
+    }
+
+    /// The kinds a key with `scopes` may see, in the feed and through its
+    /// webhooks: `pet.*` with `pets:read`, `order.*` with `orders:place`
+    /// or `orders:manage` (whose orders, the query's owner says).
+    pub fn visible_to(scopes: Scopes) -> EnumSet<EventKind> {
+        let orders = scopes.contains(Scope::OrdersPlace) || scopes.contains(Scope::OrdersManage);
+        let pets = scopes.contains(Scope::PetsRead);
+        EventKind::ALL
+            .into_iter()
+            .filter(|kind| if kind.is_order() { orders } else { pets })
+            .collect()
     }
 }
 

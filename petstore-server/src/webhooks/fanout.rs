@@ -18,7 +18,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use enumset::EnumSet;
 use petstore_api::scopes::{Scope, Scopes};
 use tokio::sync::Notify;
 
@@ -200,27 +199,13 @@ pub fn receivable(subscription: &StoredSubscription, scopes: Scopes, after: i64)
     EventQuery {
         after: Some(after),
         limit: LIST_MAX,
-        kinds: subscription.kinds & visible_to(scopes),
+        kinds: subscription.kinds & EventKind::visible_to(scopes),
         owner: if scopes.contains(Scope::OrdersManage) {
             subscription.sees_owner
         } else {
             Some(OwnerId(subscription.creator.0))
         },
     }
-}
-
-/// The kinds of event a key with `scopes` may see (as in the feed).
-fn visible_to(scopes: Scopes) -> EnumSet<EventKind> {
-    EventKind::ALL
-        .into_iter()
-        .filter(|kind| {
-            if kind.is_order() {
-                scopes.contains(Scope::OrdersPlace) || scopes.contains(Scope::OrdersManage)
-            } else {
-                scopes.contains(Scope::PetsRead)
-            }
-        })
-        .collect()
 }
 
 /// The delivery of `event`: its body is the event exactly as the feed

@@ -59,6 +59,38 @@ async fn whole_feed(server: &TestServer) -> Vec<Value> {
     whole_feed_as(server, KEY).await
 }
 
+/// The `after` of the feed's head: past every event committed so far.
+async fn head(server: &TestServer) -> String {
+    let (mut page, mut after) = page_as(server, KEY, "?limit=100").await;
+    while !page.is_empty() {
+        (page, after) = page_as(server, KEY, &format!("?limit=100&after={after}")).await;
+    }
+    after
+}
+
+/// A long poll with `key` from the feed's head, once it waits there.
+async fn parked_poll(
+    server: &TestServer,
+    key: &str,
+) -> tokio::task::JoinHandle<reqwest::Result<Response>> {
+    let after = head(server).await;
+    let request = server
+        .anonymous(
+            reqwest::Method::GET,
+            &format!("/events?wait=30&after={after}"),
+        )
+        .bearer_auth(key)
+        .send();
+    let poll = tokio::spawn(request);
+    eventually_async_within(
+        "the long poll is parked",
+        Duration::from_secs(30),
+        || async { server.metric("petstore_events_waiters ").await >= 1.0 },
+    )
+    .await;
+    poll
+}
+
 /// What identifies an event's change: its type, subject and status after.
 fn change(event: &Value) -> (String, String, Value) {
     (
@@ -298,6 +330,46 @@ on_every_backend! {
         let (page, next) = page_as(&server, KEY, &format!("?wait=1&after={after}&types=order.placed")).await;
         assert!(page.is_empty());
         assert!(next.parse::<i64>().unwrap() >= after.parse::<i64>().unwrap());
+    }
+
+    // Keys change on every instance within 2 s; a long poll that began
+    // before a change answers as its key is when it answers, never with an
+    // event the key may no longer see.
+    async fn a_long_poll_answers_as_its_key_is_when_it_answers(server) {
+        let answer = |poll: tokio::task::JoinHandle<reqwest::Result<Response>>| async move {
+            poll.await.expect("the poll's task").expect("an answer")
+        };
+        let revoked = server.stored_key("revoked", "pets:read,events:read").await;
+        let poll = parked_poll(&server, &revoked).await;
+        server.revoke_key("revoked").await;
+        server.key_answers(&revoked, "/events", |status| status == 401).await;
+        server.create(json!({"name": "Unseen", "categoryId": 1})).await;
+        let response = answer(poll).await;
+        let challenge = response.headers()["www-authenticate"].to_str().unwrap().to_owned();
+        assert!(challenge.contains("invalid_token"), "{challenge}");
+        assert_error(response, StatusCode::UNAUTHORIZED, "unauthorized").await;
+
+        let unfed = server.stored_key("unfed", "pets:read,events:read").await;
+        let poll = parked_poll(&server, &unfed).await;
+        server.set_key_scopes("unfed", "pets:read").await;
+        server.key_answers(&unfed, "/events", |status| status == 403).await;
+        server.create(json!({"name": "Unseen", "categoryId": 1})).await;
+        let error = assert_error(answer(poll).await, StatusCode::FORBIDDEN, "insufficient_scope").await;
+        assert!(error["message"].as_str().unwrap().contains("events:read"), "{error}");
+
+        // Still allowed to follow, it sees what its scopes allow now.
+        let narrowed = server.stored_key("narrowed", "pets:read,orders:manage,events:read").await;
+        let poll = parked_poll(&server, &narrowed).await;
+        server.set_key_scopes("narrowed", "orders:manage,events:read").await;
+        server.key_answers(&narrowed, "/pets", |status| status == 403).await;
+        let animal = server.create(json!({"name": "Unseen", "categoryId": 1, "status": "available"})).await;
+        let order = server.place_order(&animal["id"]).await;
+        let response = answer(poll).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let page: Vec<Value> = response.json().await.unwrap();
+        let types: Vec<&str> = page.iter().map(|event| event["type"].as_str().unwrap()).collect();
+        assert_eq!(types, ["order.placed"], "{page:?}");
+        assert_eq!(page[0]["data"], order);
     }
 
     async fn a_shutdown_answers_long_polls_at_once(server) {
