@@ -422,6 +422,11 @@ async fn a_claim_counts_an_attempt_and_a_retry_is_due_when_it_says(store: &dyn W
         (sending.state, sending.attempts),
         (DeliveryState::Sending, 1)
     );
+    // Operators and the API count the attempts that ended.
+    assert_eq!(
+        (sending.attempts_made(), sending.last_attempt_at),
+        (0, None)
+    );
     assert!(claim(store, "b").await.is_empty(), "leased to a");
 
     let retry_at = in_ms(300);
@@ -445,6 +450,10 @@ async fn a_claim_counts_an_attempt_and_a_retry_is_due_when_it_says(store: &dyn W
     let second = only(claim_eventually(store, "a").await);
     assert!(Utc::now() >= retry_at);
     assert_eq!((second.event_id, second.attempt), (2, 2));
+    let resending = stored(store, id, 2).await;
+    assert_eq!(resending.attempts_made(), 1, "the first, which ended");
+    assert!(waiting.last_attempt_at.is_some());
+    assert_eq!(resending.last_attempt_at, waiting.last_attempt_at);
     assert!(finish(store, "a", &second, outcome(NextStep::Delivered)).await);
     let delivered = stored(store, id, 2).await;
     assert_eq!(

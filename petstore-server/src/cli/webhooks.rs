@@ -162,7 +162,7 @@ async fn deliveries(
                 delivery.event_id.to_string(),
                 delivery.kind.event_type().as_str().to_owned(),
                 <&str>::from(delivery.state).to_owned(),
-                delivery.attempts.to_string(),
+                delivery.attempts_made().to_string(),
                 delivery
                     .last_status
                     .map_or_else(|| "-".to_owned(), |status| status.to_string()),

@@ -151,7 +151,8 @@ pub struct StoredDelivery {
     pub kind: EventKind,
     /// Where it stands.
     pub state: DeliveryState,
-    /// Attempts made so far.
+    /// Attempts so far, counting one under way (`Sending`): its number is
+    /// its lease's token. See [`StoredDelivery::attempts_made`].
     pub attempts: u32,
     /// The last attempt's HTTP status, if it got one.
     pub last_status: Option<u16>,
@@ -163,6 +164,19 @@ pub struct StoredDelivery {
     pub next_attempt_at: Option<DateTime<Utc>>,
     /// When the receiver took it.
     pub delivered_at: Option<DateTime<Utc>>,
+}
+
+impl StoredDelivery {
+    /// The attempts made, as the contract and operators count them: those
+    /// that ended, which the `last_*` fields describe, and not one still
+    /// under way (`sending` with 1 would say an attempt was made that has
+    /// no `lastAttemptAt` yet).
+    pub fn attempts_made(&self) -> u32 {
+        match self.state {
+            DeliveryState::Sending => self.attempts.saturating_sub(1),
+            _ => self.attempts,
+        }
+    }
 }
 
 /// A delivery claimed for sending.

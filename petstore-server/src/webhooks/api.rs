@@ -265,6 +265,7 @@ pub fn subscribed_types(kinds: EnumSet<EventKind>) -> Vec<EventType> {
 /// A delivery as the contract shows it.
 pub fn delivery_view(stored: StoredDelivery) -> WebhookDelivery {
     WebhookDelivery {
+        attempts: stored.attempts_made(),
         event_id: stored.event_id,
         event_type: stored.kind.event_type(),
         state: match stored.state {
@@ -273,7 +274,6 @@ pub fn delivery_view(stored: StoredDelivery) -> WebhookDelivery {
             DeliveryState::Delivered => WebhookDeliveryState::Delivered,
             DeliveryState::Failed => WebhookDeliveryState::Failed,
         },
-        attempts: stored.attempts,
         last_status: stored.last_status,
         last_error: stored.last_error,
         last_attempt_at: stored.last_attempt_at,
