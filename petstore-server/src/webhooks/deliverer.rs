@@ -393,7 +393,8 @@ impl Deliverer {
         match sent {
             Ok(response) => self.answered(delivery, at, &response),
             Err(e) => {
-                let error = petstore_api::error::chain(&e);
+                // The delivery's URL is beside it already: the text says why.
+                let error = petstore_api::error::chain(&e.without_url());
                 self.failed(delivery, at, None, error, None)
             }
         }
@@ -457,12 +458,23 @@ impl Deliverer {
         };
         AttemptOutcome {
             status,
-            error: Some(error.chars().take(ERROR_MAX_CHARS).collect()),
+            error: Some(shortened(error)),
             at,
             ended,
             next,
         }
     }
+}
+
+/// `error` in at most [`ERROR_MAX_CHARS`] characters, an ellipsis saying
+/// where it was cut.
+fn shortened(error: String) -> String {
+    if error.chars().count() <= ERROR_MAX_CHARS {
+        return error;
+    }
+    let mut short: String = error.chars().take(ERROR_MAX_CHARS - 1).collect();
+    short.push('…');
+    short
 }
 
 /// When the event in `body` was committed (its `time`).
@@ -486,6 +498,19 @@ mod tests {
 
     fn sending(in_flight: &InFlight, webhook_id: i64, times: usize) {
         (0..times).for_each(|_| in_flight.sending(webhook_id));
+    }
+
+    #[test]
+    fn a_long_error_is_cut_with_an_ellipsis_and_a_short_one_kept() {
+        assert_eq!(
+            shortened("the receiver answered 500".into()),
+            "the receiver answered 500"
+        );
+        let exact = "é".repeat(ERROR_MAX_CHARS);
+        assert_eq!(shortened(exact.clone()), exact);
+        let cut = shortened("é".repeat(ERROR_MAX_CHARS + 1));
+        assert_eq!(cut.chars().count(), ERROR_MAX_CHARS);
+        assert!(cut.ends_with("é…"), "{cut}");
     }
 
     #[test]
