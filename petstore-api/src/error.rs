@@ -498,14 +498,14 @@ impl HttpResponseError for ApiError {
     }
 }
 
-/// RFC 6750 §3's challenge on a `403 insufficient_scope`: the scopes any one
-/// of which would admit the operation, space-separated.
 /// The `WWW-Authenticate` of a `401` whose request sent a key, wrong,
 /// expired or revoked (RFC 6750's `invalid_token`).
 pub(crate) fn invalid_token_challenge() -> HeaderValue {
     HeaderValue::from_static(r#"Bearer realm="petstore", error="invalid_token""#)
 }
 
+/// RFC 6750 §3's challenge on a `403 insufficient_scope`: the scopes any one
+/// of which would admit the operation, space-separated.
 pub(crate) fn insufficient_scope_challenge(needed: &[Scope]) -> HeaderValue {
     let scopes: Vec<&str> = needed.iter().map(|scope| scope.as_str()).collect();
     let challenge = format!(

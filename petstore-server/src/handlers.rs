@@ -94,16 +94,20 @@ fn feed_query(
 /// A long poll's key as it is now, after the wait: keys change on every
 /// instance within 2 seconds, and a poll that began before a change answers
 /// as the key is when it answers. Revoked or expired, it is refused as a
-/// new request would be (401); without `events:read`, 403; otherwise the
-/// scopes it holds now (which may see fewer kinds, or only its own orders).
+/// new request would be (401, counted as one); without `events:read`, 403;
+/// otherwise the scopes it holds now (more or fewer kinds, every order or
+/// only its own).
 fn scopes_after_wait(context: &Service, auth: &Authenticated) -> Result<Scopes, ApiError> {
     match context.keys.scopes_now(KeyDigest(auth.identity().0)) {
-        None => Err(ApiError::key_withdrawn_while_waiting()),
-        Some(scopes) if !scopes.contains(Scope::EventsRead) => Err(ApiError::insufficient_scope(
+        Err(refused) => {
+            context.metrics.auth_rejected(refused.reason());
+            Err(ApiError::key_withdrawn_while_waiting())
+        }
+        Ok(scopes) if !scopes.contains(Scope::EventsRead) => Err(ApiError::insufficient_scope(
             "listEvents",
             &[Scope::EventsRead],
         )),
-        Some(scopes) => Ok(scopes),
+        Ok(scopes) => Ok(scopes),
     }
 }
 
@@ -112,7 +116,9 @@ fn scopes_after_wait(context: &Service, auth: &Authenticated) -> Result<Scopes, 
 /// examined: the client reads on at once), or the wait ends, or the server
 /// stops. An empty page at the head waits, with no query meanwhile, until
 /// an event of its kinds may have come after it
-/// ([`Storage::events_after`](crate::storage::Storage::events_after)).
+/// ([`Storage::events_after`](crate::storage::Storage::events_after)); then
+/// it asks for the key as it is now ([`scopes_after_wait`]: 401 or 403
+/// end it) and reads with what the key may see by then.
 async fn feed_page(
     context: &Service,
     auth: &Authenticated,
@@ -157,18 +163,29 @@ async fn feed_page(
             _ = stopping.wait_for(|stopping| *stopping) => return Ok(page),
         };
         let scopes = scopes_after_wait(context, auth)?;
+        let now = feed_query(scopes, auth.identity(), types, None, query.limit);
+        // `quiet` is of the kinds and orders the poll waited for: a key
+        // that may see more now reads those from where its page ended.
+        let widened = !query.kinds.is_superset(now.kinds)
+            || (query.owner.is_some() && now.owner != query.owner);
         // Nothing of its kinds up to `quiet`: the cursor moves there, so a
         // poll parked through many commits of other events is not left to
         // examine them all, page after page, once it is answered.
-        let after = page.next_after.max(waited.quiet);
-        if !waited.read {
+        let after = match widened {
+            false => page.next_after.max(waited.quiet),
+            true => page.next_after,
+        };
+        if !waited.read && !widened {
             return Ok(EventPage {
                 next_after: after,
                 head: page.head.max(after),
                 ..page
             });
         }
-        query = feed_query(scopes, auth.identity(), types, Some(after), query.limit);
+        query = EventQuery {
+            after: Some(after),
+            ..now
+        };
         parked = true;
     }
 }

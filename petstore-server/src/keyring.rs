@@ -96,10 +96,11 @@ impl Keyring {
             .map(|key| (key.digest, key.limits))
     }
 
-    /// What the key with digest `digest` may do now: `None` once it is
-    /// revoked or expired (what a webhook subscription it made may still
-    /// receive follows this).
-    pub fn scopes_now(&self, digest: KeyDigest) -> Option<Scopes> {
+    /// What the key with digest `digest` may do now; refused once it is
+    /// revoked (`Unknown`) or expired (what a webhook subscription it made
+    /// may still receive, and what a long poll it began still sees, follow
+    /// this).
+    pub fn scopes_now(&self, digest: KeyDigest) -> Result<Scopes, AuthFailure> {
         self.current
             .load()
             .accepted(digest, unix_now())

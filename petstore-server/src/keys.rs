@@ -256,12 +256,18 @@ impl KeySet {
         &self.keys
     }
 
-    /// The key with digest `digest`, if it is accepted at `now`.
-    pub fn accepted(&self, digest: KeyDigest, now: i64) -> Option<&AcceptedKey> {
-        self.by_digest
+    /// The key with digest `digest`, if it is accepted at `now`; else why
+    /// not (unknown, which a revoked key is, or expired).
+    pub fn accepted(&self, digest: KeyDigest, now: i64) -> Result<&AcceptedKey, AuthFailure> {
+        let key = self
+            .by_digest
             .get(&digest)
             .map(|index| &self.keys[*index])
-            .filter(|key| key.expires_at.is_none_or(|at| at > now))
+            .ok_or(AuthFailure::Unknown)?;
+        match key.expires_at.is_none_or(|at| at > now) {
+            true => Ok(key),
+            false => Err(AuthFailure::Expired),
+        }
     }
 
     /// How many keys are accepted at `now` (not expired).

@@ -76,7 +76,7 @@ pub async fn run(
         }
         let mut stale = false;
         for subscription in &mut subscriptions {
-            let Some(scopes) = keyring.scopes_now(KeyDigest(subscription.creator.0)) else {
+            let Ok(scopes) = keyring.scopes_now(KeyDigest(subscription.creator.0)) else {
                 continue;
             };
             let read = read_to.entry(subscription.id).or_insert(0);

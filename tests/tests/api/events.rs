@@ -343,8 +343,11 @@ on_every_backend! {
         let poll = parked_poll(&server, &revoked).await;
         server.revoke_key("revoked").await;
         server.key_answers(&revoked, "/events", |status| status == 401).await;
+        let refused = r#"petstore_auth_rejected_total{reason="unknown"}"#;
+        let refused_before = server.metric(refused).await;
         server.create(json!({"name": "Unseen", "categoryId": 1})).await;
         let response = answer(poll).await;
+        assert_eq!(server.metric(refused).await, refused_before + 1.0, "counted as a 401");
         let challenge = response.headers()["www-authenticate"].to_str().unwrap().to_owned();
         assert!(challenge.contains("invalid_token"), "{challenge}");
         assert_error(response, StatusCode::UNAUTHORIZED, "unauthorized").await;
@@ -370,6 +373,47 @@ on_every_backend! {
         let types: Vec<&str> = page.iter().map(|event| event["type"].as_str().unwrap()).collect();
         assert_eq!(types, ["order.placed"], "{page:?}");
         assert_eq!(page[0]["data"], order);
+
+        // Staff no longer, it sees its own orders only.
+        let demoted = server.stored_key("demoted", "orders:manage,orders:place,events:read").await;
+        let poll = parked_poll(&server, &demoted).await;
+        server.set_key_scopes("demoted", "orders:place,events:read").await;
+        server.key_answers(&demoted, "/store/orders?include=placedBy", |status| status == 403).await;
+        let animal = server.create(json!({"name": "Theirs", "categoryId": 1, "status": "available"})).await;
+        server.place_order(&animal["id"]).await;
+        let animal = server.create(json!({"name": "Mine", "categoryId": 1, "status": "available"})).await;
+        let response = server
+            .anonymous(reqwest::Method::POST, "/store/orders")
+            .bearer_auth(&demoted)
+            .json(&json!({"petId": animal["id"]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED);
+        let own: Value = response.json().await.unwrap();
+        let page: Vec<Value> = answer(poll).await.json().await.unwrap();
+        let seen: Vec<&Value> = page.iter().map(|event| &event["data"]).collect();
+        assert_eq!(seen, [&own], "{page:?}");
+
+        // Given pets:read while it waits for its orders, it reads the
+        // animals' events committed meanwhile too, none skipped.
+        let promoted = server.stored_key("promoted", "orders:place,events:read").await;
+        let poll = parked_poll(&server, &promoted).await;
+        server.set_key_scopes("promoted", "orders:place,pets:read,events:read").await;
+        server.key_answers(&promoted, "/pets", |status| status == 200).await;
+        let animal = server.create(json!({"name": "Seen", "categoryId": 1, "status": "available"})).await;
+        let response = server
+            .anonymous(reqwest::Method::POST, "/store/orders")
+            .bearer_auth(&promoted)
+            .json(&json!({"petId": animal["id"]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED);
+        let page: Vec<Value> = answer(poll).await.json().await.unwrap();
+        let types: Vec<&str> = page.iter().map(|event| event["type"].as_str().unwrap()).collect();
+        assert_eq!(types, ["pet.created", "order.placed", "pet.status_changed"], "{page:?}");
+        assert_eq!(page[0]["data"]["id"], animal["id"]);
     }
 
     async fn a_shutdown_answers_long_polls_at_once(server) {
