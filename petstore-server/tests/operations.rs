@@ -1061,6 +1061,42 @@ fn unusable_webhook_key_files_are_clear_start_up_errors_before_anything_is_writt
     );
 }
 
+#[test]
+fn sqlite_makes_its_webhook_key_file_beside_the_database_once_and_keeps_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let made = dir.path().join("petstore.db.webhook-key");
+    let (status, _) = Served::start(dir.path(), &[]).terminate();
+    assert!(status.success());
+    let mode = std::fs::metadata(&made)
+        .expect("made at start")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "readable by its owner only");
+    let keys = std::fs::read(&made).unwrap();
+    let (status, _) = Served::start(dir.path(), &[]).terminate();
+    assert!(status.success());
+    assert_eq!(std::fs::read(&made).unwrap(), keys, "kept, not made again");
+
+    // One that others may read is refused, before a database is made.
+    let fresh = tempfile::tempdir().unwrap();
+    let open = fresh.path().join("petstore.db.webhook-key");
+    std::fs::write(&open, &keys).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (output, _, stderr) = run(petstore(fresh.path())
+        .args(["serve", "--bind", "127.0.0.1:0", "--admin-bind", "off"])
+        .env("PETSTORE_API_KEYS", KEY));
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("open to its group or to others"),
+        "{stderr}"
+    );
+    assert!(
+        !fresh.path().join("petstore.db").exists(),
+        "nothing was created"
+    );
+}
+
 const DEPLOY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy");
 
 #[test]
