@@ -168,9 +168,10 @@ pub struct StoredDelivery {
 
 impl StoredDelivery {
     /// The attempts made, as the contract and operators count them: those
-    /// that ended, which the `last_*` fields describe, and not one still
-    /// under way (`sending` with 1 would say an attempt was made that has
-    /// no `lastAttemptAt` yet).
+    /// begun, less one still under way (`sending` with 1 would say an
+    /// attempt was made that has no `lastAttemptAt` yet). An attempt whose
+    /// instance died counts once another claim takes the delivery again;
+    /// it has no `last_*` fields of its own.
     pub fn attempts_made(&self) -> u32 {
         match self.state {
             DeliveryState::Sending => self.attempts.saturating_sub(1),
