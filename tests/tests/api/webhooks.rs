@@ -332,6 +332,22 @@ on_every_backend! {
         assert_eq!(deliveries[0]["lastStatus"], 503);
     }
 
+    // The delivery's URL is beside it: its lastError says only why.
+    async fn an_unreachable_receiver_is_a_failure_that_says_why(server) {
+        let webhook = subscribe_as(&server, KEY, json!({"url": "http://127.0.0.1:9/hook", "types": ["pet.created"]})).await;
+        let id = webhook["id"].as_i64().unwrap();
+        available(&server, "Unreached").await;
+        let delivery = eventually_some("a failed attempt recorded", DELIVERY, || async {
+            let deliveries = get_json(&server, KEY, &format!("/{id}/deliveries")).await;
+            deliveries[0].get("lastError").is_some().then(|| deliveries[0].clone())
+        })
+        .await;
+        let error = delivery["lastError"].as_str().unwrap();
+        assert!(error.to_lowercase().contains("connect"), "{error}");
+        assert!(!error.contains("127.0.0.1:9"), "{error}");
+        assert!(delivery.get("lastStatus").is_none(), "{delivery}");
+    }
+
     async fn one_resources_events_arrive_in_order_through_failures(server) {
         // Every first attempt fails: each event is retried once, and a
         // resource's next event waits for it.
