@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::ffi::OsStr;
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
@@ -1044,21 +1045,25 @@ fn unusable_webhook_key_files_are_clear_start_up_errors_before_anything_is_writt
         (malformed, "line 1"),
         (empty, "has no key"),
     ] {
-        let (output, _, stderr) = run(petstore(dir.path())
-            .args(["serve", "--bind", "127.0.0.1:0", "--admin-bind", "off"])
-            .arg("--webhook-key-file")
-            .arg(&file)
-            .env("PETSTORE_API_KEYS", KEY));
-        assert_eq!(output.status.code(), Some(1), "{expected}: {stderr}");
+        let flags = [OsStr::new("--webhook-key-file"), file.as_os_str()];
+        let stderr = refused_start(dir.path(), &flags);
         assert!(stderr.contains(expected), "{expected}: {stderr}");
         let name = file.file_name().unwrap().to_str().unwrap();
         assert!(stderr.contains(name), "names the file: {stderr}");
         assert_eq!(stderr.matches("webhook key file").count(), 1, "{stderr}");
     }
-    assert!(
-        !dir.path().join("petstore.db").exists(),
-        "nothing was created"
-    );
+}
+
+/// `petstore-server serve` in `dir` with `flags`, refused at start: its
+/// stderr, once it has exited 1 having made no database.
+fn refused_start(dir: &Path, flags: &[&OsStr]) -> String {
+    let (output, _, stderr) = run(petstore(dir)
+        .args(["serve", "--bind", "127.0.0.1:0", "--admin-bind", "off"])
+        .args(flags)
+        .env("PETSTORE_API_KEYS", KEY));
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(!dir.join("petstore.db").exists(), "nothing was created");
+    stderr
 }
 
 #[test]
@@ -1083,17 +1088,10 @@ fn sqlite_makes_its_webhook_key_file_beside_the_database_once_and_keeps_it() {
     let open = fresh.path().join("petstore.db.webhook-key");
     std::fs::write(&open, &keys).unwrap();
     std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let (output, _, stderr) = run(petstore(fresh.path())
-        .args(["serve", "--bind", "127.0.0.1:0", "--admin-bind", "off"])
-        .env("PETSTORE_API_KEYS", KEY));
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let stderr = refused_start(fresh.path(), &[]);
     assert!(
         stderr.contains("open to its group or to others"),
         "{stderr}"
-    );
-    assert!(
-        !fresh.path().join("petstore.db").exists(),
-        "nothing was created"
     );
 }
 

@@ -543,6 +543,24 @@ impl TestServer {
         response.json().await.expect("a JSON order")
     }
 
+    /// Orders the animal `pet_id` with `key`, insisting on 201; returns
+    /// the order.
+    pub async fn place_order_as(&self, key: &str, pet_id: &Value) -> Value {
+        let response = self
+            .anonymous(Method::POST, "/store/orders")
+            .bearer_auth(key)
+            .json(&serde_json::json!({ "petId": pet_id }))
+            .send()
+            .await
+            .expect("request sent");
+        assert_eq!(
+            response.status(),
+            StatusCode::CREATED,
+            "ordering pet {pet_id}"
+        );
+        response.json().await.expect("a JSON order")
+    }
+
     /// An authenticated `PATCH /store/orders/{id}` asking for `status`.
     pub fn patch_order(&self, id: &Value, status: &str) -> RequestBuilder {
         self.request(Method::PATCH, &format!("/store/orders/{id}"))

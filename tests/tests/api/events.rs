@@ -265,15 +265,7 @@ on_every_backend! {
         let mut own = Vec::new();
         for key in [&customer, &browsing] {
             let animal = server.create(json!({"name": "Own", "categoryId": 1, "status": "available"})).await;
-            let response = server
-                .anonymous(reqwest::Method::POST, "/store/orders")
-                .bearer_auth(key)
-                .json(&json!({"petId": animal["id"]}))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(response.status(), StatusCode::CREATED);
-            own.push(response.json::<Value>().await.unwrap());
+            own.push(server.place_order_as(key, &animal["id"]).await);
         }
         let others = server.create(json!({"name": "Other", "categoryId": 1, "status": "available"})).await;
         let other = server.place_order(&others["id"]).await;
@@ -382,15 +374,7 @@ on_every_backend! {
         let animal = server.create(json!({"name": "Theirs", "categoryId": 1, "status": "available"})).await;
         server.place_order(&animal["id"]).await;
         let animal = server.create(json!({"name": "Mine", "categoryId": 1, "status": "available"})).await;
-        let response = server
-            .anonymous(reqwest::Method::POST, "/store/orders")
-            .bearer_auth(&demoted)
-            .json(&json!({"petId": animal["id"]}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), StatusCode::CREATED);
-        let own: Value = response.json().await.unwrap();
+        let own = server.place_order_as(&demoted, &animal["id"]).await;
         let page: Vec<Value> = answer(poll).await.json().await.unwrap();
         let seen: Vec<&Value> = page.iter().map(|event| &event["data"]).collect();
         assert_eq!(seen, [&own], "{page:?}");
@@ -402,14 +386,7 @@ on_every_backend! {
         server.set_key_scopes("promoted", "orders:place,pets:read,events:read").await;
         server.key_answers(&promoted, "/pets", |status| status == 200).await;
         let animal = server.create(json!({"name": "Seen", "categoryId": 1, "status": "available"})).await;
-        let response = server
-            .anonymous(reqwest::Method::POST, "/store/orders")
-            .bearer_auth(&promoted)
-            .json(&json!({"petId": animal["id"]}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), StatusCode::CREATED);
+        server.place_order_as(&promoted, &animal["id"]).await;
         let page: Vec<Value> = answer(poll).await.json().await.unwrap();
         let types: Vec<&str> = page.iter().map(|event| event["type"].as_str().unwrap()).collect();
         assert_eq!(types, ["pet.created", "order.placed", "pet.status_changed"], "{page:?}");

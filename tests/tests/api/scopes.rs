@@ -200,15 +200,7 @@ on_every_backend! {
                 .create(json!({"name": "Own", "categoryId": 1, "status": "available"}))
                 .await;
             let own_order = if scopes.contains(Scope::OrdersPlace) {
-                let response = server
-                    .anonymous(Method::POST, "/store/orders")
-                    .bearer_auth(&key)
-                    .json(&json!({"petId": animal["id"]}))
-                    .send()
-                    .await
-                    .unwrap();
-                assert_eq!(response.status(), StatusCode::CREATED);
-                response.json().await.unwrap()
+                server.place_order_as(&key, &animal["id"]).await
             } else {
                 server.place_order(&animal["id"]).await
             };
