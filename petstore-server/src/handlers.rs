@@ -50,7 +50,13 @@ pub enum PetstoreImpl {}
 /// The owner whose orders alone the caller may see: its own key, unless it
 /// may manage every order.
 fn only_own(auth: &Authenticated) -> Option<OwnerId> {
-    (!auth.may(Scope::OrdersManage)).then(|| OwnerId::of(auth.identity()))
+    own_orders_only(auth.scopes(), auth.identity())
+}
+
+/// The owner whose orders alone a key with `scopes` may see: itself,
+/// unless it holds `orders:manage`.
+fn own_orders_only(scopes: Scopes, identity: Identity) -> Option<OwnerId> {
+    (!scopes.contains(Scope::OrdersManage)).then(|| OwnerId::of(identity))
 }
 
 /// Whether the answer shows who placed each order: when asked for
@@ -87,7 +93,7 @@ fn feed_query(
         after,
         limit,
         kinds: wanted & EventKind::visible_to(scopes),
-        owner: (!scopes.contains(Scope::OrdersManage)).then(|| OwnerId::of(identity)),
+        owner: own_orders_only(scopes, identity),
     }
 }
 
@@ -166,8 +172,8 @@ async fn feed_page(
         let now = feed_query(scopes, auth.identity(), types, None, query.limit);
         // `quiet` is of the kinds and orders the poll waited for: a key
         // that may see more now reads those from where its page ended.
-        let widened = !query.kinds.is_superset(now.kinds)
-            || (query.owner.is_some() && now.owner != query.owner);
+        let widened =
+            !query.kinds.is_superset(now.kinds) || (query.owner.is_some() && now.owner.is_none());
         // Nothing of its kinds up to `quiet`: the cursor moves there, so a
         // poll parked through many commits of other events is not left to
         // examine them all, page after page, once it is answered.
