@@ -685,6 +685,54 @@ async fn webhooks_are_added_listed_rotated_replayed_and_removed() {
         .fails(1, &["webhook_not_found (HTTP 404)"]);
 }
 
+/// A replay of purged events ends as any refusal does (exit status 1), with
+/// the hint that fits a replay: a later `--from` (not the feed's "without
+/// --after", which `replay` does not take).
+#[tokio::test]
+async fn a_replay_of_purged_events_says_to_replay_from_later() {
+    let service = MockServer::start_async().await;
+    let body = json!({
+        "code": "cursor_expired",
+        "message": "the events up to 7 were purged; replay from an event after 7",
+        "status": 410,
+    });
+    let replay = service
+        .mock_async(|when, then| {
+            when.method(Method::POST).path("/v1/webhooks/1/replay");
+            then.status(410)
+                .header("content-type", "application/json")
+                .json_body(body);
+        })
+        .await;
+    let args = ["webhooks", "replay", "1", "--from", "1", "--to", "10"];
+    let refused = petstore_at(&service.base_url(), Some(KEY), &args).await;
+    refused.fails(
+        1,
+        &[
+            "error: cursor_expired (HTTP 410)",
+            "hint: the service no longer keeps the events from --from on",
+            "replay from a later --from",
+        ],
+    );
+    assert!(!refused.stderr.contains("--after"), "{refused:#?}");
+    replay.assert_calls_async(1).await;
+}
+
+/// `webhooks add --url https://…` without an endpoint: the body's field is
+/// `url`, but `--url` is where the service is. Clap's usage error (exit
+/// status 2) then says where the endpoint goes; without `--url` it does not.
+#[tokio::test]
+async fn an_endpoint_given_as_url_is_a_usage_error_that_says_where_it_goes() {
+    let nowhere = "http://127.0.0.1:9/v1";
+    let hint = "hint: --url is where the service is";
+    let mistaken = ["webhooks", "add", "--url", "https://hooks.example/x"];
+    let run = petstore_at(nowhere, Some(KEY), &mistaken).await;
+    run.fails(2, &["<ENDPOINT>", hint, "petstore webhooks add https://"]);
+    let run = petstore_at(nowhere, Some(KEY), &["webhooks", "add"]).await;
+    run.fails(2, &["<ENDPOINT>"]);
+    assert!(!run.stderr.contains(hint), "{run:#?}");
+}
+
 /// Serves every request on 127.0.0.1 with a `429` and `Retry-After: 30`, as
 /// the service over its rate limit (which the test server cannot be driven
 /// to); its base URL, and the task to abort.

@@ -407,7 +407,19 @@ fn summary_first(command: Command) -> Command {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    let matches = command().get_matches();
+    let matches = command().try_get_matches().unwrap_or_else(|error| {
+        let hint = endpoint_given_as_url(&error);
+        // Clap's own report: usage errors on stderr, `--help` on stdout.
+        let _ = error.print();
+        if hint {
+            eprintln!(
+                "hint: --url is where the service is (as PETSTORE_URL); the endpoint that \
+                 receives the events comes after `add`: petstore webhooks add \
+                 https://hooks.example/petstore"
+            );
+        }
+        std::process::exit(error.exit_code())
+    });
     let (group, name, arguments) = match matches.subcommand() {
         Some((group, nested)) if Group::NESTED.iter().any(|(_, name, _)| *name == group) => {
             let group = Group::NESTED.iter().find(|(_, name, _)| *name == group);
@@ -425,7 +437,24 @@ async fn main() -> ExitCode {
         })
         .find(|(_, place)| place.group == group && place.name == name)
         .expect("every subcommand is an operation");
-    run(operation, place, &matches, arguments).await.exit_code()
+    run(operation, place, &matches, arguments)
+        .await
+        .exit_code(operation)
+}
+
+/// Whether `error` is `webhooks add` without its endpoint while `--url` is
+/// on the command line: most likely the endpoint given as `--url` (the
+/// body's field is `url`), which set the service's URL instead.
+fn endpoint_given_as_url(error: &clap::Error) -> bool {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let endpoint_missing = error.kind() == ErrorKind::MissingRequiredArgument
+        && matches!(
+            error.get(ContextKind::InvalidArg),
+            Some(ContextValue::Strings(missing)) if missing.iter().any(|arg| arg == "<ENDPOINT>")
+        );
+    endpoint_missing
+        && std::env::args_os()
+            .any(|arg| arg == "--url" || arg.to_string_lossy().starts_with("--url="))
 }
 
 /// Runs `operation` with its `arguments` against the service named in

@@ -11,7 +11,7 @@ use petstore_client::{Error, EventType, ResponseValue, builder, types};
 use serde::Serialize;
 
 use crate::API_KEY_VARIABLE;
-use crate::generated::CliConfig;
+use crate::generated::{CliCommand, CliConfig};
 
 /// Prints answers as pretty JSON: one value, or one array however many pages
 /// it takes.
@@ -232,8 +232,9 @@ impl Outcome {
         }
     }
 
-    /// Reports the outcome on stderr and gives its exit status.
-    pub fn exit_code(self) -> ExitCode {
+    /// Reports the outcome of `operation` on stderr and gives its exit
+    /// status.
+    pub fn exit_code(self, operation: CliCommand) -> ExitCode {
         let status = match self {
             Outcome::Success => return ExitCode::SUCCESS,
             Outcome::Usage(message) => {
@@ -256,11 +257,7 @@ impl Outcome {
                     401 => {}
                     429 => return ExitCode::from(Outcome::RATE_LIMITED),
                     410 => {
-                        eprintln!(
-                            "hint: the service no longer keeps the events after that id; run the \
-                             command again without --after to start at the oldest event it keeps \
-                             (the events in between are gone)"
-                        );
+                        eprintln!("hint: {}", purged_events_hint(operation));
                         return ExitCode::from(Outcome::REFUSED);
                     }
                     403 => {
@@ -286,6 +283,22 @@ impl Outcome {
             }
         };
         ExitCode::from(status)
+    }
+}
+
+/// What to do about a `410` (`cursor_expired`): the events `operation`
+/// asked for were purged. Only the feed and a replay read past events.
+fn purged_events_hint(operation: CliCommand) -> &'static str {
+    match operation {
+        CliCommand::ReplayWebhook => {
+            "the service no longer keeps the events from --from on up to the one the message \
+             names; replay from a later --from (the events in between are gone)"
+        }
+        _ => {
+            "the service no longer keeps the events after that id; run the command again \
+             without --after to start at the oldest event it keeps (the events in between are \
+             gone)"
+        }
     }
 }
 
