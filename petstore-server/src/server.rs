@@ -308,6 +308,10 @@ pub async fn start(config: ServerConfig, log: slog::Logger) -> Result<RunningSer
     {
         return fail(StartError::Api(e)).await;
     }
+    if let Err(e) = webhooks::check_stored_secrets(&webhook_keys, database.webhooks.as_ref()).await
+    {
+        return fail(e.into()).await;
+    }
     let metrics = Arc::new(Metrics::new(storage_metrics));
     let (webhooks, webhook_tasks) = match webhooks::start(
         &config.webhooks,

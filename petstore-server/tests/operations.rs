@@ -1095,6 +1095,141 @@ fn sqlite_makes_its_webhook_key_file_beside_the_database_once_and_keeps_it() {
     );
 }
 
+/// `serve` on `database` with `flags`, expected to refuse to start: its
+/// stderr.
+fn refused_serve(dir: &Path, database: &str, flags: &[&OsStr]) -> String {
+    let (output, _, stderr) = run(petstore(dir)
+        .args(["serve", "--bind", "127.0.0.1:0", "--admin-bind", "off"])
+        .args(["--database", database])
+        .args(flags)
+        .env("PETSTORE_API_KEYS", KEY));
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    stderr
+}
+
+/// An instance whose key file does not open the signing secrets stored
+/// (another file's, on either backend; or SQLite's default file lost) is
+/// refused at start, naming the file and a subscription, rather than
+/// serving and failing every delivery it claims. The right file still
+/// starts.
+#[tokio::test]
+async fn a_key_file_that_does_not_open_the_stored_secrets_refuses_start() {
+    let sqlite_dir = tempfile::tempdir().unwrap();
+    let sqlite = format!("sqlite://{}", sqlite_dir.path().join("pets.db").display());
+    let mut databases = vec![(sqlite, None)];
+    if let Some(postgres) = petstore_support::postgres::fresh_database().await {
+        databases.push((postgres.url().to_owned(), Some(postgres)));
+    }
+    for (database, _postgres) in &databases {
+        let dir = tempfile::tempdir().unwrap();
+        let sealing = webhook_key(dir.path(), "sealing.key");
+        let other = webhook_key(dir.path(), "other.key");
+        let serve_with = |file: &Path| {
+            let (path, url, file) = (dir.path().to_owned(), database.clone(), file.to_owned());
+            blocking(move || {
+                let file = file.to_str().unwrap();
+                let flags = ["--database", &url, "--webhook-key-file", file];
+                Served::start(
+                    &path,
+                    &[&flags[..], &["--webhook-allow-private-targets", "on"]].concat(),
+                )
+            })
+        };
+        let served = serve_with(&sealing).await;
+        let id = subscribe(&served.address, KEY, "http://127.0.0.1:9/hook");
+        let (status, _) = served.terminate();
+        assert!(status.success());
+
+        let flags = [OsStr::new("--webhook-key-file"), other.as_os_str()];
+        let stderr = refused_serve(dir.path(), database, &flags);
+        let named = format!(
+            "the webhook key file {} does not open the signing secret of webhook subscription {id}",
+            other.display()
+        );
+        assert!(stderr.contains(&named), "{stderr}");
+        assert!(stderr.contains("the same --webhook-key-file"), "{stderr}");
+        let (status, _) = serve_with(&sealing).await.terminate();
+        assert!(status.success(), "the file that sealed them starts");
+    }
+
+    // SQLite's default file, lost: not made anew over the secrets it sealed.
+    let dir = tempfile::tempdir().unwrap();
+    let default_file = dir.path().join("petstore.db.webhook-key");
+    let path = dir.path().to_owned();
+    let served =
+        blocking(move || Served::start(&path, &["--webhook-allow-private-targets", "on"])).await;
+    subscribe(&served.address, KEY, "http://127.0.0.1:9/hook");
+    let (status, _) = served.terminate();
+    assert!(status.success());
+    std::fs::remove_file(&default_file).unwrap();
+    let stderr = refused_serve(dir.path(), "sqlite://petstore.db", &[]);
+    // Named as the database is, relative to the working directory.
+    let named = "the webhook key file petstore.db.webhook-key is missing";
+    assert!(stderr.contains(named), "{stderr}");
+    assert!(
+        !default_file.exists(),
+        "no new key file over the old secrets"
+    );
+}
+
+/// On PostgreSQL, an instance started with another key file before any
+/// subscription existed (so start-up had nothing to check) cannot sign
+/// the deliveries of one made since through an instance with the right
+/// file. What it claims is held back, logged, not put on the receiver's
+/// retry schedule, which would disable the subscription once exhausted
+/// (the test servers' schedule is 50 ms at first).
+#[tokio::test]
+async fn a_delivery_an_instance_cannot_sign_is_held_back_not_failed() {
+    let postgres = petstore_support::postgres::fresh_database()
+        .await
+        .expect("PostgreSQL for the test");
+    let dir = tempfile::tempdir().unwrap();
+    let serve_with = |file: std::path::PathBuf| {
+        let (path, url) = (dir.path().to_owned(), postgres.url().to_owned());
+        blocking(move || {
+            let file = file.to_str().unwrap();
+            let flags = ["--database", &url, "--webhook-key-file", file];
+            let schedule = ["--webhook-retry-schedule", "50ms,100ms"];
+            let private = ["--webhook-allow-private-targets", "on"];
+            Served::start(&path, &[&flags[..], &schedule, &private].concat())
+        })
+    };
+    let other = serve_with(webhook_key(dir.path(), "other.key")).await;
+    let sealing = serve_with(webhook_key(dir.path(), "sealing.key")).await;
+    let id = subscribe(&sealing.address, KEY, "http://127.0.0.1:9/hook");
+    let (status, _) = sealing.terminate();
+    assert!(status.success());
+
+    let pet = r#"{"name": "Rex", "categoryId": 1}"#;
+    let (created, _) = common::raw_request(&other.address, "POST", "/v1/pets", Some(KEY), pet);
+    assert!(created.contains(" 201 "), "{created}");
+    let deliveries = format!("/v1/webhooks/{id}/deliveries");
+    let mut held = serde_json::Value::Null;
+    eventually("the delivery held back", || {
+        let (_, page) = get(&other.address, &deliveries, Some(KEY));
+        let page: serde_json::Value = serde_json::from_str(&page).unwrap_or_default();
+        held = page[0].clone();
+        held["lastError"].is_string()
+    })
+    .await;
+    assert_eq!(held["state"], "pending", "{held}");
+    let error = held["lastError"].as_str().unwrap();
+    assert!(error.contains("does not open under key"), "{held}");
+    let time =
+        |field: &str| chrono::DateTime::parse_from_rfc3339(held[field].as_str().unwrap()).unwrap();
+    let wait = time("nextAttemptAt") - time("lastAttemptAt");
+    assert!(
+        wait >= chrono::TimeDelta::seconds(25),
+        "not the 50 ms retry: {held}"
+    );
+    let (_, subscription) = get(&other.address, &format!("/v1/webhooks/{id}"), Some(KEY));
+    assert!(
+        subscription.contains(r#""state":"active""#),
+        "{subscription}"
+    );
+    other.terminate();
+}
+
 const DEPLOY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy");
 
 #[test]

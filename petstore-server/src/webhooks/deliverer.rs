@@ -69,6 +69,11 @@ const LEASE_MARGIN: Duration = Duration::from_secs(5);
 /// The longest error text kept with a delivery.
 const ERROR_MAX_CHARS: usize = 300;
 
+/// How long a delivery this instance could not sign waits before it is
+/// claimed again (by any instance): long enough not to spin on a wrong key
+/// file, short enough that an instance with the right one sends it soon.
+const HELD_BACK: Duration = Duration::from_secs(30);
+
 /// What the deliverer needs.
 pub struct Deliverer {
     /// This instance's name in the claims.
@@ -367,11 +372,13 @@ impl Deliverer {
         let secrets = match secrets {
             Ok(secrets) => secrets,
             Err(e) => {
-                // A bug in us, or the wrong key file: log it, retry later
-                // (the operator can fix the key file).
+                // The wrong key file (start-up checks it against the secrets
+                // stored then; one sealed since by an instance with another
+                // file gets here), or a bug in us: not the receiver's
+                // failure, so not one that can disable the subscription.
                 slog::error!(self.log, "cannot open a webhook's signing secret";
                     "webhook" => delivery.webhook_id, "error" => %e);
-                return self.failed(delivery, at, None, e.to_string(), None);
+                return held_back(at, e.to_string());
             }
         };
         if let Err(refused) = self.policy.check_url(&delivery.url) {
@@ -463,6 +470,21 @@ impl Deliverer {
             ended,
             next,
         }
+    }
+}
+
+/// An attempt this instance could not make (it cannot sign): tried again
+/// after [`HELD_BACK`] by whichever instance claims it then, however many
+/// attempts came before, since the receiver did not fail.
+fn held_back(at: DateTime<Utc>, error: String) -> AttemptOutcome {
+    let ended = Utc::now();
+    let delay = chrono::TimeDelta::from_std(HELD_BACK).unwrap_or(chrono::TimeDelta::MAX);
+    AttemptOutcome {
+        status: None,
+        error: Some(shortened(error)),
+        at,
+        ended,
+        next: NextStep::RetryAt(ended.checked_add_signed(delay).unwrap_or(ended)),
     }
 }
 

@@ -79,6 +79,35 @@ pub enum WebhooksError {
     /// The HTTP client cannot be built (no TLS roots, say).
     #[error("cannot build the webhooks' HTTP client: {0}")]
     Client(String),
+    /// The key file does not open a signing secret stored: it is not the
+    /// file the secrets were sealed with.
+    #[error(
+        "the webhook key file {path} does not open the signing secret of webhook subscription \
+         {subscription} ({source}): every instance needs the key file the secrets were sealed \
+         with, the same --webhook-key-file"
+    )]
+    SealedElsewhere {
+        /// The key file.
+        path: PathBuf,
+        /// The subscription whose secret it does not open.
+        subscription: i64,
+        /// Why not.
+        source: secrets::SecretError,
+    },
+    /// SQLite's default key file is missing, and the database holds
+    /// subscriptions whose secrets it sealed.
+    #[error(
+        "the webhook key file {path} is missing, but the database holds webhook subscriptions \
+         whose signing secrets were sealed with it: restore it beside the database (a new one \
+         would open none of them)"
+    )]
+    KeyFileLost {
+        /// Where it was.
+        path: PathBuf,
+    },
+    /// The subscriptions could not be read to check them.
+    #[error("cannot read the webhook subscriptions to check the key file: {0}")]
+    Storage(String),
 }
 
 /// What the handlers use of webhooks.
@@ -127,8 +156,13 @@ fn key_file(settings: &WebhookSettings, database: &DatabaseUrl) -> Option<(PathB
 pub enum StartKeys {
     /// PostgreSQL without a key file: webhooks are off.
     Off,
-    /// Read from the key file.
-    Read(SealingKeys),
+    /// Read from the key file at `path`.
+    Read {
+        /// Its keys.
+        keys: SealingKeys,
+        /// The file.
+        path: PathBuf,
+    },
     /// SQLite's default file beside the database, not made yet.
     ToMake(PathBuf),
 }
@@ -149,7 +183,62 @@ pub fn read_keys(
         {
             Ok(StartKeys::ToMake(path))
         }
-        loaded => Ok(StartKeys::Read(loaded?)),
+        loaded => Ok(StartKeys::Read {
+            keys: loaded?,
+            path,
+        }),
+    }
+}
+
+/// How many subscriptions [`check_stored_secrets`] reads at a time.
+const CHECK_PAGE: u32 = 1000;
+
+/// Checks that `keys` open the signing secrets stored, before this
+/// instance delivers anything: one started with another key file (or
+/// SQLite's default file lost and about to be made anew) could sign
+/// nothing, and would hold back every delivery it claimed. The current
+/// secret of every subscription is opened, and the previous one while it
+/// still signs (AES-GCM-SIV: microseconds each).
+pub async fn check_stored_secrets(
+    keys: &StartKeys,
+    store: &dyn WebhookStorage,
+) -> Result<(), WebhooksError> {
+    if matches!(keys, StartKeys::Off) {
+        return Ok(());
+    }
+    let now = chrono::Utc::now();
+    let mut after = None;
+    loop {
+        let page = store
+            .list_subscriptions(None, after, CHECK_PAGE)
+            .await
+            .map_err(|e| WebhooksError::Storage(petstore_api::error::chain(&e)))?;
+        for subscription in &page {
+            let (keys, path) = match keys {
+                StartKeys::Off => return Ok(()),
+                StartKeys::ToMake(path) => {
+                    return Err(WebhooksError::KeyFileLost { path: path.clone() });
+                }
+                StartKeys::Read { keys, path } => (keys, path),
+            };
+            let previous = subscription
+                .previous_secret
+                .iter()
+                .filter(|(_, until)| *until > now)
+                .map(|(sealed, _)| sealed);
+            for sealed in std::iter::once(&subscription.secret).chain(previous) {
+                keys.open(sealed)
+                    .map_err(|source| WebhooksError::SealedElsewhere {
+                        path: path.clone(),
+                        subscription: subscription.id,
+                        source,
+                    })?;
+            }
+        }
+        match page.last() {
+            Some(last) if page.len() == CHECK_PAGE as usize => after = Some(last.id),
+            _ => return Ok(()),
+        }
     }
 }
 
@@ -179,7 +268,7 @@ pub fn start(
             );
             None
         }
-        StartKeys::Read(keys) => Some(Arc::new(keys)),
+        StartKeys::Read { keys, .. } => Some(Arc::new(keys)),
         // Another process may make it meanwhile: load_or_create then reads it.
         StartKeys::ToMake(path) => Some(Arc::new(SealingKeys::load_or_create(&path)?)),
     };
