@@ -400,8 +400,7 @@ impl Deliverer {
         match sent {
             Ok(response) => self.answered(delivery, at, &response),
             Err(e) => {
-                // The delivery's URL is beside it already: the text says why.
-                let error = petstore_api::error::chain(&e.without_url());
+                let error = self.sending_failed(e);
                 self.failed(delivery, at, None, error, None)
             }
         }
@@ -438,8 +437,32 @@ impl Deliverer {
             .headers()
             .get(http::header::RETRY_AFTER)
             .and_then(|value| retry_after(value, std::time::SystemTime::now()));
-        let error = format!("the receiver answered {status}");
+        let error = match wait {
+            Some(wait) => format!(
+                "the receiver answered {status} with Retry-After: {} s",
+                wait.as_secs()
+            ),
+            None => format!("the receiver answered {status}"),
+        };
         self.failed(delivery, at, Some(status.as_u16()), error, wait)
+    }
+
+    /// Why a request got no answer. A timeout names the limit that ran out
+    /// (reqwest's text, "operation timed out", says neither which nor how
+    /// long); anything else is reqwest's chain of errors, without the URL,
+    /// which the delivery's record shows beside it.
+    fn sending_failed(&self, e: reqwest::Error) -> String {
+        match (e.is_timeout(), e.is_connect()) {
+            (true, true) => format!(
+                "could not connect within {}",
+                limit_text(super::target::CONNECT_TIMEOUT.min(self.timeout))
+            ),
+            (true, false) => format!(
+                "no answer within {} (the delivery timeout)",
+                limit_text(self.timeout)
+            ),
+            _ => petstore_api::error::chain(&e.without_url()),
+        }
     }
 
     /// A failed attempt: tried again after the schedule's next delay (or
@@ -470,6 +493,15 @@ impl Deliverer {
             ended,
             next,
         }
+    }
+}
+
+/// A time limit as people write it: `15 s`, or `1500 ms` when it is not
+/// whole seconds.
+fn limit_text(limit: Duration) -> String {
+    match limit.subsec_millis() {
+        0 => format!("{} s", limit.as_secs()),
+        _ => format!("{} ms", limit.as_millis()),
     }
 }
 

@@ -30,7 +30,7 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use url::{Host, Url};
 
 /// How long a delivery may take to connect, at most.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The `User-Agent` of deliveries.
 const USER_AGENT: &str = concat!("petstore-webhooks/", env!("CARGO_PKG_VERSION"));

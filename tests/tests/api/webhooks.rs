@@ -16,7 +16,8 @@ use futures::StreamExt;
 use petstore_support::eventually_some;
 use petstore_support::receiver::{Answer, Received, Receiver};
 use petstore_tests::{
-    Backend, KEY, TestServer, assert_error, fresh_database, next_link, on_every_backend,
+    Backend, KEY, TestServer, WEBHOOK_TIMEOUT, assert_error, fresh_database, next_link,
+    on_every_backend,
 };
 use reqwest::{Method, Response, StatusCode};
 use serde_json::{Value, json};
@@ -348,6 +349,21 @@ on_every_backend! {
         assert!(delivery.get("lastStatus").is_none(), "{delivery}");
     }
 
+    async fn a_receiver_that_does_not_answer_in_time_is_a_failure_that_says_so(server) {
+        let receiver = Receiver::start(|_, _| Answer::Hang(WEBHOOK_TIMEOUT * 3)).await;
+        let webhook = subscribe_as(&server, KEY, json!({"url": receiver.url("/"), "types": ["pet.created"]})).await;
+        let id = webhook["id"].as_i64().unwrap();
+        available(&server, "Unanswered").await;
+        let delivery = eventually_some("a timed-out attempt recorded", DELIVERY, || async {
+            let deliveries = get_json(&server, KEY, &format!("/{id}/deliveries")).await;
+            deliveries[0].get("lastError").is_some().then(|| deliveries[0].clone())
+        })
+        .await;
+        let said = format!("no answer within {} s (the delivery timeout)", WEBHOOK_TIMEOUT.as_secs());
+        assert_eq!(delivery["lastError"], said.as_str(), "{delivery}");
+        assert!(delivery.get("lastStatus").is_none(), "{delivery}");
+    }
+
     async fn one_resources_events_arrive_in_order_through_failures(server) {
         // Every first attempt fails: each event is retried once, and a
         // resource's next event waits for it.
@@ -411,6 +427,8 @@ on_every_backend! {
         assert!(retry > chrono::Utc::now() + Duration::from_secs(3000), "{listed}");
         assert!(at(1) >= retry, "held while it was sent: {listed}");
         assert!(at(0) >= retry, "held after it was put off: {listed}");
+        let asked = "the receiver answered 429 Too Many Requests with Retry-After: 3600 s";
+        assert_eq!(listed[2]["lastError"], asked, "{listed}");
         assert_eq!(receiver.received().len(), 2, "nothing else was sent");
     }
 
