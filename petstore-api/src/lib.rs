@@ -60,7 +60,7 @@ pub const LIMIT_DEFAULT: i32 = 20;
 pub const REQUEST_BODY_MAX_BYTES: usize = 16 * 1024;
 
 /// The contract version this interface implements (`info.version`).
-pub const CONTRACT_VERSION: semver::Version = semver::Version::new(1, 7, 3);
+pub const CONTRACT_VERSION: semver::Version = semver::Version::new(1, 7, 4);
 
 /// The pet store API.
 #[dropshot::api_description]

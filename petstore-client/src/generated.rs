@@ -3295,7 +3295,7 @@ Decisions where the interface specification is silent:
   each through the created item's `id` (OpenAPI `links`).
 
 
-Version: 1.7.3*/
+Version: 1.7.4*/
 pub struct Client {
     pub(crate) baseurl: String,
     pub(crate) client: reqwest::Client,
@@ -3335,7 +3335,7 @@ impl Client {
 
 impl ClientInfo<()> for Client {
     fn api_version() -> &'static str {
-        "1.7.3"
+        "1.7.4"
     }
 
     fn baseurl(&self) -> &str {

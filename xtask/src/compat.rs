@@ -397,6 +397,10 @@ mod tests {
             "petstore-1.7.3.yaml",
             "c018b8cbd2343843d40a01ec22dfff37044a5fc96c3594a1613d3b7cb99448a0",
         ),
+        (
+            "petstore-1.7.4.yaml",
+            "0c04974f4bbef009db91d407bf58a76788ba140f6c8ae239abb623ba97ffd998",
+        ),
     ];
 
     fn sha256(path: &Path) -> String {
