@@ -260,18 +260,29 @@ fn subscribe(address: &str, key: &str, url: &str) -> i64 {
     made["id"].as_i64().unwrap()
 }
 
+/// The databases a test of the binary runs on: a SQLite file (in the
+/// directory returned, kept as long as it is) and a fresh PostgreSQL
+/// database, each with its URL.
+async fn sqlite_and_postgres() -> (
+    tempfile::TempDir,
+    Vec<(String, Option<petstore_support::postgres::TestDatabase>)>,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = format!("sqlite://{}", dir.path().join("pets.db").display());
+    let mut databases = vec![(sqlite, None)];
+    if let Some(postgres) = petstore_support::postgres::fresh_database().await {
+        databases.push((postgres.url().to_owned(), Some(postgres)));
+    }
+    (dir, databases)
+}
+
 /// Through the API a subscription is its maker's key's alone; the operator
 /// lists every one, pages its deliveries and removes it through the CLI
 /// while the server serves, one whose key was revoked too, and never sees
 /// a secret.
 #[tokio::test]
 async fn every_webhook_subscription_is_listed_and_removed_through_the_cli_whoever_made_it() {
-    let sqlite_dir = tempfile::tempdir().unwrap();
-    let sqlite = format!("sqlite://{}", sqlite_dir.path().join("pets.db").display());
-    let mut databases = vec![(sqlite, None)];
-    if let Some(postgres) = petstore_support::postgres::fresh_database().await {
-        databases.push((postgres.url().to_owned(), Some(postgres)));
-    }
+    let (_sqlite_dir, databases) = sqlite_and_postgres().await;
     for (database, _postgres) in &databases {
         let dir = tempfile::tempdir().unwrap();
         let key_file = webhook_key(dir.path(), "webhook.key");
@@ -1114,12 +1125,7 @@ fn refused_serve(dir: &Path, database: &str, flags: &[&OsStr]) -> String {
 /// starts.
 #[tokio::test]
 async fn a_key_file_that_does_not_open_the_stored_secrets_refuses_start() {
-    let sqlite_dir = tempfile::tempdir().unwrap();
-    let sqlite = format!("sqlite://{}", sqlite_dir.path().join("pets.db").display());
-    let mut databases = vec![(sqlite, None)];
-    if let Some(postgres) = petstore_support::postgres::fresh_database().await {
-        databases.push((postgres.url().to_owned(), Some(postgres)));
-    }
+    let (_sqlite_dir, databases) = sqlite_and_postgres().await;
     for (database, _postgres) in &databases {
         let dir = tempfile::tempdir().unwrap();
         let sealing = webhook_key(dir.path(), "sealing.key");

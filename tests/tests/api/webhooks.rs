@@ -108,6 +108,22 @@ async fn feed_head(server: &TestServer) -> String {
     }
 }
 
+/// Subscribes `url` to `pet.created` and creates an animal: its delivery,
+/// once an attempt at it has failed.
+async fn failed_delivery(server: &TestServer, url: &str) -> Value {
+    let webhook = subscribe_as(server, KEY, json!({"url": url, "types": ["pet.created"]})).await;
+    let id = webhook["id"].as_i64().unwrap();
+    available(server, "Undelivered").await;
+    eventually_some("a failed attempt recorded", DELIVERY, || async {
+        let deliveries = get_json(server, KEY, &format!("/{id}/deliveries")).await;
+        deliveries[0]
+            .get("lastError")
+            .is_some()
+            .then(|| deliveries[0].clone())
+    })
+    .await
+}
+
 async fn available(server: &TestServer, name: &str) -> Value {
     server
         .create(json!({"name": name, "categoryId": 1, "status": "available"}))
@@ -335,14 +351,7 @@ on_every_backend! {
 
     // The delivery's URL is beside it: its lastError says only why.
     async fn an_unreachable_receiver_is_a_failure_that_says_why(server) {
-        let webhook = subscribe_as(&server, KEY, json!({"url": "http://127.0.0.1:9/hook", "types": ["pet.created"]})).await;
-        let id = webhook["id"].as_i64().unwrap();
-        available(&server, "Unreached").await;
-        let delivery = eventually_some("a failed attempt recorded", DELIVERY, || async {
-            let deliveries = get_json(&server, KEY, &format!("/{id}/deliveries")).await;
-            deliveries[0].get("lastError").is_some().then(|| deliveries[0].clone())
-        })
-        .await;
+        let delivery = failed_delivery(&server, "http://127.0.0.1:9/hook").await;
         let error = delivery["lastError"].as_str().unwrap();
         assert!(error.to_lowercase().contains("connect"), "{error}");
         assert!(!error.contains("127.0.0.1:9"), "{error}");
@@ -351,14 +360,7 @@ on_every_backend! {
 
     async fn a_receiver_that_does_not_answer_in_time_is_a_failure_that_says_so(server) {
         let receiver = Receiver::start(|_, _| Answer::Hang(WEBHOOK_TIMEOUT * 3)).await;
-        let webhook = subscribe_as(&server, KEY, json!({"url": receiver.url("/"), "types": ["pet.created"]})).await;
-        let id = webhook["id"].as_i64().unwrap();
-        available(&server, "Unanswered").await;
-        let delivery = eventually_some("a timed-out attempt recorded", DELIVERY, || async {
-            let deliveries = get_json(&server, KEY, &format!("/{id}/deliveries")).await;
-            deliveries[0].get("lastError").is_some().then(|| deliveries[0].clone())
-        })
-        .await;
+        let delivery = failed_delivery(&server, &receiver.url("/")).await;
         let said = format!("no answer within {} s (the delivery timeout)", WEBHOOK_TIMEOUT.as_secs());
         assert_eq!(delivery["lastError"], said.as_str(), "{delivery}");
         assert!(delivery.get("lastStatus").is_none(), "{delivery}");
