@@ -23,9 +23,10 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use futures::FutureExt;
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
+use tokio::time::Instant;
 
 use super::schedule::{RetrySchedule, retry_after};
-use super::secrets::SealingKeys;
+use super::secrets::{SealingKeys, SecretError, SigningSecret};
 use super::sign::signature_header;
 use super::target::TargetPolicy;
 use crate::logging::panic_message;
@@ -68,11 +69,6 @@ const LEASE_MARGIN: Duration = Duration::from_secs(5);
 
 /// The longest error text kept with a delivery.
 const ERROR_MAX_CHARS: usize = 300;
-
-/// How long a delivery this instance could not sign waits before it is
-/// claimed again (by any instance): long enough not to spin on a wrong key
-/// file, short enough that an instance with the right one sends it soon.
-const HELD_BACK: Duration = Duration::from_secs(30);
 
 /// What the deliverer needs.
 pub struct Deliverer {
@@ -131,24 +127,59 @@ impl Outcomes {
     }
 }
 
-/// This instance's requests in flight, by subscription.
+/// This instance's requests in flight, by subscription, and the
+/// subscriptions whose deliveries it cannot sign for a while.
 #[derive(Default)]
-struct InFlight(Mutex<HashMap<i64, usize>>);
+struct InFlight {
+    sending: Mutex<HashMap<i64, usize>>,
+    /// Until when (see [`Deliverer::cannot_sign`]).
+    unsignable: Mutex<HashMap<i64, Instant>>,
+}
 
 impl InFlight {
-    /// What a claim for `free` slots may take.
+    /// What a claim for `free` slots may take: nothing of a subscription
+    /// this instance cannot sign.
     fn room(&self, free: usize) -> ClaimRoom {
-        let in_flight = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let in_flight = self.sending.lock().unwrap_or_else(PoisonError::into_inner);
         let each = share(in_flight.len());
-        let fuller = in_flight
+        let mut fuller: Vec<(i64, usize)> = in_flight
             .iter()
             .map(|(&id, &sending)| (id, each.saturating_sub(sending)))
             .collect();
+        for id in self.unsignable_now() {
+            match fuller.iter_mut().find(|(fuller, _)| *fuller == id) {
+                Some((_, room)) => *room = 0,
+                None => fuller.push((id, 0)),
+            }
+        }
         ClaimRoom {
             total: free,
             each,
             fuller,
         }
+    }
+
+    /// The subscriptions this instance cannot sign now.
+    fn unsignable_now(&self) -> Vec<i64> {
+        let mut unsignable = self
+            .unsignable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        unsignable.retain(|_, until| *until > now);
+        unsignable.keys().copied().collect()
+    }
+
+    /// Claims none of `webhook_id`'s deliveries until `until`; returns
+    /// whether it was claimable before.
+    fn hold(&self, webhook_id: i64, until: Instant) -> bool {
+        let mut unsignable = self
+            .unsignable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        let before = unsignable.insert(webhook_id, until);
+        before.is_none_or(|until| until <= now)
     }
 
     /// The subscriptions with less room than a claim batch.
@@ -163,7 +194,7 @@ impl InFlight {
 
     /// Counts a request of `webhook_id` sent.
     fn sending(&self, webhook_id: i64) {
-        let mut in_flight = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut in_flight = self.sending.lock().unwrap_or_else(PoisonError::into_inner);
         *in_flight.entry(webhook_id).or_default() += 1;
     }
 
@@ -171,7 +202,7 @@ impl InFlight {
     /// subscription now has room for a claim batch (when it has not, a
     /// claim would take less: the next finish or the idle tick will do).
     fn finished(&self, webhook_id: i64) -> bool {
-        let mut in_flight = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut in_flight = self.sending.lock().unwrap_or_else(PoisonError::into_inner);
         let sending = in_flight
             .get(&webhook_id)
             .map_or(0, |n| n.saturating_sub(1));
@@ -242,7 +273,7 @@ impl Deliverer {
                 let (this, in_flight) = (Arc::clone(&this), Arc::clone(&in_flight));
                 let outcomes = outcomes.clone();
                 tokio::spawn(async move {
-                    this.deliver(delivery, &outcomes).await;
+                    this.deliver(delivery, &outcomes, &in_flight).await;
                     drop(slot);
                     // The next delivery of the same resource may be
                     // claimable now.
@@ -343,8 +374,17 @@ impl Deliverer {
     }
 
     /// Sends one delivery and records the outcome.
-    async fn deliver(&self, delivery: ClaimedDelivery, outcomes: &Outcomes) {
-        let outcome = self.attempt(&delivery).await;
+    async fn deliver(&self, delivery: ClaimedDelivery, outcomes: &Outcomes, in_flight: &InFlight) {
+        let secrets: Result<Vec<_>, _> = delivery
+            .secrets
+            .iter()
+            .map(|sealed| self.keys.open(sealed))
+            .collect();
+        let secrets = match secrets {
+            Ok(secrets) => secrets,
+            Err(e) => return self.cannot_sign(&delivery, in_flight, &e),
+        };
+        let outcome = self.attempt(&delivery, &secrets).await;
         let result = match outcome.next {
             NextStep::Delivered => AttemptResult::Delivered,
             NextStep::RetryAt(_) => AttemptResult::Retried,
@@ -361,32 +401,37 @@ impl Deliverer {
             .await;
     }
 
-    /// One attempt: the signed request, and what its answer means.
-    async fn attempt(&self, delivery: &ClaimedDelivery) -> AttemptOutcome {
+    /// A delivery this instance cannot sign: its secret does not open with
+    /// this instance's key file (sealed since under another file; start-up
+    /// checked those stored then), or a bug in us. Not the receiver's
+    /// failure, so nothing is recorded: the lease runs out and another
+    /// instance takes the delivery (its claim counts one more attempt).
+    /// This one claims none of the subscription's deliveries for twice the
+    /// lease, so as not to take them from instances that can sign, and logs
+    /// it once for that while.
+    fn cannot_sign(&self, delivery: &ClaimedDelivery, in_flight: &InFlight, e: &SecretError) {
+        let until = Instant::now() + self.lease() * 2;
+        if in_flight.hold(delivery.webhook_id, until) {
+            slog::error!(self.log, "cannot open a webhook's signing secret: \
+                leaving its deliveries to instances that can";
+                "webhook" => delivery.webhook_id, "error" => %e);
+        }
+    }
+
+    /// One attempt, signed with `secrets`: the request, and what its answer
+    /// means.
+    async fn attempt(
+        &self,
+        delivery: &ClaimedDelivery,
+        secrets: &[SigningSecret],
+    ) -> AttemptOutcome {
         let at = Utc::now();
-        let secrets: Result<Vec<_>, _> = delivery
-            .secrets
-            .iter()
-            .map(|sealed| self.keys.open(sealed))
-            .collect();
-        let secrets = match secrets {
-            Ok(secrets) => secrets,
-            Err(e) => {
-                // The wrong key file (start-up checks it against the secrets
-                // stored then; one sealed since by an instance with another
-                // file gets here), or a bug in us: not the receiver's
-                // failure, so not one that can disable the subscription.
-                slog::error!(self.log, "cannot open a webhook's signing secret";
-                    "webhook" => delivery.webhook_id, "error" => %e);
-                return held_back(at, e.to_string());
-            }
-        };
         if let Err(refused) = self.policy.check_url(&delivery.url) {
             return self.failed(delivery, at, None, refused.to_string(), None);
         }
         let id = delivery.event_id.to_string();
         let timestamp = at.timestamp();
-        let signature = signature_header(&secrets, &id, timestamp, &delivery.body);
+        let signature = signature_header(secrets, &id, timestamp, &delivery.body);
         let sent = self
             .client
             .post(&delivery.url)
@@ -455,7 +500,7 @@ impl Deliverer {
         match (e.is_timeout(), e.is_connect()) {
             (true, true) => format!(
                 "could not connect within {}",
-                limit_text(super::target::CONNECT_TIMEOUT.min(self.timeout))
+                limit_text(super::target::connect_timeout(self.timeout))
             ),
             (true, false) => format!(
                 "no answer within {} (the delivery timeout)",
@@ -505,21 +550,6 @@ fn limit_text(limit: Duration) -> String {
     }
 }
 
-/// An attempt this instance could not make (it cannot sign): tried again
-/// after [`HELD_BACK`] by whichever instance claims it then, however many
-/// attempts came before, since the receiver did not fail.
-fn held_back(at: DateTime<Utc>, error: String) -> AttemptOutcome {
-    let ended = Utc::now();
-    let delay = chrono::TimeDelta::from_std(HELD_BACK).unwrap_or(chrono::TimeDelta::MAX);
-    AttemptOutcome {
-        status: None,
-        error: Some(shortened(error)),
-        at,
-        ended,
-        next: NextStep::RetryAt(ended.checked_add_signed(delay).unwrap_or(ended)),
-    }
-}
-
 /// `error` in at most [`ERROR_MAX_CHARS`] characters, an ellipsis saying
 /// where it was cut.
 fn shortened(error: String) -> String {
@@ -565,6 +595,25 @@ mod tests {
         let cut = shortened("é".repeat(ERROR_MAX_CHARS + 1));
         assert_eq!(cut.chars().count(), ERROR_MAX_CHARS);
         assert!(cut.ends_with("é…"), "{cut}");
+    }
+
+    #[test]
+    fn a_subscription_this_instance_cannot_sign_gets_no_room_while_it_is_held() {
+        let in_flight = InFlight::default();
+        sending(&in_flight, 2, 3);
+        let later = Instant::now() + Duration::from_secs(60);
+        assert!(in_flight.hold(1, later), "newly held: logged");
+        assert!(!in_flight.hold(1, later), "held already: not logged again");
+        assert!(in_flight.hold(2, later));
+        let room = in_flight.room(IN_FLIGHT);
+        assert_eq!((room.of(1), room.of(2)), (0, 0), "{room:?}");
+        assert_eq!(room.of(3), room.each, "the others keep theirs");
+        let mut full = in_flight.full();
+        full.sort_unstable();
+        assert_eq!(full, [1, 2], "no due time is asked of them either");
+        // A hold that has ended gives the subscription its room again.
+        in_flight.hold(1, Instant::now());
+        assert_eq!(in_flight.room(IN_FLIGHT).of(1), room.each);
     }
 
     #[test]

@@ -80,11 +80,11 @@ pub enum WebhooksError {
     #[error("cannot build the webhooks' HTTP client: {0}")]
     Client(String),
     /// The key file does not open a signing secret stored: it is not the
-    /// file the secrets were sealed with.
+    /// file the secrets were sealed with. (Its source says why, after.)
     #[error(
         "the webhook key file {path} does not open the signing secret of webhook subscription \
-         {subscription} ({source}): every instance needs the key file the secrets were sealed \
-         with, the same --webhook-key-file"
+         {subscription}: the secrets stored were sealed with another key file, and every \
+         instance needs the one that sealed them (the same --webhook-key-file)"
     )]
     SealedElsewhere {
         /// The key file.
@@ -95,11 +95,13 @@ pub enum WebhooksError {
         source: secrets::SecretError,
     },
     /// SQLite's default key file is missing, and the database holds
-    /// subscriptions whose secrets it sealed.
+    /// subscriptions whose secrets were sealed with a key file.
     #[error(
         "the webhook key file {path} is missing, but the database holds webhook subscriptions \
-         whose signing secrets were sealed with it: restore it beside the database (a new one \
-         would open none of them)"
+         whose signing secrets were sealed with a key file: restore it beside the database, or \
+         give the one that sealed them with --webhook-key-file (a new one would open none of \
+         them; if it is lost for good, remove the subscriptions with `petstore-server webhooks \
+         remove` and have their makers subscribe again)"
     )]
     KeyFileLost {
         /// Where it was.
@@ -190,56 +192,49 @@ pub fn read_keys(
     }
 }
 
-/// How many subscriptions [`check_stored_secrets`] reads at a time.
-const CHECK_PAGE: u32 = 1000;
-
 /// Checks that `keys` open the signing secrets stored, before this
 /// instance delivers anything: one started with another key file (or
 /// SQLite's default file lost and about to be made anew) could sign
-/// nothing, and would hold back every delivery it claimed. The current
-/// secret of every subscription is opened, and the previous one while it
-/// still signs (AES-GCM-SIV: microseconds each).
+/// nothing. The secrets of every active subscription are opened: its
+/// current one, and the previous one while it still signs (AES-GCM-SIV:
+/// microseconds each). They are read without their backlogs counted (a
+/// large one after an outage is when a restart is likeliest).
 pub async fn check_stored_secrets(
     keys: &StartKeys,
     store: &dyn WebhookStorage,
 ) -> Result<(), WebhooksError> {
-    if matches!(keys, StartKeys::Off) {
-        return Ok(());
-    }
+    let (keys, path) = match keys {
+        StartKeys::Off => return Ok(()),
+        StartKeys::Read { keys, path } => (Some(keys), path),
+        StartKeys::ToMake(path) => (None, path),
+    };
+    let subscriptions = store
+        .active_subscriptions()
+        .await
+        .map_err(|e| WebhooksError::Storage(petstore_api::error::chain(&e)))?;
+    let Some(keys) = keys else {
+        return match subscriptions.is_empty() {
+            true => Ok(()),
+            false => Err(WebhooksError::KeyFileLost { path: path.clone() }),
+        };
+    };
     let now = chrono::Utc::now();
-    let mut after = None;
-    loop {
-        let page = store
-            .list_subscriptions(None, after, CHECK_PAGE)
-            .await
-            .map_err(|e| WebhooksError::Storage(petstore_api::error::chain(&e)))?;
-        for subscription in &page {
-            let (keys, path) = match keys {
-                StartKeys::Off => return Ok(()),
-                StartKeys::ToMake(path) => {
-                    return Err(WebhooksError::KeyFileLost { path: path.clone() });
-                }
-                StartKeys::Read { keys, path } => (keys, path),
-            };
-            let previous = subscription
-                .previous_secret
-                .iter()
-                .filter(|(_, until)| *until > now)
-                .map(|(sealed, _)| sealed);
-            for sealed in std::iter::once(&subscription.secret).chain(previous) {
-                keys.open(sealed)
-                    .map_err(|source| WebhooksError::SealedElsewhere {
-                        path: path.clone(),
-                        subscription: subscription.id,
-                        source,
-                    })?;
-            }
-        }
-        match page.last() {
-            Some(last) if page.len() == CHECK_PAGE as usize => after = Some(last.id),
-            _ => return Ok(()),
+    for subscription in &subscriptions {
+        let previous = subscription
+            .previous_secret
+            .iter()
+            .filter(|(_, until)| *until > now)
+            .map(|(sealed, _)| sealed);
+        for sealed in std::iter::once(&subscription.secret).chain(previous) {
+            keys.open(sealed)
+                .map_err(|source| WebhooksError::SealedElsewhere {
+                    path: path.clone(),
+                    subscription: subscription.id,
+                    source,
+                })?;
         }
     }
+    Ok(())
 }
 
 /// Starts fan-out and delivery with `keys` (making SQLite's default key

@@ -30,7 +30,13 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use url::{Host, Url};
 
 /// How long a delivery may take to connect, at most.
-pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a delivery whose whole request may take `timeout` may take to
+/// connect.
+pub(super) fn connect_timeout(timeout: Duration) -> Duration {
+    CONNECT_TIMEOUT.min(timeout)
+}
 
 /// The `User-Agent` of deliveries.
 const USER_AGENT: &str = concat!("petstore-webhooks/", env!("CARGO_PKG_VERSION"));
@@ -364,7 +370,7 @@ pub fn delivery_client(
         .dns_resolver(Arc::new(VettedResolver::new(policy)))
         .no_proxy()
         .redirect(reqwest::redirect::Policy::none())
-        .connect_timeout(CONNECT_TIMEOUT.min(timeout))
+        .connect_timeout(connect_timeout(timeout))
         .timeout(timeout)
         .https_only(!policy.allow_private)
         .user_agent(USER_AGENT)
