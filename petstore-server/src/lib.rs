@@ -24,6 +24,7 @@ pub mod admin;
 pub mod budget;
 pub mod context;
 pub mod docs;
+pub mod durations;
 pub mod edge;
 pub mod handlers;
 pub mod keyring;

@@ -29,6 +29,7 @@ use super::schedule::{RetrySchedule, retry_after};
 use super::secrets::{SealingKeys, SecretError, SigningSecret};
 use super::sign::signature_header;
 use super::target::TargetPolicy;
+use crate::durations::duration_text;
 use crate::logging::panic_message;
 use crate::metrics::{AttemptResult, Metrics};
 use crate::storage::outage::Outage;
@@ -500,11 +501,11 @@ impl Deliverer {
         match (e.is_timeout(), e.is_connect()) {
             (true, true) => format!(
                 "could not connect within {}",
-                limit_text(super::target::connect_timeout(self.timeout))
+                duration_text(super::target::connect_timeout(self.timeout))
             ),
             (true, false) => format!(
                 "no answer within {} (the delivery timeout)",
-                limit_text(self.timeout)
+                duration_text(self.timeout)
             ),
             _ => petstore_api::error::chain(&e.without_url()),
         }
@@ -538,15 +539,6 @@ impl Deliverer {
             ended,
             next,
         }
-    }
-}
-
-/// A time limit as people write it: `15 s`, or `1500 ms` when it is not
-/// whole seconds.
-fn limit_text(limit: Duration) -> String {
-    match limit.subsec_millis() {
-        0 => format!("{} s", limit.as_secs()),
-        _ => format!("{} ms", limit.as_millis()),
     }
 }
 

@@ -27,7 +27,7 @@ pub mod secrets;
 pub mod sign;
 pub mod target;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,7 +37,7 @@ use tokio::task::JoinHandle;
 use crate::keyring::Keyring;
 use crate::metrics::Metrics;
 use crate::storage::outage::Outage;
-use crate::storage::webhooks::WebhookStorage;
+use crate::storage::webhooks::{StoredSubscription, WebhookStorage};
 use crate::storage::{DatabaseUrl, Storage};
 use schedule::RetrySchedule;
 use secrets::SealingKeys;
@@ -203,23 +203,27 @@ pub async fn check_stored_secrets(
     keys: &StartKeys,
     store: &dyn WebhookStorage,
 ) -> Result<(), WebhooksError> {
-    let (keys, path) = match keys {
-        StartKeys::Off => return Ok(()),
-        StartKeys::Read { keys, path } => (Some(keys), path),
-        StartKeys::ToMake(path) => (None, path),
-    };
     let subscriptions = store
         .active_subscriptions()
         .await
         .map_err(|e| WebhooksError::Storage(petstore_api::error::chain(&e)))?;
-    let Some(keys) = keys else {
-        return match subscriptions.is_empty() {
-            true => Ok(()),
-            false => Err(WebhooksError::KeyFileLost { path: path.clone() }),
-        };
-    };
+    match keys {
+        StartKeys::Off => Ok(()),
+        StartKeys::ToMake(_) if subscriptions.is_empty() => Ok(()),
+        StartKeys::ToMake(path) => Err(WebhooksError::KeyFileLost { path: path.clone() }),
+        StartKeys::Read { keys, path } => opens_every_secret(keys, path, &subscriptions),
+    }
+}
+
+/// Whether `keys` (of the file at `path`) open each subscription's
+/// current secret, and its previous one while it still signs.
+fn opens_every_secret(
+    keys: &SealingKeys,
+    path: &Path,
+    subscriptions: &[StoredSubscription],
+) -> Result<(), WebhooksError> {
     let now = chrono::Utc::now();
-    for subscription in &subscriptions {
+    for subscription in subscriptions {
         let previous = subscription
             .previous_secret
             .iter()
@@ -228,7 +232,7 @@ pub async fn check_stored_secrets(
         for sealed in std::iter::once(&subscription.secret).chain(previous) {
             keys.open(sealed)
                 .map_err(|source| WebhooksError::SealedElsewhere {
-                    path: path.clone(),
+                    path: path.to_owned(),
                     subscription: subscription.id,
                     source,
                 })?;

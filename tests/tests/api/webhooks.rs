@@ -361,7 +361,7 @@ on_every_backend! {
     async fn a_receiver_that_does_not_answer_in_time_is_a_failure_that_says_so(server) {
         let receiver = Receiver::start(|_, _| Answer::Hang(WEBHOOK_TIMEOUT * 3)).await;
         let delivery = failed_delivery(&server, &receiver.url("/")).await;
-        let said = format!("no answer within {} s (the delivery timeout)", WEBHOOK_TIMEOUT.as_secs());
+        let said = format!("no answer within {}s (the delivery timeout)", WEBHOOK_TIMEOUT.as_secs());
         assert_eq!(delivery["lastError"], said.as_str(), "{delivery}");
         assert!(delivery.get("lastStatus").is_none(), "{delivery}");
     }
