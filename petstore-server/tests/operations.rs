@@ -276,6 +276,26 @@ async fn sqlite_and_postgres() -> (
     (dir, databases)
 }
 
+/// `serve` in `dir` on `database` with the webhook key file `key_file`,
+/// private targets admitted (the receivers are on loopback), and `extra`
+/// flags; started off the async workers.
+async fn serve_with_key_file(
+    dir: &Path,
+    database: &str,
+    key_file: &Path,
+    extra: &[&'static str],
+) -> Served {
+    let (dir, database, key_file) = (dir.to_owned(), database.to_owned(), key_file.to_owned());
+    let extra = extra.to_vec();
+    blocking(move || {
+        let key_file = key_file.to_str().unwrap();
+        let flags = ["--database", &database, "--webhook-key-file", key_file];
+        let private = ["--webhook-allow-private-targets", "on"];
+        Served::start(&dir, &[&flags[..], &private, &extra].concat())
+    })
+    .await
+}
+
 /// Through the API a subscription is its maker's key's alone; the operator
 /// lists every one, pages its deliveries and removes it through the CLI
 /// while the server serves, one whose key was revoked too, and never sees
@@ -286,16 +306,7 @@ async fn every_webhook_subscription_is_listed_and_removed_through_the_cli_whoeve
     for (database, _postgres) in &databases {
         let dir = tempfile::tempdir().unwrap();
         let key_file = webhook_key(dir.path(), "webhook.key");
-        let (path, url, file) = (dir.path().to_owned(), database.clone(), key_file.clone());
-        let served = blocking(move || {
-            let flags = ["--webhook-key-file", file.to_str().unwrap()];
-            let private = ["--webhook-allow-private-targets", "on"];
-            Served::start(
-                &path,
-                &[&["--database", &url][..], &flags, &private].concat(),
-            )
-        })
-        .await;
+        let served = serve_with_key_file(dir.path(), database, &key_file, &[]).await;
         let (ok, maker, stderr) = keys(
             dir.path(),
             database,
@@ -1130,18 +1141,7 @@ async fn a_key_file_that_does_not_open_the_stored_secrets_refuses_start() {
         let dir = tempfile::tempdir().unwrap();
         let sealing = webhook_key(dir.path(), "sealing.key");
         let other = webhook_key(dir.path(), "other.key");
-        let serve_with = |file: &Path| {
-            let (path, url, file) = (dir.path().to_owned(), database.clone(), file.to_owned());
-            blocking(move || {
-                let file = file.to_str().unwrap();
-                let flags = ["--database", &url, "--webhook-key-file", file];
-                Served::start(
-                    &path,
-                    &[&flags[..], &["--webhook-allow-private-targets", "on"]].concat(),
-                )
-            })
-        };
-        let served = serve_with(&sealing).await;
+        let served = serve_with_key_file(dir.path(), database, &sealing, &[]).await;
         let id = subscribe(&served.address, KEY, "http://127.0.0.1:9/hook");
         let (status, _) = served.terminate();
         assert!(status.success());
@@ -1154,7 +1154,8 @@ async fn a_key_file_that_does_not_open_the_stored_secrets_refuses_start() {
         );
         assert!(stderr.contains(&named), "{stderr}");
         assert!(stderr.contains("the same --webhook-key-file"), "{stderr}");
-        let (status, _) = serve_with(&sealing).await.terminate();
+        let served = serve_with_key_file(dir.path(), database, &sealing, &[]).await;
+        let (status, _) = served.terminate();
         assert!(status.success(), "the file that sealed them starts");
     }
 
@@ -1191,20 +1192,12 @@ async fn an_instance_that_cannot_sign_leaves_the_deliveries_to_one_that_can() {
     };
     let dir = tempfile::tempdir().unwrap();
     let receiver = petstore_support::receiver::Receiver::healthy().await;
-    let serve_with = |file: std::path::PathBuf| {
-        let (path, url) = (dir.path().to_owned(), postgres.url().to_owned());
-        blocking(move || {
-            let file = file.to_str().unwrap();
-            let flags = ["--database", &url, "--webhook-key-file", file];
-            // A lease of 6 s: the request's 1 s and the margin.
-            let quick = [
-                "--webhook-timeout",
-                "1s",
-                "--webhook-allow-private-targets",
-                "on",
-            ];
-            Served::start(&path, &[&flags[..], &quick].concat())
-        })
+    // A lease of 6 s: the request's 1 s and the margin.
+    let serve_with = |key_file: std::path::PathBuf| {
+        let (dir, database) = (dir.path().to_owned(), postgres.url().to_owned());
+        async move {
+            serve_with_key_file(&dir, &database, &key_file, &["--webhook-timeout", "1s"]).await
+        }
     };
     let other = serve_with(webhook_key(dir.path(), "other.key")).await;
     let sealing_key = webhook_key(dir.path(), "sealing.key");
