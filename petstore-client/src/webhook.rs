@@ -33,8 +33,9 @@ const WHSEC_PREFIX: &str = "whsec_";
 /// a timeout, or from another instance of the service). Handle each once by
 /// remembering the ids handled (`event.id`, which is also `webhook-id`).
 /// Answer with a `2xx` status quickly, and do the work after: any other
-/// status, or no answer within 15 seconds, is a failed delivery that the
-/// service tries again later; `410 Gone` disables the subscription.
+/// status, or no answer within 15 seconds (or the limit the service's
+/// operator set), is a failed delivery that the service tries again later;
+/// `410 Gone` disables the subscription.
 ///
 /// # Example
 ///
