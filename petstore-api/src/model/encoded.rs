@@ -130,6 +130,15 @@ impl EventArrayWriter {
         self.count += 1;
     }
 
+    /// Appends an event [`encode_event`] encoded.
+    pub fn push_encoded(&mut self, event: &str) {
+        if self.count > 0 {
+            self.json.push(b',');
+        }
+        self.json.extend_from_slice(event.as_bytes());
+        self.count += 1;
+    }
+
     /// The array.
     pub fn finish(mut self) -> EncodedEvents {
         self.json.push(b']');
@@ -362,8 +371,12 @@ mod tests {
             .collect();
         for n in 0..=events.len() {
             let mut array = EventArrayWriter::with_capacity(n);
-            for (id, event_type, time, previous, data) in &events[..n] {
-                array.push(*id, *event_type, time, *previous, data);
+            for (at, (id, event_type, time, previous, data)) in events[..n].iter().enumerate() {
+                // Made here, or encoded before: the same array either way.
+                match at % 2 {
+                    0 => array.push(*id, *event_type, time, *previous, data),
+                    _ => array.push_encoded(&encode_event(*id, *event_type, time, *previous, data)),
+                }
             }
             assert_eq!(
                 String::from_utf8(array.finish().into_bytes()).unwrap(),

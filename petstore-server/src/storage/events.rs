@@ -20,6 +20,8 @@
 //!   ([`super::Storage::purge_events`]); the *floor* is the largest id
 //!   purged, and a cursor below it is expired ([`EventsOutcome::Expired`]).
 
+use std::ops::Deref;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -237,18 +239,6 @@ impl StoredEvent {
         }
     }
 
-    /// The event as the contract shows it (a CloudEvent), appended to a
-    /// page.
-    pub fn encode_into(&self, page: &mut EventArrayWriter) {
-        page.push(
-            self.id,
-            self.kind.event_type(),
-            &self.time,
-            self.previous_status(),
-            &self.data,
-        );
-    }
-
     /// The event as the contract shows it (a CloudEvent), in JSON: what a
     /// page of the feed holds for it.
     pub fn to_json(&self) -> String {
@@ -267,11 +257,91 @@ impl StoredEvent {
     }
 }
 
+/// An event of a page: made for it, or kept, encoded, from a page before.
+/// On SQLite an event read twice is kept so (`sqlite/feed/recent.rs`):
+/// the many followers who read the same events then copy one text instead
+/// of each making the event and encoding it again.
+#[derive(Clone, Debug)]
+pub enum PageEvent {
+    /// Made for this page: encoded when it is answered.
+    Made(StoredEvent),
+    /// Kept with its JSON, shared by every page that has it.
+    Kept(Arc<EncodedEvent>),
+}
+
+/// An event and its JSON.
+#[derive(Debug)]
+pub struct EncodedEvent {
+    event: StoredEvent,
+    json: String,
+}
+
+impl EncodedEvent {
+    /// `event`, encoded.
+    pub fn new(event: StoredEvent) -> EncodedEvent {
+        let json = event.to_json();
+        EncodedEvent { event, json }
+    }
+
+    /// The event as stored.
+    pub fn event(&self) -> &StoredEvent {
+        &self.event
+    }
+}
+
+impl PageEvent {
+    /// The event as the contract shows it (a CloudEvent), appended to a
+    /// page.
+    pub fn encode_into(&self, page: &mut EventArrayWriter) {
+        match self {
+            PageEvent::Made(event) => page.push(
+                event.id,
+                event.kind.event_type(),
+                &event.time,
+                event.previous_status(),
+                &event.data,
+            ),
+            PageEvent::Kept(kept) => page.push_encoded(&kept.json),
+        }
+    }
+
+    /// The event as the contract shows it, in JSON: a webhook delivery's
+    /// body.
+    pub fn to_json(&self) -> String {
+        match self {
+            PageEvent::Made(event) => event.to_json(),
+            PageEvent::Kept(kept) => kept.json.clone(),
+        }
+    }
+}
+
+/// The event as stored.
+impl Deref for PageEvent {
+    type Target = StoredEvent;
+
+    fn deref(&self) -> &StoredEvent {
+        match self {
+            PageEvent::Made(event) => event,
+            PageEvent::Kept(kept) => &kept.event,
+        }
+    }
+}
+
+/// Two are the same event when their events are, kept or not: the JSON
+/// follows from the event.
+impl PartialEq for PageEvent {
+    fn eq(&self, other: &PageEvent) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for PageEvent {}
+
 /// A page of the feed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EventPage {
     /// The events, in ascending id order.
-    pub events: Vec<StoredEvent>,
+    pub events: Vec<PageEvent>,
     /// Where the next page starts (its `after`): the last event's id when
     /// the page is full, else the last id examined (a filter may have
     /// skipped rows), else the query's `after` (or the floor without one).

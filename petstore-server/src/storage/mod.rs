@@ -21,8 +21,8 @@ mod url;
 pub mod webhooks;
 
 pub use events::{
-    EVENT_SCAN_MAX, EventKind, EventPage, EventQuery, EventsOutcome, KindMarks, PARKED_READ_GAP,
-    ParkedWait, StoredEvent,
+    EVENT_SCAN_MAX, EncodedEvent, EventKind, EventPage, EventQuery, EventsOutcome, KindMarks,
+    PARKED_READ_GAP, PageEvent, ParkedWait, StoredEvent,
 };
 pub use idempotency::{CreateOutcome, Fingerprint, Idempotency, PURGE_BATCH, Retention};
 pub use keys::{KeyError, KeyStorage, Revoked, StoredKey};

@@ -1,5 +1,6 @@
 //! Pages of the feed, read from memory's columns (`retained.rs`), each event's
-//! data made from memory's animals and orders.
+//! data made from memory's animals and orders, or kept from a page before
+//! (`recent.rs`).
 
 use super::super::memory::Committed;
 use super::super::rows::micros_to_time;
@@ -85,10 +86,11 @@ impl Scan {
             let last = self.last_examined.unwrap_or(after);
             (last, last >= head)
         };
+        let mut recent = memory.events.recent.lock();
         let events = self
             .found
             .into_iter()
-            .map(|row| stored_event(memory, row))
+            .map(|row| recent.event(row.id, || stored_event(memory, row)))
             .collect::<Result<_, _>>()?;
         Ok(EventPage {
             events,

@@ -19,6 +19,7 @@ use rusqlite::types::{Type, ValueRef};
 
 use super::super::schema::sqlite;
 use super::log::{Purged, RetainedEvent};
+use super::recent::RecentEvents;
 use crate::storage::parked::Found;
 use crate::storage::{EventKind, KindMarks, StorageError};
 use petstore_api::model::PetStatus;
@@ -37,6 +38,8 @@ pub(in crate::storage::sqlite) struct Feed {
     /// For each kind, an id that none of that kind exceeds: the last one
     /// appended, or the head at start-up.
     last_of_kind: KindMarks,
+    /// The events pages read lately, encoded.
+    pub(super) recent: RecentEvents,
 }
 
 impl Feed {
@@ -67,6 +70,7 @@ impl Feed {
             oldest,
             retained: Retained::default(),
             last_of_kind: KindMarks::all_at(head),
+            recent: RecentEvents::default(),
         };
         let mut select = conn
             .prepare(
@@ -279,6 +283,7 @@ mod tests {
             oldest: None,
             retained: Retained::default(),
             last_of_kind: KindMarks::all_at(2),
+            recent: RecentEvents::default(),
         };
         let of_kind = |id, kind| RetainedEvent { kind, ..event(id) };
         feed.append(&[

@@ -18,7 +18,7 @@ use super::super::SqliteStorage;
 use crate::storage::idempotency::{Fingerprint, fingerprint, order_fingerprint};
 use crate::storage::{
     CreateOutcome, EVENT_SCAN_MAX, EventKind, EventPage, EventQuery, EventsOutcome, FatalSender,
-    Idempotency, Owner, OwnerId, PlaceOutcome, Retention, Storage, StorageMetrics, StoredEvent,
+    Idempotency, Owner, OwnerId, PageEvent, PlaceOutcome, Retention, Storage, StorageMetrics,
     StoredOrder, UpdateOutcome,
 };
 
@@ -73,7 +73,7 @@ async fn page(storage: &SqliteStorage, query: EventQuery) -> EventPage {
 }
 
 /// Every retained event, page by page.
-async fn all_events(storage: &SqliteStorage) -> Vec<StoredEvent> {
+async fn all_events(storage: &SqliteStorage) -> Vec<PageEvent> {
     let (mut events, mut after) = (Vec::new(), None);
     loop {
         let page = page(storage, query(after, 100)).await;
@@ -86,7 +86,7 @@ async fn all_events(storage: &SqliteStorage) -> Vec<StoredEvent> {
 }
 
 /// The events' kinds and data, for comparing with what was expected.
-fn summary(events: &[StoredEvent]) -> Vec<(EventKind, EventData)> {
+fn summary(events: &[PageEvent]) -> Vec<(EventKind, EventData)> {
     events.iter().map(|e| (e.kind, e.data.clone())).collect()
 }
 
@@ -728,5 +728,62 @@ async fn a_group_that_rolls_back_writes_no_event_and_gives_its_ids_again() {
     );
     assert_eq!(events.iter().map(|e| e.id).collect::<Vec<_>>(), [1, 2, 3]);
     assert_eq!(storage.stats().await.unwrap().events, 3);
+    storage.close().await;
+}
+
+#[tokio::test]
+async fn an_event_read_again_is_the_same_event_kept_encoded() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = open(&dir.path().join("again.db")).await;
+    let available = Some(PetStatus::Available);
+    let rex = storage
+        .create(new_pet("Rex \"the\" dog", available))
+        .await
+        .unwrap();
+    let order = placed(storage.place_order(rex.id, owner(1), None).await.unwrap());
+    storage
+        .update_order(order.id, OrderUpdateStatus::Delivered)
+        .await
+        .unwrap();
+    let reads = [
+        all_events(&storage).await,
+        all_events(&storage).await,
+        all_events(&storage).await,
+    ];
+    let json = |events: &[PageEvent]| events.iter().map(PageEvent::to_json).collect::<Vec<_>>();
+    let kept = |events: &[PageEvent]| {
+        events
+            .iter()
+            .map(|e| matches!(e, PageEvent::Kept(_)))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(reads[0].len(), 5);
+    // Made on the first read, kept from the second on: the same events,
+    // the same JSON.
+    assert_eq!(kept(&reads[0]), [false; 5]);
+    assert_eq!(kept(&reads[1]), [true; 5]);
+    assert_eq!(kept(&reads[2]), [true; 5]);
+    assert_eq!(reads[1], reads[0]);
+    assert_eq!(reads[2], reads[0]);
+    assert_eq!(json(&reads[1]), json(&reads[0]));
+    assert_eq!(json(&reads[2]), json(&reads[0]));
+    // A filtered page takes the same kept events.
+    let mine = page(
+        &storage,
+        EventQuery {
+            owner: Some(owner(1).id),
+            kinds: EventKind::OrderPlaced | EventKind::OrderDelivered,
+            ..query(None, 10)
+        },
+    )
+    .await;
+    assert_eq!(
+        mine.events,
+        reads[0]
+            .iter()
+            .filter(|e| e.kind.is_order())
+            .cloned()
+            .collect::<Vec<_>>()
+    );
     storage.close().await;
 }
