@@ -86,12 +86,11 @@ impl Scan {
             let last = self.last_examined.unwrap_or(after);
             (last, last >= head)
         };
-        let mut recent = memory.events.recent.lock();
-        let events = self
-            .found
-            .into_iter()
-            .map(|row| recent.event(row.id, || stored_event(memory, row)))
-            .collect::<Result<_, _>>()?;
+        let events = memory.events.recent.events(
+            self.found,
+            |row| row.id,
+            |row| stored_event(memory, row),
+        )?;
         Ok(EventPage {
             events,
             next_after,

@@ -49,38 +49,72 @@ impl Default for RecentEvents {
 }
 
 impl RecentEvents {
-    /// The slots, for one page's events.
-    pub(super) fn lock(&self) -> Slots<'_> {
+    /// The events of `rows` (ids `id_of`), in their order: kept, or made
+    /// by `make`, and kept from now on when this is their second read.
+    /// The slots are locked only to look up and to keep, never while an
+    /// event is made: pages read at once on other threads do not wait.
+    pub(super) fn events<R>(
+        &self,
+        rows: Vec<R>,
+        id_of: impl Fn(&R) -> i64,
+        mut make: impl FnMut(R) -> Result<StoredEvent, StorageError>,
+    ) -> Result<Vec<PageEvent>, StorageError> {
+        let looked: Vec<Looked> = {
+            let mut slots = self.lock();
+            rows.iter()
+                .map(|row| look_up(&mut slots, id_of(row)))
+                .collect()
+        };
+        let mut made_again = Vec::new();
+        let mut events = Vec::with_capacity(rows.len());
+        for (row, looked) in rows.into_iter().zip(looked) {
+            events.push(match looked {
+                Looked::Kept(kept) => PageEvent::Kept(kept),
+                Looked::ReadFirst => PageEvent::Made(make(row)?),
+                Looked::ReadAgain => {
+                    let kept = Arc::new(EncodedEvent::new(make(row)?));
+                    made_again.push(Arc::clone(&kept));
+                    PageEvent::Kept(kept)
+                }
+            });
+        }
+        if !made_again.is_empty() {
+            let mut slots = self.lock();
+            for kept in made_again {
+                // (Whatever took the slot meanwhile gives way: any event
+                // kept is right for its id.)
+                let slot = slot_of(kept.event().id);
+                slots[slot] = Slot::Kept(kept);
+            }
+        }
+        Ok(events)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Box<[Slot]>> {
         // A panic while holding the lock left at worst one slot replaced
         // whole: every kept event is still right.
-        Slots(self.slots.lock().unwrap_or_else(|e| e.into_inner()))
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-/// The slots, locked while a page takes its events.
-pub(super) struct Slots<'a>(MutexGuard<'a, Box<[Slot]>>);
+/// What the slots hold of an event a page reads.
+enum Looked {
+    Kept(Arc<EncodedEvent>),
+    /// Not read lately: made for this page only; its slot now says it was
+    /// read.
+    ReadFirst,
+    /// Read once lately: made and kept.
+    ReadAgain,
+}
 
-impl Slots<'_> {
-    /// The event `id`: kept, or made by `make` (and kept from now on when
-    /// this is its second read).
-    pub(super) fn event(
-        &mut self,
-        id: i64,
-        make: impl FnOnce() -> Result<StoredEvent, StorageError>,
-    ) -> Result<PageEvent, StorageError> {
-        let slot = &mut self.0[slot_of(id)];
-        match slot {
-            Slot::Kept(kept) if kept.event().id == id => Ok(PageEvent::Kept(Arc::clone(kept))),
-            Slot::Read(read) if *read == id => {
-                let kept = Arc::new(EncodedEvent::new(make()?));
-                *slot = Slot::Kept(Arc::clone(&kept));
-                Ok(PageEvent::Kept(kept))
-            }
-            _ => {
-                let made = make()?;
-                *slot = Slot::Read(id);
-                Ok(PageEvent::Made(made))
-            }
+fn look_up(slots: &mut [Slot], id: i64) -> Looked {
+    let slot = &mut slots[slot_of(id)];
+    match slot {
+        Slot::Kept(kept) if kept.event().id == id => Looked::Kept(Arc::clone(kept)),
+        Slot::Read(read) if *read == id => Looked::ReadAgain,
+        _ => {
+            *slot = Slot::Read(id);
+            Looked::ReadFirst
         }
     }
 }
@@ -114,44 +148,54 @@ mod tests {
         matches!(event, PageEvent::Kept(_))
     }
 
+    /// The events `ids` as a page reads them, each made with `name`.
+    fn read(recent: &RecentEvents, ids: &[i64], name: &str) -> Vec<PageEvent> {
+        recent
+            .events(ids.to_vec(), |id| *id, |id| Ok(event(id, name)))
+            .unwrap()
+    }
+
     #[test]
     fn an_event_is_kept_on_its_second_read_and_shared_from_then_on() {
         let recent = RecentEvents::default();
-        let mut slots = recent.lock();
-        let first = slots.event(5, || Ok(event(5, "Rex"))).unwrap();
-        assert!(!is_kept(&first));
-        let second = slots.event(5, || Ok(event(5, "Rex"))).unwrap();
-        assert!(is_kept(&second));
-        let third = slots
-            .event(5, || panic!("made again although kept"))
+        let first = read(&recent, &[5, 6], "Rex");
+        assert!(!first.iter().any(is_kept));
+        let second = read(&recent, &[5, 6, 7], "Rex");
+        assert_eq!(
+            second.iter().map(is_kept).collect::<Vec<_>>(),
+            [true, true, false]
+        );
+        let third = recent
+            .events(vec![5, 6], |id| *id, |_| panic!("made again although kept"))
             .unwrap();
         assert_eq!(third, first);
-        assert_eq!(third.to_json(), first.to_json());
-        assert!(third.to_json().contains("\"name\":\"Rex\""));
+        assert_eq!(third[0].to_json(), first[0].to_json());
+        assert!(third[0].to_json().contains("\"name\":\"Rex\""));
     }
 
     #[test]
     fn a_later_event_in_the_same_slot_takes_it_over() {
         let recent = RecentEvents::default();
-        let mut slots = recent.lock();
         let later = 5 + SLOTS as i64;
-        for _ in 0..2 {
-            slots.event(5, || Ok(event(5, "Rex"))).unwrap();
-        }
-        let taken = slots.event(later, || Ok(event(later, "Max"))).unwrap();
-        assert_eq!(taken.id, later);
-        let again = slots.event(5, || Ok(event(5, "Rex"))).unwrap();
-        assert!(!is_kept(&again), "the slot is the later event's now");
+        read(&recent, &[5], "Rex");
+        read(&recent, &[5], "Rex");
+        let taken = read(&recent, &[later], "Max");
+        assert_eq!(taken[0].id, later);
+        let again = read(&recent, &[5], "Rex");
+        assert!(!is_kept(&again[0]), "the slot is the later event's now");
     }
 
     #[test]
-    fn a_failure_to_make_an_event_keeps_nothing() {
+    fn a_failure_to_make_an_event_fails_the_page_and_keeps_nothing() {
         let recent = RecentEvents::default();
-        let mut slots = recent.lock();
-        slots.event(9, || Ok(event(9, "Rex"))).unwrap();
-        let failed = slots.event(9, || Err(StorageError::Invariant("no such animal")));
+        read(&recent, &[9], "Rex");
+        let failed = recent.events(
+            vec![9],
+            |id| *id,
+            |_| Err(StorageError::Invariant("no such animal")),
+        );
         assert!(failed.is_err());
-        let made = slots.event(9, || Ok(event(9, "Rex"))).unwrap();
-        assert!(is_kept(&made), "still read once before, so kept now");
+        let made = read(&recent, &[9], "Rex");
+        assert!(is_kept(&made[0]), "still read once before, so kept now");
     }
 }
