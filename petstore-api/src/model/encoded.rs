@@ -147,7 +147,8 @@ impl EventArrayWriter {
 }
 
 /// The event that `Event::new` makes of these, as serde writes it: the
-/// body of a webhook delivery.
+/// body of a webhook delivery, and what the server keeps of an event that
+/// pages read again.
 pub fn encode_event(
     id: i64,
     event_type: EventType,

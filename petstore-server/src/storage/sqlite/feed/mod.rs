@@ -15,8 +15,9 @@
 //!   appear. A pet's name and category, and an order's `placed_at`, never
 //!   change: an event's data comes from memory, which holds every pet and
 //!   order an event up to the head is about.
-//! - **Encoded once** (`recent.rs`): the events pages read lately are
-//!   kept with their JSON, which the next page with them copies.
+//! - **Kept encoded when read again** (`recent.rs`): an event read a
+//!   second time lately is kept with its JSON, which the next page with it
+//!   copies.
 //! - **Purged as a prefix** (`log.rs`): the smallest ids while they are
 //!   older than asked, the floor raised in the same transaction, then
 //!   memory's retained events and tally.

@@ -66,8 +66,9 @@ impl Scan {
         Ok(())
     }
 
-    /// The page, its events' data made from `memory`. `ended`: the rows up
-    /// to the head ran out before the page was full or at the bound.
+    /// The page, its events kept from a page before or their data made
+    /// from `memory`. `ended`: the rows up to the head ran out before the
+    /// page was full or at the bound.
     fn page(
         self,
         memory: &Committed,

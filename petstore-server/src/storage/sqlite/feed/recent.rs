@@ -8,20 +8,25 @@
 //!   its slot; a page that reads it while the mark is still there keeps it.
 //!   A reader catching up through old events reads each once, and pays for
 //!   no copy it will not use again.
+//! - **The latest events stay.** One slot per id modulo [`SLOTS`]; a kept
+//!   event gives its slot only to a later event, so a reader catching up
+//!   through old events leaves the followers' events kept. (A mark of one
+//!   read gives way to any event: it would otherwise keep an older page
+//!   read again and again out for good.)
 //! - **Right for as long as it is kept.** An event never changes once
 //!   committed, and its id is never given to another (a rolled-back
 //!   group's ids come back, but pages read committed events only, and a
 //!   purge raises the floor).
-//! - **Bounded.** One slot per id modulo [`SLOTS`]: a later event in the
-//!   same slot takes it over, so what is kept stays within a couple of
-//!   megabytes however long the feed.
+//! - **Bounded.** At most [`SLOTS`] events: about 450 bytes each with a
+//!   name of ordinary length, 2 MiB in all; at most about 10 MiB with
+//!   names of 255 characters that all need escaping.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::storage::{EncodedEvent, PageEvent, StorageError, StoredEvent};
 
-/// How many events are kept at most: the pages of 200 followers, each
-/// reading 20 different events.
+/// How many events are kept at most: every follower's latest events, and
+/// room for some older pages read again and again.
 const SLOTS: usize = 4096;
 
 /// What a slot holds.
@@ -33,6 +38,17 @@ enum Slot {
     Read(i64),
     /// The event read again, encoded.
     Kept(Arc<EncodedEvent>),
+}
+
+impl Slot {
+    /// Whether the event `id` may take this slot: it holds no kept
+    /// event, or an earlier one (or this one).
+    fn may_take(&self, id: i64) -> bool {
+        match self {
+            Slot::Empty | Slot::Read(_) => true,
+            Slot::Kept(kept) => kept.event().id <= id,
+        }
+    }
 }
 
 /// The events read again lately, one slot per id modulo [`SLOTS`].
@@ -52,7 +68,8 @@ impl RecentEvents {
     /// The events of `rows` (ids `id_of`), in their order: kept, or made
     /// by `make`, and kept from now on when this is their second read.
     /// The slots are locked only to look up and to keep, never while an
-    /// event is made: pages read at once on other threads do not wait.
+    /// event is made: pages read at once on other threads wait only for
+    /// those.
     pub(super) fn events<R>(
         &self,
         rows: Vec<R>,
@@ -70,8 +87,8 @@ impl RecentEvents {
         for (row, looked) in rows.into_iter().zip(looked) {
             events.push(match looked {
                 Looked::Kept(kept) => PageEvent::Kept(kept),
-                Looked::ReadFirst => PageEvent::Made(make(row)?),
-                Looked::ReadAgain => {
+                Looked::Make => PageEvent::Made(make(row)?),
+                Looked::MakeAndKeep => {
                     let kept = Arc::new(EncodedEvent::new(make(row)?));
                     made_again.push(Arc::clone(&kept));
                     PageEvent::Kept(kept)
@@ -81,10 +98,12 @@ impl RecentEvents {
         if !made_again.is_empty() {
             let mut slots = self.lock();
             for kept in made_again {
-                // (Whatever took the slot meanwhile gives way: any event
-                // kept is right for its id.)
-                let slot = slot_of(kept.event().id);
-                slots[slot] = Slot::Kept(kept);
+                // (A later event may have taken the slot meanwhile.)
+                let id = kept.event().id;
+                let slot = &mut slots[slot_of(id)];
+                if slot.may_take(id) {
+                    *slot = Slot::Kept(kept);
+                }
             }
         }
         Ok(events)
@@ -100,21 +119,23 @@ impl RecentEvents {
 /// What the slots hold of an event a page reads.
 enum Looked {
     Kept(Arc<EncodedEvent>),
-    /// Not read lately: made for this page only; its slot now says it was
-    /// read.
-    ReadFirst,
+    /// Not read lately: made for this page only (its slot now says it was
+    /// read, unless a later event is kept there).
+    Make,
     /// Read once lately: made and kept.
-    ReadAgain,
+    MakeAndKeep,
 }
 
 fn look_up(slots: &mut [Slot], id: i64) -> Looked {
     let slot = &mut slots[slot_of(id)];
     match slot {
         Slot::Kept(kept) if kept.event().id == id => Looked::Kept(Arc::clone(kept)),
-        Slot::Read(read) if *read == id => Looked::ReadAgain,
+        Slot::Read(read) if *read == id => Looked::MakeAndKeep,
         _ => {
-            *slot = Slot::Read(id);
-            Looked::ReadFirst
+            if slot.may_take(id) {
+                *slot = Slot::Read(id);
+            }
+            Looked::Make
         }
     }
 }
@@ -183,6 +204,39 @@ mod tests {
         assert_eq!(taken[0].id, later);
         let again = read(&recent, &[5], "Rex");
         assert!(!is_kept(&again[0]), "the slot is the later event's now");
+    }
+
+    #[test]
+    fn a_mark_of_one_read_gives_way_to_an_older_event_read_again() {
+        let recent = RecentEvents::default();
+        let later = 5 + SLOTS as i64;
+        read(&recent, &[later], "Max");
+        read(&recent, &[5], "Rex");
+        assert!(is_kept(&read(&recent, &[5], "Rex")[0]));
+    }
+
+    #[test]
+    fn a_reader_catching_up_leaves_the_latest_events_kept() {
+        let recent = RecentEvents::default();
+        let latest: Vec<i64> = (2 * SLOTS as i64..).take(20).collect();
+        read(&recent, &latest, "Rex");
+        read(&recent, &latest, "Rex");
+        // Every slot, read once and twice by a reader of older events.
+        let older: Vec<i64> = (1..=SLOTS as i64).collect();
+        read(&recent, &older, "Old");
+        let catching_up = read(&recent, &older, "Old");
+        assert_eq!(
+            catching_up.iter().filter(|e| is_kept(e)).count(),
+            SLOTS - 20
+        );
+        let followers = recent
+            .events(
+                latest.clone(),
+                |id| *id,
+                |_| panic!("made again although kept"),
+            )
+            .unwrap();
+        assert_eq!(followers.iter().map(|e| e.id).collect::<Vec<_>>(), latest);
     }
 
     #[test]

@@ -777,6 +777,7 @@ async fn an_event_read_again_is_the_same_event_kept_encoded() {
         },
     )
     .await;
+    assert!(mine.events.iter().all(|e| matches!(e, PageEvent::Kept(_))));
     assert_eq!(
         mine.events,
         reads[0]
