@@ -338,7 +338,7 @@ mod tests {
         )];
         let mut array = EventArrayWriter::with_capacity(events.len());
         for (id, event_type, previous, data) in &events {
-            array.push(*id, *event_type, &time, *previous, data);
+            array.push(*id, *event_type, &time, *previous, data.into());
         }
         let ours = EventsPage {
             events: array.finish(),

@@ -11,7 +11,7 @@ use petstore_api::body::StrictJson;
 use petstore_api::error::{ApiError, Keyed};
 use petstore_api::idempotency::{CreatedHeaders, IdempotencyKey};
 use petstore_api::model::{
-    EventArrayWriter, Inventory, NewOrder, NewPet, NewWebhook, Order, OrderInclude, OrderStatus,
+    EncodedEvents, Inventory, NewOrder, NewPet, NewWebhook, Order, OrderInclude, OrderStatus,
     OrderUpdate, OrderUpdateStatus, Pet, PetStatus, ReplayAccepted, ReplayRange, Webhook,
     WebhookCreated, WebhookDelivery, WebhookSecret,
 };
@@ -33,7 +33,8 @@ use crate::metrics::KeyedOutcome;
 use crate::storage::idempotency::{fingerprint, order_fingerprint};
 use crate::storage::{
     self, CreateOutcome, EventKind, EventPage, EventQuery, EventsOutcome, Idempotency, ListQuery,
-    OrderQuery, Owner, OwnerId, PlaceOutcome, PlacedBy, StorageError, StoredOrder, UpdateOutcome,
+    OrderQuery, Owner, OwnerId, PlaceOutcome, PlacedBy, ReadTo, StorageError, StoredOrder,
+    UpdateOutcome,
 };
 use crate::webhooks::api::{delivery_view, owner_filter, webhook_of};
 
@@ -131,16 +132,17 @@ async fn feed_page(
     types: Option<&EventTypes>,
     mut query: EventQuery,
     wait: Duration,
-) -> Result<EventPage, ApiError> {
+) -> Result<EventPage<EncodedEvents>, ApiError> {
     let deadline = tokio::time::Instant::now() + wait;
     let mut stopping = context.stopping.clone();
     // Whether the page is a read again after the head moved.
     let mut parked = false;
     loop {
-        let outcome = match parked {
-            false => context.storage.events(query).await,
-            true => context.storage.events_to_known_head(query).await,
+        let to = match parked {
+            false => ReadTo::Head,
+            true => ReadTo::KnownHead,
         };
+        let outcome = context.storage.encoded_events(query, to).await;
         let outcome = outcome.map_err(storage_failure(context))?;
         let page = match outcome {
             EventsOutcome::Page(page) => page,
@@ -525,12 +527,8 @@ impl PetstoreApi for PetstoreImpl {
         let types_param = types.map(EventTypes::to_param);
         let headers =
             EventsPageHeaders::next(limit, types_param.as_deref(), params.wait, page.next_after);
-        let mut events = EventArrayWriter::with_capacity(page.events.len());
-        for event in &page.events {
-            event.encode_into(&mut events);
-        }
         Ok(EventsPage {
-            events: events.finish(),
+            events: page.events,
             headers,
         })
     }

@@ -21,8 +21,8 @@ use petstore_api::model::{
 use petstore_server::storage::idempotency::{fingerprint, order_fingerprint};
 use petstore_server::storage::{
     CreateOutcome, EVENT_SCAN_MAX, EventKind, EventPage, EventQuery, EventsOutcome, Idempotency,
-    Owner, OwnerId, PageEvent, PlaceOutcome, PlacedBy, PostgresStorage, PostgresUrl, Retention,
-    Storage, StoredEvent, UpdateOutcome,
+    Owner, OwnerId, PlaceOutcome, PlacedBy, PostgresStorage, PostgresUrl, Retention, Storage,
+    StoredEvent, UpdateOutcome,
 };
 use petstore_support::postgres::TestDatabase;
 use petstore_support::{SOON, blocking, eventually_some, within};
@@ -87,7 +87,7 @@ async fn page(storage: &PostgresStorage, query: EventQuery) -> EventPage {
 
 /// The events after `cursor` up to the head, page after page; moves the
 /// cursor past them.
-async fn new_events(storage: &PostgresStorage, cursor: &mut Option<i64>) -> Vec<PageEvent> {
+async fn new_events(storage: &PostgresStorage, cursor: &mut Option<i64>) -> Vec<StoredEvent> {
     let mut events = Vec::new();
     loop {
         let page = page(storage, every_kind(*cursor)).await;
@@ -100,7 +100,7 @@ async fn new_events(storage: &PostgresStorage, cursor: &mut Option<i64>) -> Vec<
     }
 }
 
-fn kinds(events: &[PageEvent]) -> Vec<EventKind> {
+fn kinds(events: &[StoredEvent]) -> Vec<EventKind> {
     events.iter().map(|event| event.kind).collect()
 }
 
@@ -118,7 +118,7 @@ fn order_data(event: &StoredEvent) -> &Order {
     }
 }
 
-fn assert_increasing(events: &[PageEvent]) {
+fn assert_increasing(events: &[StoredEvent]) {
     for pair in events.windows(2) {
         assert!(pair[0].id < pair[1].id, "{pair:?}");
     }
@@ -126,7 +126,7 @@ fn assert_increasing(events: &[PageEvent]) {
 
 /// The order of an order event and its animal's status change, written
 /// together: the order's first, the animal's right after in id order.
-fn assert_order_then_animal(events: &[PageEvent], order: &Order, kind: EventKind) {
+fn assert_order_then_animal(events: &[StoredEvent], order: &Order, kind: EventKind) {
     assert_eq!(
         kinds(events),
         [kind, kind.pet_change().unwrap()],
@@ -316,7 +316,7 @@ async fn every_acknowledged_change_writes_its_events_and_a_refusal_none() {
         "the last examined"
     );
     let mine = page(&storage, only(EnumSet::all(), Some(customer.id))).await;
-    let expected: Vec<&PageEvent> = all
+    let expected: Vec<&StoredEvent> = all
         .iter()
         .filter(|event| !event.kind.is_order() || order_data(event).id == first.id)
         .collect();
@@ -469,7 +469,7 @@ async fn a_page_read_on_one_instance_has_what_another_just_acknowledged() {
             .await
             .unwrap();
         let page = page(reader, every_kind(cursor)).await;
-        let got: Vec<&Pet> = page.events.iter().map(|event| pet_data(event)).collect();
+        let got: Vec<&Pet> = page.events.iter().map(pet_data).collect();
         assert_eq!(got, [&created], "round {round}: {page:?}");
         cursor = Some(page.next_after);
     }
@@ -622,7 +622,7 @@ async fn shopper(
 async fn tail(
     storage: Arc<PostgresStorage>,
     total: Arc<std::sync::Mutex<Option<usize>>>,
-) -> Vec<PageEvent> {
+) -> Vec<StoredEvent> {
     let mut head = storage.events_head();
     let mut cursor = None;
     let mut seen = Vec::new();

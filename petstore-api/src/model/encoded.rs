@@ -84,14 +84,73 @@ impl PetArrayWriter {
     }
 }
 
+/// The resource of an event, borrowed: what the writers encode, so that a
+/// store can write an event straight from its rows, without an
+/// [`EventData`] (and a `String` per name) in between.
+#[derive(Clone, Copy, Debug)]
+pub enum EventDataRef<'a> {
+    /// A [`Pet`] with these fields.
+    Pet {
+        /// Its id.
+        id: i64,
+        /// Its name.
+        name: &'a str,
+        /// Its category's id.
+        category_id: i64,
+        /// Its status, if it has one.
+        status: Option<PetStatus>,
+    },
+    /// An order.
+    Order(&'a Order),
+}
+
+impl<'a> From<&'a EventData> for EventDataRef<'a> {
+    fn from(data: &'a EventData) -> EventDataRef<'a> {
+        match data {
+            EventData::Pet(pet) => EventDataRef::Pet {
+                id: pet.id,
+                name: &pet.name,
+                category_id: pet.category_id,
+                status: pet.status,
+            },
+            EventData::Order(order) => EventDataRef::Order(order),
+        }
+    }
+}
+
+impl From<EventDataRef<'_>> for EventData {
+    fn from(data: EventDataRef<'_>) -> EventData {
+        match data {
+            EventDataRef::Pet {
+                id,
+                name,
+                category_id,
+                status,
+            } => EventData::Pet(Pet {
+                id,
+                name: name.to_owned(),
+                category_id,
+                status,
+            }),
+            EventDataRef::Order(order) => EventData::Order(order.clone()),
+        }
+    }
+}
+
 /// A JSON array of events, as the contract's `[Event]`.
 #[derive(Clone, Debug)]
 pub struct EncodedEvents {
     /// UTF-8 JSON.
     json: Vec<u8>,
+    count: usize,
 }
 
 impl EncodedEvents {
+    /// Whether the array has no event.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
     /// The JSON text, as bytes.
     pub fn into_bytes(self) -> Vec<u8> {
         self.json
@@ -103,6 +162,8 @@ impl EncodedEvents {
 pub struct EventArrayWriter {
     json: Vec<u8>,
     count: usize,
+    /// Where the last event appended starts.
+    last: usize,
 }
 
 impl EventArrayWriter {
@@ -110,7 +171,11 @@ impl EventArrayWriter {
     pub fn with_capacity(events: usize) -> EventArrayWriter {
         let mut json = Vec::with_capacity(2 + events * 320);
         json.push(b'[');
-        EventArrayWriter { json, count: 0 }
+        EventArrayWriter {
+            json,
+            count: 0,
+            last: 1,
+        }
     }
 
     /// Appends the event that `Event::new` makes of these, as serde
@@ -121,40 +186,53 @@ impl EventArrayWriter {
         event_type: EventType,
         time: &DateTime<Utc>,
         previous_status: Option<PetStatus>,
-        data: &EventData,
+        data: EventDataRef<'_>,
     ) {
-        if self.count > 0 {
-            self.json.push(b',');
-        }
+        self.separate();
         write_event(&mut self.json, id, event_type, time, previous_status, data);
-        self.count += 1;
     }
 
-    /// Appends an event [`encode_event`] encoded.
+    /// Appends an event encoded before: [`EventArrayWriter::last_event`],
+    /// or [`encode_event`]'s.
     pub fn push_encoded(&mut self, event: &str) {
+        self.separate();
+        self.json.extend_from_slice(event.as_bytes());
+    }
+
+    /// The JSON of the event appended last (empty before the first).
+    pub fn last_event(&self) -> &str {
+        // Only UTF-8 is written (see `encode_event`), and an event starts
+        // and ends on ASCII.
+        std::str::from_utf8(&self.json[self.last..]).expect("JSON written from strs is UTF-8")
+    }
+
+    /// Starts the next event.
+    fn separate(&mut self) {
         if self.count > 0 {
             self.json.push(b',');
         }
-        self.json.extend_from_slice(event.as_bytes());
+        self.last = self.json.len();
         self.count += 1;
     }
 
     /// The array.
     pub fn finish(mut self) -> EncodedEvents {
         self.json.push(b']');
-        EncodedEvents { json: self.json }
+        EncodedEvents {
+            json: self.json,
+            count: self.count,
+        }
     }
 }
 
 /// The event that `Event::new` makes of these, as serde writes it: the
-/// body of a webhook delivery, and what the server keeps of an event that
-/// pages read again.
+/// body of a webhook delivery.
 pub fn encode_event(
     id: i64,
     event_type: EventType,
     time: &DateTime<Utc>,
     previous_status: Option<PetStatus>,
-    data: &EventData,
+    data: EventDataRef<'_>,
 ) -> String {
     let mut json = Vec::with_capacity(320);
     write_event(&mut json, id, event_type, time, previous_status, data);
@@ -171,7 +249,7 @@ fn write_event(
     event_type: EventType,
     time: &DateTime<Utc>,
     previous_status: Option<PetStatus>,
-    data: &EventData,
+    data: EventDataRef<'_>,
 ) {
     // The fixed attributes are written as one text each (a test holds them
     // to `CLOUDEVENTS_SPEC_VERSION`, `EVENT_SOURCE` and
@@ -182,8 +260,8 @@ fn write_event(
     json.extend_from_slice(b"\",\"source\":\"/v1\",\"type\":\"");
     json.extend_from_slice(event_type.as_str().as_bytes());
     let subject: (&[u8], i64) = match data {
-        EventData::Pet(pet) => (b"\",\"subject\":\"pets/", pet.id),
-        EventData::Order(order) => (b"\",\"subject\":\"store/orders/", order.id),
+        EventDataRef::Pet { id, .. } => (b"\",\"subject\":\"pets/", id),
+        EventDataRef::Order(order) => (b"\",\"subject\":\"store/orders/", order.id),
     };
     json.extend_from_slice(subject.0);
     json.extend_from_slice(number.format(subject.1).as_bytes());
@@ -197,8 +275,13 @@ fn write_event(
     }
     json.extend_from_slice(b",\"data\":");
     match data {
-        EventData::Pet(pet) => write_pet(json, pet.id, &pet.name, pet.category_id, pet.status),
-        EventData::Order(order) => write_order(json, order),
+        EventDataRef::Pet {
+            id,
+            name,
+            category_id,
+            status,
+        } => write_pet(json, id, name, category_id, status),
+        EventDataRef::Order(order) => write_order(json, order),
     }
     json.push(b'}');
 }
@@ -372,21 +455,29 @@ mod tests {
             .collect();
         for n in 0..=events.len() {
             let mut array = EventArrayWriter::with_capacity(n);
-            for (at, (id, event_type, time, previous, data)) in events[..n].iter().enumerate() {
-                // Made here, or encoded before: the same array either way.
-                match at % 2 {
-                    0 => array.push(*id, *event_type, time, *previous, data),
-                    _ => array.push_encoded(&encode_event(*id, *event_type, time, *previous, data)),
-                }
+            let mut copy = EventArrayWriter::with_capacity(n);
+            for (id, event_type, time, previous, data) in &events[..n] {
+                array.push(*id, *event_type, time, *previous, data.into());
+                let encoded = encode_event(*id, *event_type, time, *previous, data.into());
+                assert_eq!(array.last_event(), encoded);
+                copy.push_encoded(array.last_event());
             }
+            let copy = copy.finish();
+            assert_eq!(copy.is_empty(), n == 0);
             assert_eq!(
-                String::from_utf8(array.finish().into_bytes()).unwrap(),
+                String::from_utf8(copy.into_bytes()).unwrap(),
+                serde_json::to_string(&contract[..n]).unwrap()
+            );
+            let array = array.finish();
+            assert_eq!(array.is_empty(), n == 0);
+            assert_eq!(
+                String::from_utf8(array.into_bytes()).unwrap(),
                 serde_json::to_string(&contract[..n]).unwrap()
             );
         }
         for ((id, event_type, time, previous, data), event) in events.iter().zip(&contract) {
             assert_eq!(
-                encode_event(*id, *event_type, time, *previous, data),
+                encode_event(*id, *event_type, time, *previous, data.into()),
                 serde_json::to_string(event).unwrap()
             );
         }

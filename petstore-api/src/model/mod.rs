@@ -13,7 +13,9 @@ mod event;
 mod order;
 mod webhook;
 
-pub use encoded::{EncodedEvents, EncodedPets, EventArrayWriter, PetArrayWriter, encode_event};
+pub use encoded::{
+    EncodedEvents, EncodedPets, EventArrayWriter, EventDataRef, PetArrayWriter, encode_event,
+};
 pub use event::{
     CLOUDEVENTS_SPEC_VERSION, EVENT_DATA_CONTENT_TYPE, EVENT_ID_DIGITS_MAX, EVENT_SOURCE, Event,
     EventData, EventType, parse_event_id,

@@ -20,13 +20,13 @@
 //!   ([`super::Storage::purge_events`]); the *floor* is the largest id
 //!   purged, and a cursor below it is expired ([`EventsOutcome::Expired`]).
 
-use std::ops::Deref;
-use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use enumset::{EnumSet, EnumSetType};
-use petstore_api::model::{EventArrayWriter, EventData, EventType, PetStatus, encode_event};
+use petstore_api::model::{
+    EncodedEvents, EventArrayWriter, EventData, EventType, PetStatus, encode_event,
+};
 use petstore_api::scopes::{Scope, Scopes};
 
 use super::orders::OwnerId;
@@ -170,6 +170,12 @@ impl EventKind {
         }
     }
 
+    /// For a status change, the animal's status before it: the event's
+    /// `previousstatus`.
+    pub fn previous_status(self) -> Option<PetStatus> {
+        self.status_change().map(|(from, _)| from)
+    }
+
     /// The animal's status change that goes with an order event of this
     /// kind (placing, delivering, cancelling), written beside it.
     pub fn pet_change(self) -> Option<EventKind> {
@@ -239,109 +245,37 @@ impl StoredEvent {
         }
     }
 
-    /// The event as the contract shows it (a CloudEvent), in JSON: what a
-    /// page of the feed holds for it.
+    /// The event as the contract shows it (a CloudEvent), appended to a
+    /// page.
+    pub fn encode_into(&self, page: &mut EventArrayWriter) {
+        page.push(
+            self.id,
+            self.kind.event_type(),
+            &self.time,
+            self.kind.previous_status(),
+            (&self.data).into(),
+        );
+    }
+
+    /// The event as the contract shows it (a CloudEvent), in JSON: a
+    /// webhook delivery's body.
     pub fn to_json(&self) -> String {
         encode_event(
             self.id,
             self.kind.event_type(),
             &self.time,
-            self.previous_status(),
-            &self.data,
+            self.kind.previous_status(),
+            (&self.data).into(),
         )
     }
-
-    /// For a status change, the animal's status before it.
-    fn previous_status(&self) -> Option<PetStatus> {
-        self.kind.status_change().map(|(from, _)| from)
-    }
 }
 
-/// An event of a page: made for it, or kept, encoded, from a page before.
-/// On SQLite an event read twice is kept so (`sqlite/feed/recent.rs`):
-/// the many followers who read the same events then copy one text instead
-/// of each making the event and encoding it again.
-#[derive(Clone, Debug)]
-pub enum PageEvent {
-    /// Made for this page: encoded when it is answered.
-    Made(StoredEvent),
-    /// Kept with its JSON, shared by every page that has it.
-    Kept(Arc<EncodedEvent>),
-}
-
-/// An event and its JSON.
-#[derive(Debug)]
-pub struct EncodedEvent {
-    event: StoredEvent,
-    json: String,
-}
-
-impl EncodedEvent {
-    /// `event`, encoded.
-    pub fn new(event: StoredEvent) -> EncodedEvent {
-        let json = event.to_json();
-        EncodedEvent { event, json }
-    }
-
-    /// The event as stored.
-    pub fn event(&self) -> &StoredEvent {
-        &self.event
-    }
-}
-
-impl PageEvent {
-    /// The event as the contract shows it (a CloudEvent), appended to a
-    /// page.
-    pub fn encode_into(&self, page: &mut EventArrayWriter) {
-        match self {
-            PageEvent::Made(event) => page.push(
-                event.id,
-                event.kind.event_type(),
-                &event.time,
-                event.previous_status(),
-                &event.data,
-            ),
-            PageEvent::Kept(kept) => page.push_encoded(&kept.json),
-        }
-    }
-
-    /// The event as the contract shows it, in JSON: a webhook delivery's
-    /// body.
-    pub fn to_json(&self) -> String {
-        match self {
-            PageEvent::Made(event) => event.to_json(),
-            PageEvent::Kept(kept) => kept.json.clone(),
-        }
-    }
-}
-
-/// The event as stored.
-impl Deref for PageEvent {
-    type Target = StoredEvent;
-
-    fn deref(&self) -> &StoredEvent {
-        match self {
-            PageEvent::Made(event) => event,
-            PageEvent::Kept(kept) => &kept.event,
-        }
-    }
-}
-
-/// Two are the same event when their events are, kept or not: the JSON
-/// follows from the event.
-impl PartialEq for PageEvent {
-    fn eq(&self, other: &PageEvent) -> bool {
-        **self == **other
-    }
-}
-
-impl Eq for PageEvent {}
-
-/// A page of the feed.
+/// A page of the feed: its events as they are stored (`Vec<StoredEvent>`), or
+/// encoded as the feed answers them ([`EncodedEvents`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EventPage {
+pub struct EventPage<Events = Vec<StoredEvent>> {
     /// The events, in ascending id order.
-    pub events: Vec<PageEvent>,
+    pub events: Events,
     /// Where the next page starts (its `after`): the last event's id when
     /// the page is full, else the last id examined (a filter may have
     /// skipped rows), else the query's `after` (or the floor without one).
@@ -356,14 +290,47 @@ pub struct EventPage {
 
 /// What reading the feed can come to.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum EventsOutcome {
+pub enum EventsOutcome<Events = Vec<StoredEvent>> {
     /// A page.
-    Page(EventPage),
+    Page(EventPage<Events>),
     /// `after` is below the floor: events after it were purged.
     Expired {
         /// The largest id purged: every event above it is kept.
         floor: i64,
     },
+}
+
+impl EventsOutcome {
+    /// The page's events encoded as the feed answers them.
+    pub fn encoded(self) -> EventsOutcome<EncodedEvents> {
+        match self {
+            EventsOutcome::Page(page) => {
+                let mut events = EventArrayWriter::with_capacity(page.events.len());
+                for event in &page.events {
+                    event.encode_into(&mut events);
+                }
+                EventsOutcome::Page(EventPage {
+                    events: events.finish(),
+                    next_after: page.next_after,
+                    head: page.head,
+                    at_head: page.at_head,
+                })
+            }
+            EventsOutcome::Expired { floor } => EventsOutcome::Expired { floor },
+        }
+    }
+}
+
+/// How far a page of the feed reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadTo {
+    /// The head, once it has passed every change acknowledged before the
+    /// page was asked for, by any instance.
+    Head,
+    /// The head as this instance knows it now, without waiting for what
+    /// other instances acknowledged to reach it: for a long poll's reads
+    /// once the head has moved, which the head's move is what prompted.
+    KnownHead,
 }
 
 #[cfg(test)]

@@ -7,7 +7,9 @@ use enumset::EnumSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use petstore_api::model::{EncodedPets, Inventory, NewPet, OrderUpdateStatus, Pet, PetStatus};
+use petstore_api::model::{
+    EncodedEvents, EncodedPets, Inventory, NewPet, OrderUpdateStatus, Pet, PetStatus,
+};
 
 pub mod events;
 pub mod idempotency;
@@ -21,8 +23,8 @@ mod url;
 pub mod webhooks;
 
 pub use events::{
-    EVENT_SCAN_MAX, EncodedEvent, EventKind, EventPage, EventQuery, EventsOutcome, KindMarks,
-    PARKED_READ_GAP, PageEvent, ParkedWait, StoredEvent,
+    EVENT_SCAN_MAX, EventKind, EventPage, EventQuery, EventsOutcome, KindMarks, PARKED_READ_GAP,
+    ParkedWait, ReadTo, StoredEvent,
 };
 pub use idempotency::{CreateOutcome, Fingerprint, Idempotency, PURGE_BATCH, Retention};
 pub use keys::{KeyError, KeyStorage, Revoked, StoredKey};
@@ -383,13 +385,13 @@ pub trait Storage: Send + Sync + 'static {
     /// the head back).
     async fn events(&self, query: EventQuery) -> Result<EventsOutcome, StorageError>;
 
-    /// [`Storage::events`] up to the head as this instance knows it now,
-    /// without waiting for what other instances acknowledged to reach it:
-    /// for a long poll's reads once the head has moved, which the head's
-    /// move is what prompted.
-    async fn events_to_known_head(&self, query: EventQuery) -> Result<EventsOutcome, StorageError> {
-        self.events(query).await
-    }
+    /// [`Storage::events`] read to `to`, encoded as the feed answers it:
+    /// what `listEvents` sends.
+    async fn encoded_events(
+        &self,
+        query: EventQuery,
+        to: ReadTo,
+    ) -> Result<EventsOutcome<EncodedEvents>, StorageError>;
 
     /// Waits, until `deadline` at most, until a page of `kinds` after
     /// `head` (the head a page that reached it was read up to) may find an

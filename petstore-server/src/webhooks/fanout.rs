@@ -26,7 +26,7 @@ use crate::keys::KeyDigest;
 use crate::storage::outage::Outage;
 use crate::storage::webhooks::{NewDelivery, StoredSubscription, WebhookStorage};
 use crate::storage::{EventKind, OwnerId};
-use crate::storage::{EventQuery, EventsOutcome, LIST_MAX, PageEvent, Storage, StorageError};
+use crate::storage::{EventQuery, EventsOutcome, LIST_MAX, Storage, StorageError, StoredEvent};
 
 /// How often the subscriptions are read again without a wake-up (another
 /// instance's new subscription, a replay there).
@@ -210,7 +210,7 @@ pub fn receivable(subscription: &StoredSubscription, scopes: Scopes, after: i64)
 
 /// The delivery of `event`: its body is the event exactly as the feed
 /// answers it.
-pub fn delivery_of(event: PageEvent) -> NewDelivery {
+pub fn delivery_of(event: StoredEvent) -> NewDelivery {
     let event_id = event.id;
     let kind = event.kind;
     let resource = event.resource();

@@ -53,7 +53,7 @@ use super::batch::{Job, Waiting, fail_all};
 use super::postgres;
 use super::shared::{Lease, SharedConnections};
 use crate::storage::{
-    EVENT_SCAN_MAX, EventKind, EventPage, EventQuery, EventsOutcome, LIST_MAX, OwnerId, PageEvent,
+    EVENT_SCAN_MAX, EventKind, EventPage, EventQuery, EventsOutcome, LIST_MAX, OwnerId,
     StorageError, StoredEvent,
 };
 use petstore_api::model::{EventData, Order, OrderStatus, Pet, PetStatus};
@@ -301,7 +301,7 @@ async fn page(shared: &Lease<'_>, query: EventQuery, head: i64) -> Result<PageRe
         };
         if matched {
             match events.len() < limit as usize {
-                true => events.push(PageEvent::Made(event_from_row(row)?)),
+                true => events.push(event_from_row(row)?),
                 false => beyond = true,
             }
         }

@@ -58,11 +58,11 @@ use self::webhooks::WEBHOOK_CONNECTIONS;
 use super::parked::Parked;
 use super::{
     EventKind, EventQuery, EventsOutcome, ListQuery, OpenError, OrderPage, OrderQuery, Owner,
-    OwnerId, Page, ParkedWait, PlaceOutcome, PoolStats, PostgresFailure, PostgresUrl, SharedStats,
-    Storage, StorageError, StorageStats, StoredOrder, UpdateOutcome,
+    OwnerId, Page, ParkedWait, PlaceOutcome, PoolStats, PostgresFailure, PostgresUrl, ReadTo,
+    SharedStats, Storage, StorageError, StorageStats, StoredOrder, UpdateOutcome,
 };
 use enumset::EnumSet;
-use petstore_api::model::{Inventory, NewPet, OrderUpdateStatus, Pet, PetStatus};
+use petstore_api::model::{EncodedEvents, Inventory, NewPet, OrderUpdateStatus, Pet, PetStatus};
 
 /// Schema migrations; `petstore_schema.version` counts those applied.
 const MIGRATIONS: &[&str] = &[
@@ -169,8 +169,8 @@ pub struct PostgresStorage {
     /// Pages of the feed, answered together the same way.
     events: Batcher<ReadEvents>,
     /// The last page read for a parked long poll, with the head it was
-    /// read up to (see `events_to_known_head`).
-    last_parked: std::sync::Mutex<Option<(EventQuery, i64, EventsOutcome)>>,
+    /// read up to, encoded (see `encoded_events`).
+    last_parked: std::sync::Mutex<Option<(EventQuery, i64, EventsOutcome<EncodedEvents>)>>,
     /// The feed's head, and the task that moves it (on a connection of its
     /// own, so that neither reads nor writes delay it).
     head: Head,
@@ -664,12 +664,19 @@ impl Storage for PostgresStorage {
         }
     }
 
-    /// Polls parked for the same types, woken by the same look of the scout
-    /// (`parked.rs`), read from the same cursor (where their kinds were
-    /// quiet) up to the same head, which never changes: the last page read
-    /// is kept and given to the next poll that asks for it, so that they
-    /// cost one statement between them.
-    async fn events_to_known_head(&self, query: EventQuery) -> Result<EventsOutcome, StorageError> {
+    /// To the known head: polls parked for the same types, woken by the
+    /// same look of the scout (`parked.rs`), read from the same cursor
+    /// (where their kinds were quiet) up to the same head, which never
+    /// changes: the last page read is kept and given to the next poll that
+    /// asks for it, so that they cost one statement between them.
+    async fn encoded_events(
+        &self,
+        query: EventQuery,
+        to: ReadTo,
+    ) -> Result<EventsOutcome<EncodedEvents>, StorageError> {
+        if to == ReadTo::Head {
+            return Ok(self.events(query).await?.encoded());
+        }
         let head = self.head.now();
         let last_parked = || self.last_parked.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((read, read_head, outcome)) = last_parked().as_ref()
@@ -681,7 +688,8 @@ impl Storage for PostgresStorage {
             .events
             .submit(ReadEvents { query, head })
             .await?
-            .outcome;
+            .outcome
+            .encoded();
         *last_parked() = Some((query, head, outcome.clone()));
         Ok(outcome)
     }

@@ -116,6 +116,13 @@ impl Catalogue {
         self.ids.position(id).map(|at| self.pet(at))
     }
 
+    /// The name and category of the pet `id`.
+    pub fn name_and_category(&self, id: i64) -> Option<(&str, i64)> {
+        self.ids
+            .position(id)
+            .map(|at| (self.name(at), self.category_ids[at]))
+    }
+
     fn pet(&self, at: usize) -> Pet {
         Pet {
             id: self.ids.at(at),

@@ -80,10 +80,12 @@ use super::orders::{
 use super::parked::{EventKinds, Found, Parked};
 use super::{
     EventKind, EventQuery, EventsOutcome, FatalSender, ListQuery, OpenError, Page, ParkedWait,
-    Storage, StorageError, StorageMetrics, StorageStats,
+    ReadTo, Storage, StorageError, StorageMetrics, StorageStats, StoredEvent,
 };
 use crate::logging::panic_message;
-use petstore_api::model::{Inventory, NewPet, OrderStatus, OrderUpdateStatus, Pet, PetStatus};
+use petstore_api::model::{
+    EncodedEvents, Inventory, NewPet, OrderStatus, OrderUpdateStatus, Pet, PetStatus,
+};
 
 /// Finds the kinds of new events for parked polls in memory, which knows
 /// each kind's last id: a look costs the same however many events came.
@@ -374,7 +376,21 @@ impl Storage for SqliteStorage {
         // Read before the page: every id up to it is committed, and in
         // memory.
         let head = *self.head.borrow();
-        read(&self.memory, |memory| memory_page(memory, query, head))?
+        read(&self.memory, |memory| {
+            memory_page::<Vec<StoredEvent>>(memory, query, head)
+        })?
+    }
+
+    /// One instance: the head it knows is the head.
+    async fn encoded_events(
+        &self,
+        query: EventQuery,
+        _to: ReadTo,
+    ) -> Result<EventsOutcome<EncodedEvents>, StorageError> {
+        let head = *self.head.borrow();
+        read(&self.memory, |memory| {
+            memory_page::<EncodedEvents>(memory, query, head)
+        })?
     }
 
     /// Woken by the kinds memory saw come after `head`, looked at once a

@@ -15,9 +15,10 @@
 //!   appear. A pet's name and category, and an order's `placed_at`, never
 //!   change: an event's data comes from memory, which holds every pet and
 //!   order an event up to the head is about.
-//! - **Kept encoded when read again** (`recent.rs`): an event read a
-//!   second time lately is kept with its JSON, which the next page with it
-//!   copies.
+//! - **Answered straight from memory** (`pages.rs`): a page of the feed
+//!   is written as JSON from the columns, with no event in between; an
+//!   event read a second time lately is kept as JSON, which the next page
+//!   with it copies (`recent.rs`).
 //! - **Purged as a prefix** (`log.rs`): the smallest ids while they are
 //!   older than asked, the floor raised in the same transaction, then
 //!   memory's retained events and tally.

@@ -1,6 +1,8 @@
 //! Pages of the feed, read from memory's columns (`retained.rs`), each event's
-//! data made from memory's animals and orders, or kept from a page before
-//! (`recent.rs`).
+//! data made from memory's animals and orders: into the events as stored
+//! (what the webhooks deliver), or straight into the JSON the feed answers,
+//! with no event, animal or name allocated in between, and copied instead
+//! when a page before kept it (`recent.rs`).
 
 use super::super::memory::Committed;
 use super::super::rows::micros_to_time;
@@ -8,16 +10,55 @@ use crate::storage::{
     EVENT_SCAN_MAX, EventKind, EventPage, EventQuery, EventsOutcome, OwnerId, StorageError,
     StoredEvent,
 };
-use petstore_api::model::{EventData, Order, OrderStatus, PetStatus};
+use petstore_api::model::{
+    EncodedEvents, EventArrayWriter, EventData, EventDataRef, Order, OrderStatus, PetStatus,
+};
 
 /// An event that passed the query's filters, before its data is made.
-struct Row {
+pub(in crate::storage::sqlite) struct Row {
     id: i64,
     kind: EventKind,
     at: i64,
     pet_id: i64,
     order_id: Option<i64>,
     created: Option<PetStatus>,
+}
+
+/// What a page's events are made into.
+pub(in crate::storage::sqlite) trait PageEvents: Sized {
+    /// The events of `rows`, their data made from `memory`.
+    fn make(memory: &Committed, rows: &[Row]) -> Result<Self, StorageError>;
+}
+
+/// The events as stored: what the webhooks' fan-out delivers.
+impl PageEvents for Vec<StoredEvent> {
+    fn make(memory: &Committed, rows: &[Row]) -> Result<Self, StorageError> {
+        rows.iter()
+            .map(|row| {
+                Ok(StoredEvent {
+                    id: row.id,
+                    kind: row.kind,
+                    time: micros_to_time(row.at),
+                    data: with_data(memory, row, |data| EventData::from(data))?,
+                })
+            })
+            .collect()
+    }
+}
+
+/// The JSON the feed answers: each event written straight from memory, or
+/// copied when a page before kept it.
+impl PageEvents for EncodedEvents {
+    fn make(memory: &Committed, rows: &[Row]) -> Result<Self, StorageError> {
+        let write = |row: &Row, page: &mut EventArrayWriter| {
+            let time = micros_to_time(row.at);
+            let (event_type, previous) = (row.kind.event_type(), row.kind.previous_status());
+            with_data(memory, row, |data| {
+                page.push(row.id, event_type, &time, previous, data);
+            })
+        };
+        memory.events.recent.encode(rows, |row| row.id, write)
+    }
 }
 
 /// The rows a page examines, in id order, and what it keeps of them.
@@ -66,16 +107,15 @@ impl Scan {
         Ok(())
     }
 
-    /// The page, its events kept from a page before or their data made
-    /// from `memory`. `ended`: the rows up to the head ran out before the
-    /// page was full or at the bound.
-    fn page(
+    /// The page, its events made from `memory`. `ended`: the rows up to
+    /// the head ran out before the page was full or at the bound.
+    fn page<Events: PageEvents>(
         self,
         memory: &Committed,
         after: i64,
         head: i64,
         ended: bool,
-    ) -> Result<EventPage, StorageError> {
+    ) -> Result<EventPage<Events>, StorageError> {
         // Ids are consecutive: a page that stopped (full, or at the bound)
         // reached the head only if its last row was the head.
         let (next_after, at_head) = if ended {
@@ -87,13 +127,8 @@ impl Scan {
             let last = self.last_examined.unwrap_or(after);
             (last, last >= head)
         };
-        let events = memory.events.recent.events(
-            self.found,
-            |row| row.id,
-            |row| stored_event(memory, row),
-        )?;
         Ok(EventPage {
-            events,
+            events: Events::make(memory, &self.found)?,
             next_after,
             head,
             at_head,
@@ -102,10 +137,10 @@ impl Scan {
 }
 
 /// Where a page starts: `query.after`, or the floor; or the page is
-/// expired.
-fn start(query: &EventQuery, floor: i64) -> Result<i64, EventsOutcome> {
+/// expired (`Err(floor)`).
+fn start(query: &EventQuery, floor: i64) -> Result<i64, i64> {
     match query.after {
-        Some(after) if after < floor => Err(EventsOutcome::Expired { floor }),
+        Some(after) if after < floor => Err(floor),
         Some(after) => Ok(after),
         None => Ok(floor),
     }
@@ -114,21 +149,21 @@ fn start(query: &EventQuery, floor: i64) -> Result<i64, EventsOutcome> {
 /// The page `query` asks for up to `head` (read before this is called: the
 /// writer changes memory before it sends the head, so memory holds every
 /// id up to it).
-pub(in crate::storage::sqlite) fn memory_page(
+pub(in crate::storage::sqlite) fn memory_page<Events: PageEvents>(
     memory: &Committed,
     query: EventQuery,
     head: i64,
-) -> Result<EventsOutcome, StorageError> {
+) -> Result<EventsOutcome<Events>, StorageError> {
     let feed = &memory.events;
     let after = match start(&query, feed.floor) {
         Ok(after) => after,
-        Err(expired) => return Ok(expired),
+        Err(floor) => return Ok(EventsOutcome::Expired { floor }),
     };
     if !feed.any_of_after(query.kinds, after) {
         // Nothing of its kinds to examine: a long poll parked on a type
         // nobody writes would otherwise go through every commit's events.
         return Ok(EventsOutcome::Page(EventPage {
-            events: Vec::new(),
+            events: Events::make(memory, &[])?,
             next_after: after.max(head),
             head,
             at_head: true,
@@ -184,50 +219,47 @@ fn scan_retained(
     Ok(true)
 }
 
-/// The event `row`, its data made from memory: the animal as it was right
-/// after the change (a pet's name and category never change), or the
-/// order (whose `placed_at` never changes).
-fn stored_event(memory: &Committed, row: Row) -> Result<StoredEvent, StorageError> {
-    let Some(mut pet) = memory.pets.get(row.pet_id) else {
+/// The data of the event `row`, made from `memory` and given to `use_data`:
+/// the animal as it was right after the change (a pet's name and category
+/// never change), or the order (whose `placed_at` never changes).
+fn with_data<T>(
+    memory: &Committed,
+    row: &Row,
+    use_data: impl FnOnce(EventDataRef<'_>) -> T,
+) -> Result<T, StorageError> {
+    if let Some(order_id) = row.order_id {
+        let placed_at = memory
+            .orders
+            .placed_at(order_id)
+            .ok_or(StorageError::Invariant("an event's order is not in memory"))?;
+        let status = match row.kind {
+            EventKind::OrderDelivered => OrderStatus::Delivered,
+            EventKind::OrderCancelled => OrderStatus::Cancelled,
+            _ => OrderStatus::Placed,
+        };
+        let order = Order {
+            id: order_id,
+            pet_id: row.pet_id,
+            status,
+            placed_at,
+            placed_by: None,
+        };
+        return Ok(use_data(EventDataRef::Order(&order)));
+    }
+    let status = match (row.kind, row.kind.status_change()) {
+        (EventKind::PetCreated, _) => row.created,
+        (_, Some((_, after))) => Some(after),
+        (_, None) => return Err(StorageError::Invariant("an order event without its order")),
+    };
+    let Some((name, category_id)) = memory.pets.name_and_category(row.pet_id) else {
         return Err(StorageError::Invariant(
             "an event's animal is not in memory",
         ));
     };
-    let data = match (row.kind, row.order_id) {
-        (EventKind::PetCreated, _) => {
-            pet.status = row.created;
-            EventData::Pet(pet)
-        }
-        (kind, Some(order_id)) if kind.is_order() => {
-            let placed_at = memory
-                .orders
-                .placed_at(order_id)
-                .ok_or(StorageError::Invariant("an event's order is not in memory"))?;
-            let status = match kind {
-                EventKind::OrderDelivered => OrderStatus::Delivered,
-                EventKind::OrderCancelled => OrderStatus::Cancelled,
-                _ => OrderStatus::Placed,
-            };
-            EventData::Order(Order {
-                id: order_id,
-                pet_id: row.pet_id,
-                status,
-                placed_at,
-                placed_by: None,
-            })
-        }
-        (kind, _) => match kind.status_change() {
-            Some((_, after)) => {
-                pet.status = Some(after);
-                EventData::Pet(pet)
-            }
-            None => return Err(StorageError::Invariant("an order event without its order")),
-        },
-    };
-    Ok(StoredEvent {
-        id: row.id,
-        kind: row.kind,
-        time: micros_to_time(row.at),
-        data,
-    })
+    Ok(use_data(EventDataRef::Pet {
+        id: row.pet_id,
+        name,
+        category_id,
+        status,
+    }))
 }

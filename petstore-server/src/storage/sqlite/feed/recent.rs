@@ -1,13 +1,12 @@
 //! The events read again lately, kept encoded: the next page with one of
-//! them copies its JSON instead of making the event from memory and
-//! encoding it once more. That was most of what a page cost beyond a page
-//! of pets (BENCHMARKS.md, twenty-fourth pass), and the followers of a feed
-//! mostly read the same, latest, events.
+//! them copies its JSON instead of writing it from memory once more. The
+//! followers of a feed mostly read the same, latest, events (BENCHMARKS.md,
+//! twenty-fourth and twenty-fifth passes).
 //!
 //! - **Kept on its second read.** The first read of an event only marks
-//!   its slot; a page that reads it while the mark is still there keeps it.
-//!   A reader catching up through old events reads each once, and pays for
-//!   no copy it will not use again.
+//!   its slot; a page that reads it while the mark is still there keeps
+//!   what it wrote. A reader catching up through old events reads each
+//!   once, and pays for no copy it will not use again.
 //! - **The latest events stay.** One slot per id modulo [`SLOTS`]; a kept
 //!   event gives its slot only to a later event, so a reader catching up
 //!   through old events leaves the followers' events kept. (A mark of one
@@ -16,14 +15,16 @@
 //! - **Right for as long as it is kept.** An event never changes once
 //!   committed, and its id is never given to another (a rolled-back
 //!   group's ids come back, but pages read committed events only, and a
-//!   purge raises the floor).
-//! - **Bounded.** At most [`SLOTS`] events: about 450 bytes each with a
-//!   name of ordinary length, 2 MiB in all; at most about 10 MiB with
+//!   purge raises the floor). Its JSON depends on nothing else: the owner
+//!   and type filters choose events, not what they say.
+//! - **Bounded.** At most [`SLOTS`] events' JSON: about 250 bytes each with
+//!   a name of ordinary length, 1 MiB in all; at most about 7 MiB with
 //!   names of 255 characters that all need escaping.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::storage::{EncodedEvent, PageEvent, StorageError, StoredEvent};
+use crate::storage::StorageError;
+use petstore_api::model::{EncodedEvents, EventArrayWriter};
 
 /// How many events are kept at most: every follower's latest events, and
 /// room for some older pages read again and again.
@@ -36,8 +37,8 @@ enum Slot {
     Empty,
     /// The event with this id was read once.
     Read(i64),
-    /// The event read again, encoded.
-    Kept(Arc<EncodedEvent>),
+    /// The event with this id, read again: its JSON.
+    Kept(i64, Arc<str>),
 }
 
 impl Slot {
@@ -46,7 +47,7 @@ impl Slot {
     fn may_take(&self, id: i64) -> bool {
         match self {
             Slot::Empty | Slot::Read(_) => true,
-            Slot::Kept(kept) => kept.event().id <= id,
+            Slot::Kept(kept, _) => *kept <= id,
         }
     }
 }
@@ -65,48 +66,49 @@ impl Default for RecentEvents {
 }
 
 impl RecentEvents {
-    /// The events of `rows` (ids `id_of`), in their order: kept, or made
-    /// by `make`, and kept from now on when this is their second read.
-    /// The slots are locked only to look up and to keep, never while an
-    /// event is made: pages read at once on other threads wait only for
-    /// those.
-    pub(super) fn events<R>(
+    /// The JSON array of the events of `rows` (ids `id_of`), in their
+    /// order: each copied from its kept JSON, or written by `write`, and
+    /// kept from now on when this is its second read. The slots are locked
+    /// only to look up and to keep, never while an event is written: pages
+    /// read at once on other threads wait only for those.
+    pub(super) fn encode<R>(
         &self,
-        rows: Vec<R>,
+        rows: &[R],
         id_of: impl Fn(&R) -> i64,
-        mut make: impl FnMut(R) -> Result<StoredEvent, StorageError>,
-    ) -> Result<Vec<PageEvent>, StorageError> {
+        mut write: impl FnMut(&R, &mut EventArrayWriter) -> Result<(), StorageError>,
+    ) -> Result<EncodedEvents, StorageError> {
+        if rows.is_empty() {
+            return Ok(EventArrayWriter::with_capacity(0).finish());
+        }
         let looked: Vec<Looked> = {
             let mut slots = self.lock();
             rows.iter()
                 .map(|row| look_up(&mut slots, id_of(row)))
                 .collect()
         };
-        let mut made_again = Vec::new();
-        let mut events = Vec::with_capacity(rows.len());
-        for (row, looked) in rows.into_iter().zip(looked) {
-            events.push(match looked {
-                Looked::Kept(kept) => PageEvent::Kept(kept),
-                Looked::Make => PageEvent::Made(make(row)?),
-                Looked::MakeAndKeep => {
-                    let kept = Arc::new(EncodedEvent::new(make(row)?));
-                    made_again.push(Arc::clone(&kept));
-                    PageEvent::Kept(kept)
-                }
-            });
-        }
-        if !made_again.is_empty() {
-            let mut slots = self.lock();
-            for kept in made_again {
-                // (A later event may have taken the slot meanwhile.)
-                let id = kept.event().id;
-                let slot = &mut slots[slot_of(id)];
-                if slot.may_take(id) {
-                    *slot = Slot::Kept(kept);
+        let mut page = EventArrayWriter::with_capacity(rows.len());
+        let mut written_again = Vec::new();
+        for (row, looked) in rows.iter().zip(looked) {
+            match looked {
+                Looked::Kept(json) => page.push_encoded(&json),
+                Looked::Write => write(row, &mut page)?,
+                Looked::WriteAndKeep => {
+                    write(row, &mut page)?;
+                    written_again.push((id_of(row), Arc::from(page.last_event())));
                 }
             }
         }
-        Ok(events)
+        if !written_again.is_empty() {
+            let mut slots = self.lock();
+            for (id, json) in written_again {
+                // (A later event may have taken the slot meanwhile.)
+                let slot = &mut slots[slot_of(id)];
+                if slot.may_take(id) {
+                    *slot = Slot::Kept(id, json);
+                }
+            }
+        }
+        Ok(page.finish())
     }
 
     fn lock(&self) -> MutexGuard<'_, Box<[Slot]>> {
@@ -118,24 +120,24 @@ impl RecentEvents {
 
 /// What the slots hold of an event a page reads.
 enum Looked {
-    Kept(Arc<EncodedEvent>),
-    /// Not read lately: made for this page only (its slot now says it was
-    /// read, unless a later event is kept there).
-    Make,
-    /// Read once lately: made and kept.
-    MakeAndKeep,
+    Kept(Arc<str>),
+    /// Not read lately: written for this page only (its slot now says it
+    /// was read, unless a later event is kept there).
+    Write,
+    /// Read once lately: written and kept.
+    WriteAndKeep,
 }
 
 fn look_up(slots: &mut [Slot], id: i64) -> Looked {
     let slot = &mut slots[slot_of(id)];
     match slot {
-        Slot::Kept(kept) if kept.event().id == id => Looked::Kept(Arc::clone(kept)),
-        Slot::Read(read) if *read == id => Looked::MakeAndKeep,
+        Slot::Kept(kept, json) if *kept == id => Looked::Kept(Arc::clone(json)),
+        Slot::Read(read) if *read == id => Looked::WriteAndKeep,
         _ => {
             if slot.may_take(id) {
                 *slot = Slot::Read(id);
             }
-            Looked::Make
+            Looked::Write
         }
     }
 }
@@ -148,50 +150,60 @@ fn slot_of(id: i64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::EventKind;
-    use petstore_api::model::{EventData, Pet};
+    use petstore_api::model::{EventDataRef, EventType};
 
-    fn event(id: i64, name: &str) -> StoredEvent {
-        StoredEvent {
+    /// Writes the event `id` about an animal named `name`.
+    fn write(id: i64, name: &str, page: &mut EventArrayWriter) {
+        let time = chrono::DateTime::from_timestamp(1_795_305_600, 0).unwrap();
+        let pet = EventDataRef::Pet {
             id,
-            kind: EventKind::PetCreated,
-            time: chrono::DateTime::from_timestamp(1_795_305_600, 0).unwrap(),
-            data: EventData::Pet(Pet {
-                id,
-                name: name.to_owned(),
-                category_id: 1,
-                status: None,
-            }),
-        }
+            name,
+            category_id: 1,
+            status: None,
+        };
+        page.push(id, EventType::PetCreated, &time, None, pet);
     }
 
-    fn is_kept(event: &PageEvent) -> bool {
-        matches!(event, PageEvent::Kept(_))
+    /// The page of `events` (ids and names) written fresh.
+    fn fresh(events: &[(i64, &str)]) -> Vec<u8> {
+        let mut page = EventArrayWriter::with_capacity(events.len());
+        events
+            .iter()
+            .for_each(|&(id, name)| write(id, name, &mut page));
+        page.finish().into_bytes()
     }
 
-    /// The events `ids` as a page reads them, each made with `name`.
-    fn read(recent: &RecentEvents, ids: &[i64], name: &str) -> Vec<PageEvent> {
-        recent
-            .events(ids.to_vec(), |id| *id, |id| Ok(event(id, name)))
-            .unwrap()
+    /// Reads the events `ids` (each written with `name` when it is
+    /// written); returns the page and which ids were written.
+    fn read(recent: &RecentEvents, ids: &[i64], name: &str) -> (Vec<u8>, Vec<i64>) {
+        let mut written = Vec::new();
+        let page = recent
+            .encode(
+                ids,
+                |id| *id,
+                |id, page| {
+                    written.push(*id);
+                    write(*id, name, page);
+                    Ok(())
+                },
+            )
+            .unwrap();
+        (page.into_bytes(), written)
     }
 
     #[test]
-    fn an_event_is_kept_on_its_second_read_and_shared_from_then_on() {
+    fn an_event_is_kept_on_its_second_read_and_copied_from_then_on() {
         let recent = RecentEvents::default();
-        let first = read(&recent, &[5, 6], "Rex");
-        assert!(!first.iter().any(is_kept));
-        let second = read(&recent, &[5, 6, 7], "Rex");
-        assert_eq!(
-            second.iter().map(is_kept).collect::<Vec<_>>(),
-            [true, true, false]
-        );
-        let third = recent
-            .events(vec![5, 6], |id| *id, |_| panic!("made again although kept"))
-            .unwrap();
-        assert_eq!(third, first);
-        assert_eq!(third[0].to_json(), first[0].to_json());
-        assert!(third[0].to_json().contains("\"name\":\"Rex\""));
+        let (first, written) = read(&recent, &[5, 6], "Rex");
+        assert_eq!(written, [5, 6]);
+        assert_eq!(first, fresh(&[(5, "Rex"), (6, "Rex")]));
+        let (second, written) = read(&recent, &[5, 6, 7], "Rex");
+        assert_eq!(written, [5, 6, 7], "written, and kept, on the second read");
+        assert_eq!(second, fresh(&[(5, "Rex"), (6, "Rex"), (7, "Rex")]));
+        // Copied from now on: the name given here is never written.
+        let (third, written) = read(&recent, &[7, 5, 6], "Max");
+        assert_eq!(written, [7]);
+        assert_eq!(third, fresh(&[(7, "Max"), (5, "Rex"), (6, "Rex")]));
     }
 
     #[test]
@@ -200,10 +212,14 @@ mod tests {
         let later = 5 + SLOTS as i64;
         read(&recent, &[5], "Rex");
         read(&recent, &[5], "Rex");
-        let taken = read(&recent, &[later], "Max");
-        assert_eq!(taken[0].id, later);
-        let again = read(&recent, &[5], "Rex");
-        assert!(!is_kept(&again[0]), "the slot is the later event's now");
+        read(&recent, &[later], "Max");
+        read(&recent, &[later], "Max");
+        assert!(
+            read(&recent, &[later], "Max").1.is_empty(),
+            "copied, not written"
+        );
+        let (_, written) = read(&recent, &[5], "Rex");
+        assert_eq!(written, [5], "the slot is the later event's now");
     }
 
     #[test]
@@ -212,7 +228,11 @@ mod tests {
         let later = 5 + SLOTS as i64;
         read(&recent, &[later], "Max");
         read(&recent, &[5], "Rex");
-        assert!(is_kept(&read(&recent, &[5], "Rex")[0]));
+        read(&recent, &[5], "Rex");
+        assert!(
+            read(&recent, &[5], "Rex").1.is_empty(),
+            "copied, not written"
+        );
     }
 
     #[test]
@@ -224,32 +244,30 @@ mod tests {
         // Every slot, read once and twice by a reader of older events.
         let older: Vec<i64> = (1..=SLOTS as i64).collect();
         read(&recent, &older, "Old");
-        let catching_up = read(&recent, &older, "Old");
-        assert_eq!(
-            catching_up.iter().filter(|e| is_kept(e)).count(),
-            SLOTS - 20
-        );
-        let followers = recent
-            .events(
-                latest.clone(),
-                |id| *id,
-                |_| panic!("made again although kept"),
-            )
-            .unwrap();
-        assert_eq!(followers.iter().map(|e| e.id).collect::<Vec<_>>(), latest);
+        read(&recent, &older, "Old");
+        let (_, written) = read(&recent, &older, "Old");
+        assert_eq!(written.len(), 20, "kept but where the latest are");
+        let (followers, written) = read(&recent, &latest, "Rex");
+        assert!(written.is_empty(), "copied, not written");
+        let rex: Vec<(i64, &str)> = latest.iter().map(|&id| (id, "Rex")).collect();
+        assert_eq!(followers, fresh(&rex));
     }
 
     #[test]
-    fn a_failure_to_make_an_event_fails_the_page_and_keeps_nothing() {
+    fn a_failure_to_write_an_event_fails_the_page_and_keeps_nothing() {
         let recent = RecentEvents::default();
         read(&recent, &[9], "Rex");
-        let failed = recent.events(
-            vec![9],
+        let failed = recent.encode(
+            &[9],
             |id| *id,
-            |_| Err(StorageError::Invariant("no such animal")),
+            |_, _| Err(StorageError::Invariant("no such animal")),
         );
         assert!(failed.is_err());
-        let made = read(&recent, &[9], "Rex");
-        assert!(is_kept(&made[0]), "still read once before, so kept now");
+        let (_, written) = read(&recent, &[9], "Rex");
+        assert_eq!(written, [9], "still read once before, so kept now");
+        assert!(
+            read(&recent, &[9], "Rex").1.is_empty(),
+            "copied, not written"
+        );
     }
 }

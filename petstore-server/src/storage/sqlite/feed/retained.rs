@@ -38,7 +38,7 @@ pub(in crate::storage::sqlite) struct Feed {
     /// For each kind, an id that none of that kind exceeds: the last one
     /// appended, or the head at start-up.
     last_of_kind: KindMarks,
-    /// The events pages read lately, encoded.
+    /// The events pages read again lately, as JSON.
     pub(super) recent: RecentEvents,
 }
 

@@ -1,8 +1,9 @@
 //! The feed through the `Storage` interface: every acknowledged write's
 //! events (and no refused one's), the head moving before a write is
 //! answered, long polls parked at the head woken by their kinds only, the
-//! filters, the scan's bound and the cursor's rules, retention, and a feed
-//! that survives reopening.
+//! filters, the scan's bound and the cursor's rules, retention, a feed
+//! that survives reopening, and pages answered as JSON straight from
+//! memory.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -11,15 +12,15 @@ use chrono::{DateTime, Utc};
 use enumset::EnumSet;
 use petstore_api::auth::Identity;
 use petstore_api::model::{
-    EventData, NewPet, Order, OrderStatus, OrderUpdateStatus, Pet, PetStatus,
+    Event, EventData, NewPet, Order, OrderStatus, OrderUpdateStatus, Pet, PetStatus,
 };
 
 use super::super::SqliteStorage;
 use crate::storage::idempotency::{Fingerprint, fingerprint, order_fingerprint};
 use crate::storage::{
     CreateOutcome, EVENT_SCAN_MAX, EventKind, EventPage, EventQuery, EventsOutcome, FatalSender,
-    Idempotency, Owner, OwnerId, PageEvent, PlaceOutcome, Retention, Storage, StorageMetrics,
-    StoredOrder, UpdateOutcome,
+    Idempotency, Owner, OwnerId, PlaceOutcome, ReadTo, Retention, Storage, StorageMetrics,
+    StoredEvent, StoredOrder, UpdateOutcome,
 };
 
 async fn open(path: &Path) -> SqliteStorage {
@@ -73,7 +74,7 @@ async fn page(storage: &SqliteStorage, query: EventQuery) -> EventPage {
 }
 
 /// Every retained event, page by page.
-async fn all_events(storage: &SqliteStorage) -> Vec<PageEvent> {
+async fn all_events(storage: &SqliteStorage) -> Vec<StoredEvent> {
     let (mut events, mut after) = (Vec::new(), None);
     loop {
         let page = page(storage, query(after, 100)).await;
@@ -86,7 +87,7 @@ async fn all_events(storage: &SqliteStorage) -> Vec<PageEvent> {
 }
 
 /// The events' kinds and data, for comparing with what was expected.
-fn summary(events: &[PageEvent]) -> Vec<(EventKind, EventData)> {
+fn summary(events: &[StoredEvent]) -> Vec<(EventKind, EventData)> {
     events.iter().map(|e| (e.kind, e.data.clone())).collect()
 }
 
@@ -731,60 +732,89 @@ async fn a_group_that_rolls_back_writes_no_event_and_gives_its_ids_again() {
     storage.close().await;
 }
 
+/// The contract's JSON of `events`, as serde writes it.
+fn contract_json(events: &[StoredEvent]) -> String {
+    let events: Vec<Event> = events
+        .iter()
+        .map(|e| {
+            let event_type = e.kind.event_type();
+            Event::new(
+                e.id,
+                event_type,
+                e.time,
+                e.kind.previous_status(),
+                e.data.clone(),
+            )
+        })
+        .collect();
+    serde_json::to_string(&events).unwrap()
+}
+
 #[tokio::test]
-async fn an_event_read_again_is_the_same_event_kept_encoded() {
+async fn a_page_answered_is_its_events_in_the_contract_s_json_read_once_or_again() {
     let dir = tempfile::tempdir().unwrap();
-    let storage = open(&dir.path().join("again.db")).await;
-    let available = Some(PetStatus::Available);
-    let rex = storage
-        .create(new_pet("Rex \"the\" dog", available))
-        .await
-        .unwrap();
-    let order = placed(storage.place_order(rex.id, owner(1), None).await.unwrap());
-    storage
-        .update_order(order.id, OrderUpdateStatus::Delivered)
-        .await
-        .unwrap();
-    let reads = [
-        all_events(&storage).await,
-        all_events(&storage).await,
-        all_events(&storage).await,
+    let storage = open(&dir.path().join("answered.db")).await;
+    // Every kind of event, names that need escaping, two customers.
+    let names = [
+        "Rex \"the\" dog",
+        "naïve \\ café 🐕 \u{2028}",
+        "tab\tcontrol\u{1}",
     ];
-    let json = |events: &[PageEvent]| events.iter().map(PageEvent::to_json).collect::<Vec<_>>();
-    let kept = |events: &[PageEvent]| {
-        events
-            .iter()
-            .map(|e| matches!(e, PageEvent::Kept(_)))
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(reads[0].len(), 5);
-    // Made on the first read, kept from the second on: the same events,
-    // the same JSON.
-    assert_eq!(kept(&reads[0]), [false; 5]);
-    assert_eq!(kept(&reads[1]), [true; 5]);
-    assert_eq!(kept(&reads[2]), [true; 5]);
-    assert_eq!(reads[1], reads[0]);
-    assert_eq!(reads[2], reads[0]);
-    assert_eq!(json(&reads[1]), json(&reads[0]));
-    assert_eq!(json(&reads[2]), json(&reads[0]));
-    // A filtered page takes the same kept events.
-    let mine = page(
-        &storage,
+    for (i, name) in names.into_iter().enumerate() {
+        let pet = storage
+            .create(new_pet(name, Some(PetStatus::Available)))
+            .await
+            .unwrap();
+        let order = placed(
+            storage
+                .place_order(pet.id, owner(i as u8 % 2), None)
+                .await
+                .unwrap(),
+        );
+        let to = [OrderUpdateStatus::Delivered, OrderUpdateStatus::Cancelled][i % 2];
+        storage.update_order(order.id, to).await.unwrap();
+    }
+    storage
+        .create(new_pet("without a status", None))
+        .await
+        .unwrap();
+    let all = all_events(&storage).await;
+    assert_eq!(all.len(), 3 * 5 + 1);
+    let head = all.last().unwrap().id;
+    let queries = [
+        query(None, 100),
+        query(Some(2), 3),
         EventQuery {
             owner: Some(owner(1).id),
-            kinds: EventKind::OrderPlaced | EventKind::OrderDelivered,
+            kinds: EventKind::OrderPlaced | EventKind::OrderDelivered | EventKind::OrderCancelled,
             ..query(None, 10)
         },
-    )
-    .await;
-    assert!(mine.events.iter().all(|e| matches!(e, PageEvent::Kept(_))));
-    assert_eq!(
-        mine.events,
-        reads[0]
-            .iter()
-            .filter(|e| e.kind.is_order())
-            .cloned()
-            .collect::<Vec<_>>()
-    );
+        EventQuery {
+            kinds: EventKind::PetCreated | EventKind::PetSold,
+            ..query(Some(1), 4)
+        },
+        query(Some(head), 10),
+    ];
+    // Read once (written), twice (written and kept), and again (copied).
+    for _ in 0..3 {
+        for query in queries {
+            let stored = page(&storage, query).await;
+            let answered = match storage.encoded_events(query, ReadTo::Head).await.unwrap() {
+                EventsOutcome::Page(page) => page,
+                EventsOutcome::Expired { floor } => panic!("expired at {floor}: {query:?}"),
+            };
+            assert_eq!(
+                (answered.next_after, answered.head, answered.at_head),
+                (stored.next_after, stored.head, stored.at_head),
+                "{query:?}"
+            );
+            assert_eq!(answered.events.is_empty(), stored.events.is_empty());
+            assert_eq!(
+                String::from_utf8(answered.events.into_bytes()).unwrap(),
+                contract_json(&stored.events),
+                "{query:?}"
+            );
+        }
+    }
     storage.close().await;
 }
