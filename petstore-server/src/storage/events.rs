@@ -302,7 +302,7 @@ pub enum EventsOutcome<Events = Vec<StoredEvent>> {
 
 impl EventsOutcome {
     /// The page's events encoded as the feed answers them.
-    pub fn encoded(self) -> EventsOutcome<EncodedEvents> {
+    pub fn encoded(&self) -> EventsOutcome<EncodedEvents> {
         match self {
             EventsOutcome::Page(page) => {
                 let mut events = EventArrayWriter::with_capacity(page.events.len());
@@ -316,7 +316,7 @@ impl EventsOutcome {
                     at_head: page.at_head,
                 })
             }
-            EventsOutcome::Expired { floor } => EventsOutcome::Expired { floor },
+            EventsOutcome::Expired { floor } => EventsOutcome::Expired { floor: *floor },
         }
     }
 }

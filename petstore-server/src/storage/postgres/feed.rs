@@ -43,6 +43,7 @@
 //!   every commit.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use enumset::EnumSet;
@@ -185,10 +186,11 @@ pub(super) struct ReadEvents {
 
 /// What reading a page came to, and, when it read up to the head, the last
 /// id `events_ids` had handed out then (see `head.rs`, "Reading what was
-/// acknowledged").
+/// acknowledged"). The outcome is shared by every request of a batch that
+/// asked for the same page, not copied for each.
 #[derive(Clone)]
 pub(super) struct PageRead {
-    pub outcome: EventsOutcome,
+    pub outcome: Arc<EventsOutcome>,
     pub taken: Option<i64>,
 }
 
@@ -268,9 +270,8 @@ async fn page(shared: &Lease<'_>, query: EventQuery, head: i64) -> Result<PageRe
     ))?;
     let floor: i64 = first.try_get(0).map_err(&decode)?;
     if query.after.is_some_and(|after| after < floor) {
-        let outcome = EventsOutcome::Expired { floor };
         return Ok(PageRead {
-            outcome,
+            outcome: Arc::new(EventsOutcome::Expired { floor }),
             taken: None,
         });
     }
@@ -327,12 +328,12 @@ async fn page(shared: &Lease<'_>, query: EventQuery, head: i64) -> Result<PageRe
         (_, Some((id, _))) => (id, to_head),
         (_, None) => (query.after.unwrap_or(floor), true),
     };
-    let outcome = EventsOutcome::Page(EventPage {
+    let outcome = Arc::new(EventsOutcome::Page(EventPage {
         events,
         next_after,
         head,
         at_head,
-    });
+    }));
     Ok(PageRead { outcome, taken })
 }
 

@@ -326,6 +326,29 @@ impl PostgresStorage {
     async fn admin_client(&self) -> Result<Lent<'_>, StorageError> {
         Lent::from(&self.admin).await
     }
+
+    /// The page `query` asks for, up to a head that has passed every change
+    /// acknowledged before it was asked for (`Storage::events`), as the
+    /// batch that read it shares it.
+    async fn page_to_head(&self, query: EventQuery) -> Result<Arc<EventsOutcome>, StorageError> {
+        let head = self.head.now();
+        let read = self.events.submit(ReadEvents { query, head }).await?;
+        let reached_head = matches!(&*read.outcome, EventsOutcome::Page(page) if page.at_head);
+        let Some(taken) = read.taken.filter(|&taken| reached_head && taken > head) else {
+            return Ok(read.outcome);
+        };
+        // Ids were taken that the head has not passed, perhaps by changes
+        // acknowledged before this page was asked for (`head.rs`).
+        match self.head.reaching(taken).await {
+            // It did not move (see `SETTLE_WAIT`): the page stands.
+            moved if moved == head => Ok(read.outcome),
+            head => Ok(self
+                .events
+                .submit(ReadEvents { query, head })
+                .await?
+                .outcome),
+        }
+    }
 }
 
 /// A pooled connection, lent to one piece of work that must be done within
@@ -645,23 +668,8 @@ impl Storage for PostgresStorage {
     }
 
     async fn events(&self, query: EventQuery) -> Result<EventsOutcome, StorageError> {
-        let head = self.head.now();
-        let read = self.events.submit(ReadEvents { query, head }).await?;
-        let reached_head = matches!(&read.outcome, EventsOutcome::Page(page) if page.at_head);
-        let Some(taken) = read.taken.filter(|&taken| reached_head && taken > head) else {
-            return Ok(read.outcome);
-        };
-        // Ids were taken that the head has not passed, perhaps by changes
-        // acknowledged before this page was asked for (`head.rs`).
-        match self.head.reaching(taken).await {
-            // It did not move (see `SETTLE_WAIT`): the page stands.
-            moved if moved == head => Ok(read.outcome),
-            head => Ok(self
-                .events
-                .submit(ReadEvents { query, head })
-                .await?
-                .outcome),
-        }
+        let read = self.page_to_head(query).await?;
+        Ok(Arc::unwrap_or_clone(read))
     }
 
     /// To the known head: polls parked for the same types, woken by the
@@ -675,7 +683,7 @@ impl Storage for PostgresStorage {
         to: ReadTo,
     ) -> Result<EventsOutcome<EncodedEvents>, StorageError> {
         if to == ReadTo::Head {
-            return Ok(self.events(query).await?.encoded());
+            return Ok(self.page_to_head(query).await?.encoded());
         }
         let head = self.head.now();
         let last_parked = || self.last_parked.lock().unwrap_or_else(|e| e.into_inner());

@@ -18,8 +18,9 @@
 //!   purge raises the floor). Its JSON depends on nothing else: the owner
 //!   and type filters choose events, not what they say.
 //! - **Bounded.** At most [`SLOTS`] events' JSON: about 250 bytes each with
-//!   a name of ordinary length, 1 MiB in all; at most about 7 MiB with
-//!   names of 255 characters that all need escaping.
+//!   a name of ordinary length, 1 MiB in all; at most about 5 MiB with
+//!   names of 255 characters of four bytes each (the longest a name can
+//!   be written: it holds no control character to escape).
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
