@@ -7,7 +7,8 @@
 //! animal's statuses in the order they changed; purging keeps a prefix and
 //! raises the floor; the head moves again after a database restart; a
 //! long poll parked on one kind sleeps through the others, and learns how
-//! far they went.
+//! far they went; a page answered (`encoded_events`) is its events in the
+//! contract's JSON, to the head or to the known head.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -16,13 +17,13 @@ use std::time::Duration;
 use enumset::EnumSet;
 use petstore_api::auth::Identity;
 use petstore_api::model::{
-    EventData, NewPet, Order, OrderStatus, OrderUpdateStatus, Pet, PetStatus,
+    EncodedEvents, Event, EventData, NewPet, Order, OrderStatus, OrderUpdateStatus, Pet, PetStatus,
 };
 use petstore_server::storage::idempotency::{fingerprint, order_fingerprint};
 use petstore_server::storage::{
     CreateOutcome, EVENT_SCAN_MAX, EventKind, EventPage, EventQuery, EventsOutcome, Idempotency,
-    Owner, OwnerId, PlaceOutcome, PlacedBy, PostgresStorage, PostgresUrl, Retention, Storage,
-    StoredEvent, UpdateOutcome,
+    Owner, OwnerId, PlaceOutcome, PlacedBy, PostgresStorage, PostgresUrl, ReadTo, Retention,
+    Storage, StoredEvent, UpdateOutcome,
 };
 use petstore_support::postgres::TestDatabase;
 use petstore_support::{SOON, blocking, eventually_some, within};
@@ -511,6 +512,117 @@ async fn a_full_page_with_an_event_after_it_is_not_at_the_head() {
         .await;
         assert_eq!((rest.events.len(), rest.at_head), (1, true), "{rest:?}");
     }
+    storage.close().await;
+}
+
+/// The contract's JSON of `events`, as serde writes it.
+fn contract_json(events: &[StoredEvent]) -> String {
+    let events: Vec<Event> = events
+        .iter()
+        .map(|e| {
+            let event_type = e.kind.event_type();
+            Event::new(
+                e.id,
+                event_type,
+                e.time,
+                e.kind.previous_status(),
+                e.data.clone(),
+            )
+        })
+        .collect();
+    serde_json::to_string(&events).unwrap()
+}
+
+/// The page `listEvents` would answer, read to `to`.
+async fn answered(
+    storage: &PostgresStorage,
+    query: EventQuery,
+    to: ReadTo,
+) -> EventPage<EncodedEvents> {
+    match storage
+        .encoded_events(query, to)
+        .await
+        .expect("read the feed")
+    {
+        EventsOutcome::Page(page) => page,
+        EventsOutcome::Expired { floor } => panic!("{query:?}: expired below {floor}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_answered_is_its_events_in_the_contract_s_json_to_either_head() {
+    let Some(database) = petstore_support::postgres::fresh_database().await else {
+        return;
+    };
+    let storage = open(&database).await;
+    // Every kind of event, names that need escaping, two customers.
+    let names = ["Rex \"the\" dog", "naïve \\ café 🐕 \u{2028}"];
+    for (i, name) in names.into_iter().enumerate() {
+        let animal = storage
+            .create(pet(name, Some(PetStatus::Available)))
+            .await
+            .unwrap();
+        let PlaceOutcome::Placed(order) = storage
+            .place_order(animal.id, owner(i as u8), None)
+            .await
+            .unwrap()
+        else {
+            panic!("{name} is available");
+        };
+        let to = [OrderUpdateStatus::Delivered, OrderUpdateStatus::Cancelled][i];
+        storage.update_order(order.id, to).await.unwrap();
+    }
+    storage.create(pet("without a status", None)).await.unwrap();
+    let mut cursor = None;
+    let all = new_events(&storage, &mut cursor).await;
+    assert_eq!(all.len(), 2 * 5 + 1);
+    let orders = EventKind::OrderPlaced | EventKind::OrderDelivered | EventKind::OrderCancelled;
+    let queries = [
+        every_kind(None),
+        EventQuery {
+            limit: 3,
+            ..every_kind(Some(all[1].id))
+        },
+        EventQuery {
+            owner: Some(owner(1).id),
+            kinds: orders,
+            ..every_kind(None)
+        },
+        EventQuery {
+            kinds: EventKind::PetCreated | EventKind::PetSold,
+            ..every_kind(None)
+        },
+        every_kind(cursor),
+    ];
+    for query in queries {
+        let stored = page(&storage, query).await;
+        // To the head; then to the known head, read, then kept for the
+        // next poll parked at the same cursor and head.
+        for to in [ReadTo::Head, ReadTo::KnownHead, ReadTo::KnownHead] {
+            let answered = answered(&storage, query, to).await;
+            assert_eq!(
+                (answered.next_after, answered.head, answered.at_head),
+                (stored.next_after, stored.head, stored.at_head),
+                "{query:?} {to:?}"
+            );
+            assert_eq!(answered.events.is_empty(), stored.events.is_empty());
+            assert_eq!(
+                String::from_utf8(answered.events.into_bytes()).unwrap(),
+                contract_json(&stored.events),
+                "{query:?} {to:?}"
+            );
+        }
+    }
+    // Once the head moves, the page kept for parked polls is read again.
+    let later = storage.create(pet("later", None)).await.unwrap();
+    let at_head = every_kind(cursor);
+    eventually_some("the later event, to the known head", SOON, || async {
+        let answered = answered(&storage, at_head, ReadTo::KnownHead).await;
+        let json = String::from_utf8(answered.events.into_bytes()).unwrap();
+        json.contains(&format!("\"subject\":\"pets/{}\"", later.id))
+            .then_some(())
+    })
+    .await;
     storage.close().await;
 }
 

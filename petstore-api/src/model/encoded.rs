@@ -199,6 +199,11 @@ impl EventArrayWriter {
         self.json.extend_from_slice(event.as_bytes());
     }
 
+    /// How many events were appended.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
     /// The JSON of the event appended last (empty before the first).
     pub fn last_event(&self) -> &str {
         // Only UTF-8 is written (see `encode_event`), and an event starts

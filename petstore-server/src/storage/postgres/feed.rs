@@ -229,9 +229,16 @@ impl Job for ReadEvents {
         let pages = by_page.into_iter().map(async |(_, waiting)| {
             let ReadEvents { query, head } = waiting[0].job;
             match page(&shared, query, head).await {
-                Ok(outcome) => {
+                Ok(read) => {
+                    // The last one takes the page itself: alone, it may
+                    // then have it without a copy (`Arc::unwrap_or_clone`).
+                    let mut waiting = waiting;
+                    let last = waiting.pop();
                     for request in waiting {
-                        let _ = request.answer.send(Ok(outcome.clone()));
+                        let _ = request.answer.send(Ok(read.clone()));
+                    }
+                    if let Some(last) = last {
+                        let _ = last.answer.send(Ok(read));
                     }
                 }
                 Err(error) => fail_all(waiting, error),

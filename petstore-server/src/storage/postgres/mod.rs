@@ -672,11 +672,12 @@ impl Storage for PostgresStorage {
         Ok(Arc::unwrap_or_clone(read))
     }
 
-    /// To the known head: polls parked for the same types, woken by the
-    /// same look of the scout (`parked.rs`), read from the same cursor
-    /// (where their kinds were quiet) up to the same head, which never
-    /// changes: the last page read is kept and given to the next poll that
-    /// asks for it, so that they cost one statement between them.
+    /// To the head: [`Storage::events`]'s page, encoded. To the known
+    /// head: polls parked for the same types, woken by the same look of
+    /// the scout (`parked.rs`), read from the same cursor (where their
+    /// kinds were quiet) up to the same head, which never changes: the last
+    /// page read is kept and given to the next poll that asks for it, so
+    /// that they cost one statement between them.
     async fn encoded_events(
         &self,
         query: EventQuery,

@@ -86,7 +86,7 @@ impl Scan {
     }
 
     /// Examines the event `id` of `kind` (about an order of `owner`, for
-    /// an order event); `row` makes it when it is kept.
+    /// an order event); `row` makes it when the page shows it.
     fn examine(
         &mut self,
         id: i64,

@@ -94,8 +94,13 @@ impl RecentEvents {
                 Looked::Kept(json) => page.push_encoded(&json),
                 Looked::Write => write(row, &mut page)?,
                 Looked::WriteAndKeep => {
+                    let before = page.count();
                     write(row, &mut page)?;
-                    written_again.push((id_of(row), Arc::from(page.last_event())));
+                    // Kept only if `write` appended this row's event, so
+                    // that no other event's JSON is ever kept for it.
+                    if page.count() == before + 1 {
+                        written_again.push((id_of(row), Arc::from(page.last_event())));
+                    }
                 }
             }
         }
@@ -215,6 +220,9 @@ mod tests {
         read(&recent, &[5], "Rex");
         read(&recent, &[later], "Max");
         read(&recent, &[later], "Max");
+        let (copied, written) = read(&recent, &[later], "Rex");
+        assert!(written.is_empty());
+        assert_eq!(copied, fresh(&[(later, "Max")]));
         assert!(
             read(&recent, &[later], "Max").1.is_empty(),
             "copied, not written"
@@ -252,6 +260,28 @@ mod tests {
         assert!(written.is_empty(), "copied, not written");
         let rex: Vec<(i64, &str)> = latest.iter().map(|&id| (id, "Rex")).collect();
         assert_eq!(followers, fresh(&rex));
+    }
+
+    #[test]
+    fn a_row_written_as_no_event_keeps_nothing() {
+        let recent = RecentEvents::default();
+        read(&recent, &[3, 9], "Rex");
+        let skipped = recent
+            .encode(
+                &[3, 9],
+                |id| *id,
+                |id, page| {
+                    if *id == 3 {
+                        write(*id, "Rex", page);
+                    }
+                    Ok(())
+                },
+            )
+            .unwrap();
+        assert_eq!(skipped.into_bytes(), fresh(&[(3, "Rex")]));
+        let (again, written) = read(&recent, &[3, 9], "Rex");
+        assert_eq!(written, [9], "3 was kept, 9 was not");
+        assert_eq!(again, fresh(&[(3, "Rex"), (9, "Rex")]));
     }
 
     #[test]
