@@ -17,7 +17,7 @@ use std::time::Duration;
 use enumset::EnumSet;
 use petstore_api::auth::Identity;
 use petstore_api::model::{
-    EncodedEvents, Event, EventData, NewPet, Order, OrderStatus, OrderUpdateStatus, Pet, PetStatus,
+    EncodedEvents, EventData, NewPet, Order, OrderStatus, OrderUpdateStatus, Pet, PetStatus,
 };
 use petstore_server::storage::idempotency::{fingerprint, order_fingerprint};
 use petstore_server::storage::{
@@ -517,19 +517,7 @@ async fn a_full_page_with_an_event_after_it_is_not_at_the_head() {
 
 /// The contract's JSON of `events`, as serde writes it.
 fn contract_json(events: &[StoredEvent]) -> String {
-    let events: Vec<Event> = events
-        .iter()
-        .map(|e| {
-            let event_type = e.kind.event_type();
-            Event::new(
-                e.id,
-                event_type,
-                e.time,
-                e.kind.previous_status(),
-                e.data.clone(),
-            )
-        })
-        .collect();
+    let events: Vec<_> = events.iter().map(StoredEvent::to_contract).collect();
     serde_json::to_string(&events).unwrap()
 }
 

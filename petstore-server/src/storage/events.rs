@@ -25,7 +25,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use enumset::{EnumSet, EnumSetType};
 use petstore_api::model::{
-    EncodedEvents, EventArrayWriter, EventData, EventType, PetStatus, encode_event,
+    EncodedEvents, Event, EventArrayWriter, EventData, EventType, PetStatus, encode_event,
 };
 use petstore_api::scopes::{Scope, Scopes};
 
@@ -243,6 +243,14 @@ impl StoredEvent {
             EventData::Pet(pet) => pet.id,
             EventData::Order(order) => -order.id,
         }
+    }
+
+    /// The event as the contract's type: what its JSON (`to_json`, a page's
+    /// `encode_into`) must serialise as, byte for byte.
+    pub fn to_contract(&self) -> Event {
+        let previous = self.kind.previous_status();
+        let event_type = self.kind.event_type();
+        Event::new(self.id, event_type, self.time, previous, self.data.clone())
     }
 
     /// The event as the contract shows it (a CloudEvent), appended to a

@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use enumset::EnumSet;
 use petstore_api::auth::Identity;
 use petstore_api::model::{
-    Event, EventData, NewPet, Order, OrderStatus, OrderUpdateStatus, Pet, PetStatus,
+    EventData, NewPet, Order, OrderStatus, OrderUpdateStatus, Pet, PetStatus,
 };
 
 use super::super::SqliteStorage;
@@ -734,19 +734,7 @@ async fn a_group_that_rolls_back_writes_no_event_and_gives_its_ids_again() {
 
 /// The contract's JSON of `events`, as serde writes it.
 fn contract_json(events: &[StoredEvent]) -> String {
-    let events: Vec<Event> = events
-        .iter()
-        .map(|e| {
-            let event_type = e.kind.event_type();
-            Event::new(
-                e.id,
-                event_type,
-                e.time,
-                e.kind.previous_status(),
-                e.data.clone(),
-            )
-        })
-        .collect();
+    let events: Vec<_> = events.iter().map(StoredEvent::to_contract).collect();
     serde_json::to_string(&events).unwrap()
 }
 
