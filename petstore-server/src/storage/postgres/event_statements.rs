@@ -57,7 +57,8 @@ pub(super) const PAGE: &str = "
 /// handed out; one row of NULLs but those two when there is none. Every
 /// row examined is kept, so it needs none of `PAGE`'s window: a plain range
 /// of the primary key, a third of `PAGE`'s time in the database (12 against
-/// 35–40 µs, `EXPLAIN ANALYZE`, 100,000 events).
+/// 35–40 µs, `EXPLAIN ANALYZE`, 100,000 events). Its limit is a subquery
+/// too, for one plan per connection (see `shared.rs`).
 pub(super) const PAGE_ALL: &str = "
     SELECT (SELECT floor FROM events_floor), page.id, page.kind, page.at, page.pet_id,
            page.order_id, page.placed_at, page.name, page.category_id, page.created_status,
@@ -68,7 +69,7 @@ pub(super) const PAGE_ALL: &str = "
                       created_status
                FROM events
                WHERE id > coalesce($1, (SELECT floor FROM events_floor)) AND id <= $2
-               ORDER BY id LIMIT $3) AS page ON true";
+               ORDER BY id LIMIT (SELECT $3::bigint)) AS page ON true";
 
 /// The last value `events_ids` handed out (0 before the first). (`PAGE`
 /// reads it too.)

@@ -79,16 +79,20 @@ impl OrderStatements {
         let select = format!("SELECT {ORDER_COLUMNS} FROM orders");
         let by_id = format!("SELECT {ORDER_COLUMNS}, owner FROM orders WHERE id = $1");
         let by_ids = format!("{select} WHERE id = ANY($1)");
-        let from = format!("{select} WHERE id > $1 ORDER BY id LIMIT $2");
-        let by_status = format!("{select} WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3");
+        // Limits as subqueries, a status as bounds: see `shared.rs`.
+        let from = format!("{select} WHERE id > $1 ORDER BY id LIMIT (SELECT $2::bigint)");
+        let by_status = format!(
+            "{select} WHERE (status, id) > ($1, $2) AND (status, id) <= ($1, 9223372036854775807)
+             ORDER BY status, id LIMIT (SELECT $3::bigint)"
+        );
         let by_pet = format!(
             "{select} WHERE pet_id = $1 AND id > $2 AND ($3::text IS NULL OR status = $3)
-             ORDER BY id LIMIT $4"
+             ORDER BY id LIMIT (SELECT $4::bigint)"
         );
         let by_owner = format!(
             "{select} WHERE owner = $1 AND id > $2 AND ($3::text IS NULL OR status = $3)
                AND ($4::bigint IS NULL OR pet_id = $4)
-             ORDER BY id LIMIT $5"
+             ORDER BY id LIMIT (SELECT $5::bigint)"
         );
         let (get, get_many, list, list_by_status, list_by_pet, list_by_owner) = tokio::try_join!(
             client.prepare(&by_id),
