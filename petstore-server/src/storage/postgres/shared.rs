@@ -410,62 +410,41 @@ mod tests {
     use crate::storage::PostgresUrl;
     use crate::storage::postgres::PostgresStorage;
 
-    /// The pages that one plan serves for every value are planned once per
-    /// connection: PostgreSQL plans a prepared statement for the values at
-    /// hand on its first five executions, then keeps one plan for all
-    /// unless those looked cheaper — which they always did with `LIMIT $2`.
-    /// (The pages of one status are the next test's.)
-    #[tokio::test]
-    async fn a_page_is_planned_once_per_connection() {
-        let Some(database) = petstore_support::postgres::fresh_database().await else {
-            return;
-        };
+    /// A fresh database of the schema, and the URL to connect to it.
+    async fn schema() -> Option<(petstore_support::postgres::TestDatabase, Arc<Primary>)> {
+        let database = petstore_support::postgres::fresh_database().await?;
         let url = PostgresUrl::parse(database.url()).expect("a PostgreSQL URL");
         drop(PostgresStorage::open(&url).await.expect("the schema"));
         let config: tokio_postgres::Config = database.url().parse().expect("a URL");
-        let shared = Shared::open(&Primary::new(&config))
-            .await
-            .expect("a connection");
-        // Rows to plan for, as many as a plan for the values at hand looked
-        // cheaper with: animals (and their events), orders, and a million
-        // more events.
-        shared
-            .client
-            .batch_execute(
-                "INSERT INTO pets (name, category_id, status)
-                     SELECT 'Rex', 1, 'available' FROM generate_series(1, 200000);
-                 INSERT INTO orders (pet_id, status, placed_at, owner)
-                     SELECT id, 'cancelled', now(), '\\x0102' FROM pets WHERE id <= 100000;
-                 INSERT INTO events (id, kind, at, pet_id, name, category_id)
-                     SELECT nextval('events_ids'), 1, now(), 1, 'Rex', 1
-                     FROM generate_series(1, 1000000)",
-            )
-            .await
-            .expect("rows");
-        shared
-            .client
-            .batch_execute("ANALYZE")
-            .await
-            .expect("statistics");
-        let (statements, client) = (&shared, &shared.client);
-        let (after, head, limit) = (1000_i64, 1_200_000_i64, 21_i64);
+        Some((database, Primary::new(&config)))
+    }
+
+    /// Reads each page that one plan serves for every value ten times on
+    /// a new connection, then asserts that PostgreSQL planned each for the
+    /// values at hand only on the first five executions, as it does before
+    /// it compares with a plan for all. (The pages of one status are the
+    /// next test's.)
+    async fn assert_planned_once(primary: &Primary, head: i64, regime: &str) {
+        let shared = Shared::open(primary).await.expect("a connection");
+        let client = &shared.client;
+        let (after, limit) = (1_i64, 21_i64);
         let (owner, no_status) = (&b"\x01\x02"[..], None::<&str>);
         let kinds: Vec<i16> = (1..=7).collect();
         for _ in 0..10 {
             let pages: [(&Statement, &[&(dyn ToSql + Sync)]); 6] = [
-                (&statements.list, &[&after, &limit]),
-                (&statements.orders.list, &[&after, &limit]),
+                (&shared.list, &[&after, &limit]),
+                (&shared.orders.list, &[&after, &limit]),
                 (
-                    &statements.orders.list_by_pet,
+                    &shared.orders.list_by_pet,
                     &[&1_i64, &after, &no_status, &limit],
                 ),
                 (
-                    &statements.orders.list_by_owner,
+                    &shared.orders.list_by_owner,
                     &[&owner, &after, &no_status, &None::<i64>, &limit],
                 ),
-                (&statements.events.page_all, &[&Some(after), &head, &limit]),
+                (&shared.events.page_all, &[&Some(after), &head, &limit]),
                 (
-                    &statements.events.page,
+                    &shared.events.page,
                     &[&Some(after), &head, &1000_i64, &kinds, &Some(owner), &limit],
                 ),
             ];
@@ -481,16 +460,55 @@ mod tests {
             )
             .await
             .expect("the session's statements");
-        assert_eq!(plans.len(), 6, "the pages read ten times each");
+        assert_eq!(plans.len(), 6, "{regime}: the pages read ten times each");
         for plan in plans {
             let (statement, generic, custom): (String, i64, i64) =
                 (plan.get(0), plan.get(1), plan.get(2));
             assert!(
                 custom <= 5 && generic >= 5,
-                "planned {custom} times for the values at hand, {generic} times for all: \
-                 {statement}"
+                "{regime}: planned {custom} times for the values at hand, {generic} times \
+                 for all: {statement}"
             );
         }
+    }
+
+    /// Planned once per connection, whatever the statistics say: on a new
+    /// database, before its first statistics, and on one of a million
+    /// events, where a plan for the values at hand looked cheaper than one
+    /// for all with `LIMIT $2` (and, before them, with the floor read in the
+    /// scan's condition).
+    #[tokio::test]
+    async fn a_page_is_planned_once_per_connection() {
+        let Some((_database, primary)) = schema().await else {
+            return;
+        };
+        let (client, task) = primary.connect().await.expect("a connection");
+        client
+            .batch_execute(
+                "INSERT INTO pets (name, category_id, status)
+                     SELECT 'Rex', 1, 'available' FROM generate_series(1, 1000);
+                 INSERT INTO orders (pet_id, status, placed_at, owner)
+                     SELECT id, 'cancelled', now(), '\\x0102' FROM pets WHERE id <= 500",
+            )
+            .await
+            .expect("rows");
+        assert_planned_once(&primary, 1000, "before the first statistics").await;
+        client
+            .batch_execute(
+                "INSERT INTO pets (name, category_id, status)
+                     SELECT 'Rex', 1, 'available' FROM generate_series(1, 200000);
+                 INSERT INTO orders (pet_id, status, placed_at, owner)
+                     SELECT id, 'cancelled', now(), '\\x0102' FROM pets
+                     WHERE id > 500 AND id <= 100000;
+                 INSERT INTO events (id, kind, at, pet_id, name, category_id)
+                     SELECT nextval('events_ids'), 1, now(), 1, 'Rex', 1
+                     FROM generate_series(1, 1000000);
+                 ANALYZE",
+            )
+            .await
+            .expect("rows");
+        assert_planned_once(&primary, 1_200_000, "a million events").await;
+        task.abort();
     }
 
     /// A page of one status reads that status's rows, however the statuses
@@ -500,15 +518,10 @@ mod tests {
     /// the status at hand or for any.
     #[tokio::test]
     async fn a_page_of_one_status_reads_that_status_alone() {
-        let Some(database) = petstore_support::postgres::fresh_database().await else {
+        let Some((_database, primary)) = schema().await else {
             return;
         };
-        let url = PostgresUrl::parse(database.url()).expect("a PostgreSQL URL");
-        drop(PostgresStorage::open(&url).await.expect("the schema"));
-        let config: tokio_postgres::Config = database.url().parse().expect("a URL");
-        let shared = Shared::open(&Primary::new(&config))
-            .await
-            .expect("a connection");
+        let shared = Shared::open(&primary).await.expect("a connection");
         let client = &shared.client;
         client
             .batch_execute(
