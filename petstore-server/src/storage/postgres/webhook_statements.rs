@@ -145,7 +145,7 @@ pub(super) const LIST: &str = concat!(
     subscription_columns!(counted),
     " FROM webhooks w
       WHERE w.id > $1 AND ($2::bytea IS NULL OR w.creator = $2)
-      ORDER BY w.id LIMIT $3"
+      ORDER BY w.id LIMIT (SELECT $3::bigint)"
 );
 
 /// Every subscription by state, and the open deliveries (the partial
@@ -394,7 +394,7 @@ pub(super) const LIST_DELIVERIES: &str = "
            delivered_at
     FROM webhook_deliveries
     WHERE webhook_id = $1 AND event_id < $2
-    ORDER BY event_id DESC LIMIT $3";
+    ORDER BY event_id DESC LIMIT (SELECT $3::bigint)";
 
 /// Stores the deliveries (`$2`… as columns, in event order) of
 /// subscription `$1`, if it exists, as pending, due now, no attempt made;
