@@ -20,8 +20,7 @@ const ORDER_COLUMNS: &str = "id, pet_id, status, placed_at, placed_by";
 const PLACE_MANY: &str = "
     WITH locked AS (
         SELECT pets.id, wanted.owner, wanted.placed_by
-        FROM unnest((SELECT $1::bigint[]), (SELECT $2::bytea[]), (SELECT $3::text[]))
-            AS wanted (pet_id, owner, placed_by)
+        FROM unnest($1::bigint[], $2::bytea[], $3::text[]) AS wanted (pet_id, owner, placed_by)
         JOIN pets ON pets.id = wanted.pet_id
         WHERE (pets.status = 'available') IS TRUE
         ORDER BY pets.id FOR UPDATE OF pets
@@ -44,8 +43,7 @@ const PLACE_MANY: &str = "
 const UPDATE_MANY: &str = "
     WITH locked AS (
         SELECT orders.id, wanted.status, wanted.pet_status
-        FROM unnest((SELECT $1::bigint[]), (SELECT $2::text[]), (SELECT $3::text[]))
-            AS wanted (id, status, pet_status)
+        FROM unnest($1::bigint[], $2::text[], $3::text[]) AS wanted (id, status, pet_status)
         JOIN orders ON orders.id = wanted.id
         ORDER BY orders.id FOR UPDATE OF orders
     ), changed AS (
@@ -80,8 +78,8 @@ impl OrderStatements {
     pub async fn prepare(client: &Client) -> Result<OrderStatements, tokio_postgres::Error> {
         let select = format!("SELECT {ORDER_COLUMNS} FROM orders");
         let by_id = format!("SELECT {ORDER_COLUMNS}, owner FROM orders WHERE id = $1");
-        let by_ids = format!("{select} WHERE id = ANY((SELECT $1::bigint[])::bigint[])");
-        // Limits and arrays as subqueries, a status as bounds: see `shared.rs`.
+        let by_ids = format!("{select} WHERE id = ANY($1)");
+        // Limits as subqueries, a status as bounds: see `shared.rs`.
         let from = format!("{select} WHERE id > $1 ORDER BY id LIMIT (SELECT $2::bigint)");
         let by_status = format!(
             "{select} WHERE (status, id) > ($1, $2) AND (status, id) <= ($1, 9223372036854775807)
@@ -112,9 +110,7 @@ impl OrderStatements {
             ),
             client.prepare(PLACE_MANY),
             client.prepare(UPDATE_MANY),
-            client.prepare(
-                "SELECT id, status FROM pets WHERE id = ANY((SELECT $1::bigint[])::bigint[])"
-            ),
+            client.prepare("SELECT id, status FROM pets WHERE id = ANY($1)"),
         )?;
         Ok(OrderStatements {
             get,
