@@ -37,6 +37,13 @@
 //! PostgreSQL may still plan such a page for the status at hand, about
 //! 17 µs each time; the plan reads that index either way.
 //!
+//! Arrays of ids (placing and settling orders, reads by id) stay plain
+//! parameters, planned for each batch: the plan for any array assumes 100
+//! ids and scans a table of a few thousand rows whole, and PostgreSQL would
+//! keep that plan while the table grows, until its next statistics
+//! (BENCHMARKS.md, "twenty-sixth pass"). A page's plan for any value reads
+//! its index from the first row on, at any size.
+//!
 //! A broken connection is replaced by the first request that finds it
 //! broken, so the storage recovers by itself when the database is back. A
 //! connection that does not answer within [`STATEMENT_TIMEOUT`] (the
@@ -81,7 +88,7 @@ const DEAD_SLOT_WEIGHT: usize = 16;
 
 /// A page of the animals of status `$1` after `$2`, at most `$3` (see the
 /// module's docs).
-pub(super) const LIST_BY_STATUS: &str = "
+const LIST_BY_STATUS: &str = "
     SELECT id, name, category_id, status FROM pets
     WHERE (status, id) > ($1, $2) AND (status, id) <= ($1, 9223372036854775807)
     ORDER BY status, id LIMIT (SELECT $3::bigint)";
