@@ -138,7 +138,7 @@ impl From<EventDataRef<'_>> for EventData {
 }
 
 /// A JSON array of events, as the contract's `[Event]`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EncodedEvents {
     /// UTF-8 JSON.
     json: Vec<u8>,
@@ -149,6 +149,11 @@ impl EncodedEvents {
     /// Whether the array has no event.
     pub fn is_empty(&self) -> bool {
         self.count == 0
+    }
+
+    /// The JSON text's length in bytes.
+    pub fn byte_len(&self) -> usize {
+        self.json.len()
     }
 
     /// The JSON text, as bytes.

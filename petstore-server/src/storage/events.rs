@@ -207,7 +207,7 @@ impl EventKind {
 }
 
 /// Which page of the feed to read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct EventQuery {
     /// Only events whose id is greater than this; from the oldest retained
     /// event when `None`.

@@ -78,10 +78,12 @@ pub(super) const PAGE_ALL: &str = "
         ORDER BY id LIMIT (SELECT $3::bigint)
     ) AS page ON true";
 
-/// The last value `events_ids` handed out (0 before the first). (`PAGE`
-/// reads it too.)
-pub(super) const IDS_TAKEN: &str =
-    "SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM events_ids";
+/// The last value `events_ids` handed out (0 before the first), and the
+/// floor (for `kept_pages.rs`). (`PAGE` reads the first too.)
+pub(super) const IDS_TAKEN: &str = "
+    SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END,
+           (SELECT floor FROM events_floor)
+    FROM events_ids";
 
 /// The statement's snapshot's `xmin`, the next xid the cluster will
 /// assign, the end of the WAL written, how far it is durable (flushed,

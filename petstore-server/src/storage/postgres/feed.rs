@@ -159,8 +159,9 @@ pub(super) const MIGRATION: &str = "
 /// Deletes the longest run of the oldest events, at most `$2`, up to the
 /// head `$3`, committed before `$1` (a prefix: it stops at the first one
 /// that is not), and raises the floor to the largest id deleted, in one
-/// statement. Concurrent purges (other instances) delete what is left of
-/// their prefix and keep the larger floor.
+/// statement; how many it deleted, and the largest id. Concurrent purges
+/// (other instances) delete what is left of their prefix and keep the
+/// larger floor.
 const PURGE: &str = "
     WITH oldest AS (
         SELECT id, at FROM events WHERE id <= $3 ORDER BY id LIMIT $2
@@ -176,7 +177,7 @@ const PURGE: &str = "
         FROM (SELECT max(id) AS last FROM gone) AS gone
         WHERE gone.last > events_floor.floor
     )
-    SELECT count(*) FROM gone";
+    SELECT count(*), max(id) FROM gone";
 
 /// A page of the feed, read up to `head`.
 pub(super) struct ReadEvents {
@@ -413,13 +414,14 @@ fn event_from_row(row: &Row) -> Result<StoredEvent, StorageError> {
 }
 
 /// Purges at most `limit` of the oldest events committed before `before`,
-/// none above `head` (see [`PURGE`]); how many it deleted.
+/// none above `head` (see [`PURGE`]); how many it deleted, and the floor
+/// it raised, if it deleted any.
 pub(super) async fn purge(
     client: &deadpool_postgres::Client,
     before: DateTime<Utc>,
     limit: i64,
     head: i64,
-) -> Result<u64, StorageError> {
+) -> Result<(u64, Option<i64>), StorageError> {
     let doing = "purging events";
     let statement = client
         .prepare_cached(PURGE)
@@ -430,7 +432,8 @@ pub(super) async fn purge(
         .await
         .map_err(postgres(doing))?;
     let deleted: i64 = row.try_get(0).map_err(postgres(doing))?;
-    Ok(u64::try_from(deleted).unwrap_or(0))
+    let floor: Option<i64> = row.try_get(1).map_err(postgres(doing))?;
+    Ok((u64::try_from(deleted).unwrap_or(0), floor))
 }
 
 #[cfg(test)]

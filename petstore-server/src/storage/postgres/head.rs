@@ -95,7 +95,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
@@ -148,6 +148,8 @@ pub(super) struct Head {
     /// Set by this instance's writes: the next round tells the others.
     written: Arc<AtomicBool>,
     head: watch::Receiver<i64>,
+    /// The floor as this instance last saw it (it only rises).
+    floor: Arc<AtomicI64>,
     watcher: JoinHandle<()>,
     /// Wakes the watcher when another instance wrote.
     listener: Listener,
@@ -176,6 +178,7 @@ impl Head {
         let wake = Arc::new(Notify::new());
         let written = Arc::new(AtomicBool::new(false));
         let (head_sender, head) = watch::channel(0);
+        let floor = Arc::new(AtomicI64::new(0));
         let me = Sender::new();
         let (notice, notice_alone) = (me.notify_statement(), me.notify_alone());
         let listener = Listener::start(primary, me, Arc::clone(&wake), log.clone());
@@ -184,6 +187,7 @@ impl Head {
             wake: Arc::clone(&wake),
             written: Arc::clone(&written),
             head: head_sender,
+            floor: Arc::clone(&floor),
             pending: VecDeque::new(),
             session: None,
             poll,
@@ -200,6 +204,7 @@ impl Head {
             wake,
             written,
             head,
+            floor,
             watcher: tokio::spawn(watcher.run()),
             listener,
         }
@@ -213,6 +218,17 @@ impl Head {
     /// The head now, with no wait.
     pub fn now(&self) -> i64 {
         *self.head.borrow()
+    }
+
+    /// The floor (the largest id purged) as this instance knows it: read
+    /// each round, so at most a round late after another instance's purge.
+    pub fn floor(&self) -> i64 {
+        self.floor.load(Ordering::Acquire)
+    }
+
+    /// Called once this instance's purge raised the floor to `floor`.
+    pub fn purged_to(&self, floor: i64) {
+        self.floor.fetch_max(floor, Ordering::AcqRel);
     }
 
     /// Called once a write that may have written events has committed (or
@@ -269,6 +285,8 @@ struct Watcher {
     /// Whether this instance wrote since the last round.
     written: Arc<AtomicBool>,
     head: watch::Sender<i64>,
+    /// See [`Head::floor`].
+    floor: Arc<AtomicI64>,
     /// Oldest first; `ids`, `next_xid` and `lsn` increase along it.
     pending: VecDeque<Candidate>,
     /// The connection (`Shared::serial`) the pending values were read on.
@@ -358,6 +376,8 @@ impl Watcher {
             )
             .await?;
         let ids: i64 = taken.try_get(0).map_err(super::postgres(doing))?;
+        let floor: i64 = taken.try_get(1).map_err(super::postgres(doing))?;
+        self.floor.fetch_max(floor, Ordering::AcqRel);
         // Only now, in a statement of its own: see the module's doc.
         let doing = "reading the transaction horizon";
         let horizon = shared

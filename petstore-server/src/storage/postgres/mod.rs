@@ -37,6 +37,7 @@ mod connect;
 mod event_statements;
 mod feed;
 mod head;
+mod kept_pages;
 mod notify;
 mod order_statements;
 mod orders;
@@ -50,6 +51,7 @@ use self::batch::{Batcher, CreateBatcher, WRITERS};
 use self::connect::{PoolConnect, Primary};
 use self::feed::ReadEvents;
 use self::head::Head;
+use self::kept_pages::KeptPages;
 use self::orders::{Place, Update};
 use self::parked::Scouting;
 use self::reads::{CountPets, GetPet, ListPets};
@@ -171,6 +173,8 @@ pub struct PostgresStorage {
     /// The last page read for a parked long poll, with the head it was
     /// read up to, encoded (see `encoded_events`).
     last_parked: std::sync::Mutex<Option<(EventQuery, i64, EventsOutcome<EncodedEvents>)>>,
+    /// Pages that stop short of the head, encoded (`kept_pages.rs`).
+    kept_pages: KeptPages,
     /// The feed's head, and the task that moves it (on a connection of its
     /// own, so that neither reads nor writes delay it).
     head: Head,
@@ -302,6 +306,7 @@ impl PostgresStorage {
             counts: Batcher::start(Arc::clone(&readers), readers.max()),
             events: Batcher::start(Arc::clone(&readers), readers.max()),
             last_parked: std::sync::Mutex::new(None),
+            kept_pages: KeptPages::new(),
             parked: Parked::start(Scouting(Arc::clone(&readers)), head.receiver(), log),
             head,
             watcher,
@@ -672,7 +677,9 @@ impl Storage for PostgresStorage {
         Ok(Arc::unwrap_or_clone(read))
     }
 
-    /// To the head: [`Storage::events`]'s page, encoded. To the known
+    /// To the head: [`Storage::events`]'s page, encoded, or the page kept
+    /// for the query when one read before stopped short of the head
+    /// (`kept_pages.rs`). To the known
     /// head: polls parked for the same types, woken by the same look of
     /// the scout (`parked.rs`), read from the same cursor (where their
     /// kinds were quiet) up to the same head, which never changes: the last
@@ -684,7 +691,14 @@ impl Storage for PostgresStorage {
         to: ReadTo,
     ) -> Result<EventsOutcome<EncodedEvents>, StorageError> {
         if to == ReadTo::Head {
-            return Ok(self.page_to_head(query).await?.encoded());
+            let floor = self.head.floor();
+            if let Some(kept) = self.kept_pages.get(&query, floor) {
+                return Ok(kept);
+            }
+            let outcome = self.page_to_head(query).await?.encoded();
+            self.kept_pages
+                .keep(query, &outcome, floor, self.head.floor());
+            return Ok(outcome);
         }
         let head = self.head.now();
         let last_parked = || self.last_parked.lock().unwrap_or_else(|e| e.into_inner());
@@ -730,7 +744,10 @@ impl Storage for PostgresStorage {
         let mut lent = self.admin_client().await?;
         let work = feed::purge(lent.client(), before, limit, head);
         let answer = tokio::time::timeout(STATEMENT_TIMEOUT, work).await;
-        let deleted = lent.settle("purging events", answer)?;
+        let (deleted, floor) = lent.settle("purging events", answer)?;
+        if let Some(floor) = floor {
+            self.head.purged_to(floor);
+        }
         Ok(usize::try_from(deleted).unwrap_or(usize::MAX))
     }
 
