@@ -54,8 +54,8 @@ use super::batch::{Job, Waiting, fail_all};
 use super::postgres;
 use super::shared::{Lease, SharedConnections};
 use crate::storage::{
-    EVENT_SCAN_MAX, EventKind, EventPage, EventQuery, EventsOutcome, LIST_MAX, OwnerId,
-    StorageError, StoredEvent,
+    EVENT_SCAN_MAX, EventKind, EventPage, EventQuery, EventsOutcome, LIST_MAX, StorageError,
+    StoredEvent,
 };
 use petstore_api::model::{EventData, Order, OrderStatus, Pet, PetStatus};
 
@@ -159,7 +159,7 @@ pub(super) const MIGRATION: &str = "
 /// Deletes the longest run of the oldest events, at most `$2`, up to the
 /// head `$3`, committed before `$1` (a prefix: it stops at the first one
 /// that is not), and raises the floor to the largest id deleted, in one
-/// statement; how many it deleted, and the largest id. Concurrent purges
+/// statement; how many it deleted, and the largest of them. Concurrent purges
 /// (other instances) delete what is left of their prefix and keep the
 /// larger floor.
 const PURGE: &str = "
@@ -195,16 +195,6 @@ pub(super) struct PageRead {
     pub taken: Option<i64>,
 }
 
-/// What makes two pages the same read.
-#[derive(PartialEq, Eq, Hash)]
-struct PageKey {
-    after: Option<i64>,
-    limit: u32,
-    kinds: EnumSet<EventKind>,
-    owner: Option<OwnerId>,
-    head: i64,
-}
-
 impl Job for ReadEvents {
     type Output = PageRead;
 
@@ -215,17 +205,11 @@ impl Job for ReadEvents {
             Ok(shared) => shared,
             Err(error) => return fail_all(batch, error),
         };
-        let mut by_page: HashMap<PageKey, Vec<Waiting<ReadEvents>>> = HashMap::new();
+        // The same query up to the same head is the same page.
+        let mut by_page: HashMap<(EventQuery, i64), Vec<Waiting<ReadEvents>>> = HashMap::new();
         for waiting in batch {
             let ReadEvents { query, head } = waiting.job;
-            let key = PageKey {
-                after: query.after,
-                limit: query.limit,
-                kinds: query.kinds,
-                owner: query.owner,
-                head,
-            };
-            by_page.entry(key).or_default().push(waiting);
+            by_page.entry((query, head)).or_default().push(waiting);
         }
         let pages = by_page.into_iter().map(async |(_, waiting)| {
             let ReadEvents { query, head } = waiting[0].job;
@@ -414,8 +398,8 @@ fn event_from_row(row: &Row) -> Result<StoredEvent, StorageError> {
 }
 
 /// Purges at most `limit` of the oldest events committed before `before`,
-/// none above `head` (see [`PURGE`]); how many it deleted, and the floor
-/// it raised, if it deleted any.
+/// none above `head` (see [`PURGE`]); how many it deleted, and the largest
+/// id it deleted, if any (the floor is at least that now).
 pub(super) async fn purge(
     client: &deadpool_postgres::Client,
     before: DateTime<Utc>,
@@ -432,8 +416,8 @@ pub(super) async fn purge(
         .await
         .map_err(postgres(doing))?;
     let deleted: i64 = row.try_get(0).map_err(postgres(doing))?;
-    let floor: Option<i64> = row.try_get(1).map_err(postgres(doing))?;
-    Ok((u64::try_from(deleted).unwrap_or(0), floor))
+    let last: Option<i64> = row.try_get(1).map_err(postgres(doing))?;
+    Ok((u64::try_from(deleted).unwrap_or(0), last))
 }
 
 #[cfg(test)]

@@ -15,7 +15,8 @@
 //!
 //! 1. `s` = the last value `events_ids` handed out ([`IDS_TAKEN`](super::event_statements::IDS_TAKEN); a
 //!    sequence is not transactional: this includes values taken by
-//!    transactions still running);
+//!    transactions still running), and the floor, for the kept pages
+//!    (`kept_pages.rs`, [`Head::floor`]);
 //! 2. then `next` = the next transaction id the cluster will assign, and
 //!    `lsn` = the end of the WAL written so far, read in a later statement
 //!    ([`HORIZON`](super::event_statements::HORIZON));
@@ -95,7 +96,8 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
@@ -113,6 +115,13 @@ use crate::storage::outage::Outage;
 /// How often the head is looked for with nothing else to prompt it (other
 /// instances' writes whose notification was lost).
 pub(super) const POLL: Duration = Duration::from_millis(200);
+
+/// How long the floor a round read is taken to be the floor: past it (the
+/// rounds are late, or hang on a database that stopped answering), or once
+/// a round failed, [`Head::floor`] has none, and the pages kept are not
+/// answered (`kept_pages.rs`): a page is then read from the database, or
+/// fails as it does. (Rounds run every [`POLL`] at the least.)
+const FLOOR_FRESH: Duration = Duration::from_millis(500);
 
 /// The least time between the starts of two rounds: under a steady stream
 /// of writes, rounds run at most this often instead of once per commit.
@@ -148,8 +157,8 @@ pub(super) struct Head {
     /// Set by this instance's writes: the next round tells the others.
     written: Arc<AtomicBool>,
     head: watch::Receiver<i64>,
-    /// The floor as this instance last saw it (it only rises).
-    floor: Arc<AtomicI64>,
+    /// The floor as this instance last saw it.
+    floor: Arc<Mutex<FloorSeen>>,
     watcher: JoinHandle<()>,
     /// Wakes the watcher when another instance wrote.
     listener: Listener,
@@ -178,7 +187,7 @@ impl Head {
         let wake = Arc::new(Notify::new());
         let written = Arc::new(AtomicBool::new(false));
         let (head_sender, head) = watch::channel(0);
-        let floor = Arc::new(AtomicI64::new(0));
+        let floor = Arc::new(Mutex::new(FloorSeen::default()));
         let me = Sender::new();
         let (notice, notice_alone) = (me.notify_statement(), me.notify_alone());
         let listener = Listener::start(primary, me, Arc::clone(&wake), log.clone());
@@ -220,15 +229,20 @@ impl Head {
         *self.head.borrow()
     }
 
-    /// The floor (the largest id purged) as this instance knows it: read
-    /// each round, so at most a round late after another instance's purge.
-    pub fn floor(&self) -> i64 {
-        self.floor.load(Ordering::Acquire)
+    /// The floor (the largest id purged) as this instance knows it, if a
+    /// round read it within [`FLOOR_FRESH`]: at most a round late after
+    /// another instance's purge.
+    pub fn floor(&self) -> Option<Floor> {
+        let seen = *lock(&self.floor);
+        let fresh = seen.read_at.is_some_and(|at| at.elapsed() < FLOOR_FRESH);
+        fresh.then_some(seen.floor)
     }
 
-    /// Called once this instance's purge raised the floor to `floor`.
-    pub fn purged_to(&self, floor: i64) {
-        self.floor.fetch_max(floor, Ordering::AcqRel);
+    /// Called once this instance's purge deleted the events up to `id`:
+    /// the floor is at least that now.
+    pub fn purged_to(&self, id: i64) {
+        let mut seen = lock(&self.floor);
+        seen.floor.floor = seen.floor.floor.max(id);
     }
 
     /// Called once a write that may have written events has committed (or
@@ -266,6 +280,26 @@ impl Drop for Head {
     }
 }
 
+/// The floor, and the watcher's connection it was read on: on another, it
+/// compares with nothing before (the database may have been restored).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Floor {
+    pub session: u64,
+    pub floor: i64,
+}
+
+/// The floor as last seen, and when a round read it.
+#[derive(Clone, Copy, Default)]
+struct FloorSeen {
+    floor: Floor,
+    read_at: Option<Instant>,
+}
+
+fn lock(floor: &Mutex<FloorSeen>) -> std::sync::MutexGuard<'_, FloorSeen> {
+    // Every change is one assignment: a panic leaves a whole value.
+    floor.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A value read in one round, waiting for the transactions that may still
 /// commit ids up to it.
 #[derive(Clone, Copy, Debug)]
@@ -286,7 +320,7 @@ struct Watcher {
     written: Arc<AtomicBool>,
     head: watch::Sender<i64>,
     /// See [`Head::floor`].
-    floor: Arc<AtomicI64>,
+    floor: Arc<Mutex<FloorSeen>>,
     /// Oldest first; `ids`, `next_xid` and `lsn` increase along it.
     pending: VecDeque<Candidate>,
     /// The connection (`Shared::serial`) the pending values were read on.
@@ -349,6 +383,7 @@ impl Watcher {
                 }
                 Err(StorageError::Closed) => return,
                 Err(error) => {
+                    lock(&self.floor).read_at = None;
                     let head = *self.head.borrow();
                     let doing = format!(
                         "finding the feed's head (it stays at {head} until the \
@@ -377,7 +412,7 @@ impl Watcher {
             .await?;
         let ids: i64 = taken.try_get(0).map_err(super::postgres(doing))?;
         let floor: i64 = taken.try_get(1).map_err(super::postgres(doing))?;
-        self.floor.fetch_max(floor, Ordering::AcqRel);
+        self.saw_floor(floor, shared.serial);
         // Only now, in a statement of its own: see the module's doc.
         let doing = "reading the transaction horizon";
         let horizon = shared
@@ -467,6 +502,22 @@ impl Watcher {
                 may wait for the WAL writer meanwhile"; "error" => error);
         }
         false
+    }
+
+    /// Records the floor a round read on the connection `session`: never
+    /// lower than one this instance's purge raised meanwhile, unless the
+    /// connection is another (the database may have been restored).
+    fn saw_floor(&mut self, floor: i64, session: u64) {
+        let mut seen = lock(&self.floor);
+        let before = seen.floor;
+        let floor = match before.session == session {
+            true => floor.max(before.floor),
+            false => floor,
+        };
+        *seen = FloorSeen {
+            floor: Floor { session, floor },
+            read_at: Some(Instant::now()),
+        };
     }
 
     /// Queues a round's value, unless the head already covers it.

@@ -8,24 +8,30 @@
 //!   (several consumers catching up, a consumer started again from its
 //!   cursor) read it from the database once. A page that reached the head
 //!   is read each time: a later one may hold more.
-//! - **Until the floor moves.** A purge changes what a query answers: a
-//!   cursor below the new floor has expired, and a page from the floor
-//!   starts later. So every page is let go once the floor this instance
-//!   knows rises, and a page read while it rose is not kept. The floor is
-//!   known at once after this instance's purges, and within a round of the
-//!   head (`head::POLL`) after another's: in between, another instance's
-//!   purge may find a page still kept, as it would a page read just before.
-//! - **Bounded.** At most [`KEPT_BYTES`] of JSON; past it, the page used
+//! - **While the floor is known.** A purge changes what a query answers
+//!   from below the new floor: a cursor there has expired, and a page from
+//!   the floor starts later. So once the floor rises, only the pages after
+//!   a cursor at or above it stay; a page read while it rose is not kept.
+//!   The floor is the head's (`Head::floor`): read by every round (every
+//!   200 ms at the least, so at most that late after another instance's
+//!   purge: in between, that instance answers a cursor just purged from a
+//!   page it kept, as it would have a moment before), and raised as soon as
+//!   this instance's purge is answered. Kept pages are answered only while
+//!   the rounds read the floor (the last within half a second, and none
+//!   failed since): not while the database does not answer the head. A new connection of the head's (the database
+//!   may have been restored or failed over) lets every page go.
+//! - **Bounded.** At most [`KEPT_BYTES`] of JSON; past it, the page read
 //!   least recently goes first.
 //!
 //! Only `listEvents`' pages to the head are kept (`encoded_events`); the
 //! webhooks' fan-out reads the events as stored.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use hashlink::LruCache;
+use hashlink::LinkedHashMap;
 use petstore_api::model::EncodedEvents;
 
+use super::head::Floor;
 use crate::storage::{EventPage, EventQuery, EventsOutcome};
 
 /// The most JSON the kept pages hold: about 900 pages of 20 events, or 180
@@ -38,9 +44,10 @@ pub(super) struct KeptPages {
 }
 
 struct Kept {
-    /// The floor every kept page was read at.
-    floor: i64,
-    pages: LruCache<EventQuery, EventPage<EncodedEvents>>,
+    /// The floor every kept page holds at (none before the first).
+    floor: Option<Floor>,
+    /// The least recently read first.
+    pages: LinkedHashMap<EventQuery, Arc<EventPage<EncodedEvents>>>,
     /// Their JSON's length, together.
     bytes: usize,
 }
@@ -49,52 +56,65 @@ impl KeptPages {
     pub fn new() -> KeptPages {
         KeptPages {
             kept: Mutex::new(Kept {
-                floor: i64::MIN,
-                pages: LruCache::new_unbounded(),
+                floor: None,
+                pages: LinkedHashMap::new(),
                 bytes: 0,
             }),
         }
     }
 
-    /// The page kept for `query`, if the floor is still `floor`.
-    pub fn get(&self, query: &EventQuery, floor: i64) -> Option<EventsOutcome<EncodedEvents>> {
-        let mut kept = self.lock();
-        kept.at_floor(floor);
-        kept.pages.get(query).cloned().map(EventsOutcome::Page)
+    /// The page kept for `query`, if the floor is known (`floor`).
+    pub fn get(
+        &self,
+        query: &EventQuery,
+        floor: Option<Floor>,
+    ) -> Option<EventsOutcome<EncodedEvents>> {
+        let page = {
+            let mut kept = self.lock();
+            if !kept.at(floor?) {
+                return None;
+            }
+            Arc::clone(kept.pages.to_back(query)?)
+        };
+        Some(EventsOutcome::Page(EventPage::clone(&page)))
     }
 
     /// Keeps what `query` read, if it is a page that stops short of the
-    /// head, and the floor was `floor` both before it was read (`read_at`)
-    /// and after (`now`).
+    /// head, and the floor was known and the same before it was read
+    /// (`floor_before`) and after (`floor_after`).
     pub fn keep(
         &self,
         query: EventQuery,
         outcome: &EventsOutcome<EncodedEvents>,
-        read_at: i64,
-        now: i64,
+        floor_before: Option<Floor>,
+        floor_after: Option<Floor>,
     ) {
         let EventsOutcome::Page(page) = outcome else {
             return;
         };
         let bytes = page.events.byte_len();
-        if page.at_head || read_at != now || bytes > KEPT_BYTES {
+        if page.at_head
+            || floor_before.is_none()
+            || floor_before != floor_after
+            || bytes > KEPT_BYTES
+        {
             return;
         }
+        let page = Arc::new(page.clone());
         let mut kept = self.lock();
-        kept.at_floor(now);
-        if kept.floor != now {
+        if kept.floor != floor_after {
             return;
         }
         if let Some(before) = kept.pages.remove(&query) {
             kept.bytes -= before.events.byte_len();
         }
         while kept.bytes + bytes > KEPT_BYTES {
-            let Some((_, oldest)) = kept.pages.remove_lru() else {
+            let Some((_, oldest)) = kept.pages.pop_front() else {
                 break;
             };
             kept.bytes -= oldest.events.byte_len();
         }
-        kept.pages.insert(query, page.clone());
+        kept.pages.insert(query, page);
         kept.bytes += bytes;
     }
 
@@ -106,13 +126,27 @@ impl KeptPages {
 }
 
 impl Kept {
-    /// Lets every page go if the floor rose past the one they were read at.
-    fn at_floor(&mut self, floor: i64) {
-        if floor > self.floor {
-            self.pages.clear();
-            self.bytes = 0;
-            self.floor = floor;
+    /// Brings the pages to the floor `now`, and says whether they hold at
+    /// it: a floor that rose lets go the pages from below it; another
+    /// connection's, every page; an older one (read before another request
+    /// saw it rise) is not theirs.
+    fn at(&mut self, now: Floor) -> bool {
+        match self.floor {
+            Some(floor) if floor == now => return true,
+            Some(floor) if floor.session == now.session && floor.floor > now.floor => {
+                return false;
+            }
+            Some(floor) if floor.session == now.session => {
+                // Still the same answer: every event after such a cursor
+                // is above the floor.
+                self.pages
+                    .retain(|query, _| query.after.is_some_and(|after| after >= now.floor));
+            }
+            _ => self.pages.clear(),
         }
+        self.bytes = self.pages.values().map(|page| page.events.byte_len()).sum();
+        self.floor = Some(now);
+        true
     }
 }
 
@@ -122,6 +156,7 @@ mod tests {
     use petstore_api::model::{EventArrayWriter, EventDataRef, EventType};
 
     use super::*;
+    use crate::storage::{EventKind, OwnerId};
 
     fn query(after: i64) -> EventQuery {
         EventQuery {
@@ -130,6 +165,11 @@ mod tests {
             kinds: EnumSet::all(),
             owner: None,
         }
+    }
+
+    /// The floor `floor` as read on the head's connection 1.
+    fn floor(floor: i64) -> Option<Floor> {
+        Some(Floor { session: 1, floor })
     }
 
     /// A page of `count` events after `after`, each of about 200 bytes.
@@ -153,44 +193,104 @@ mod tests {
         })
     }
 
-    #[test]
-    fn a_page_short_of_the_head_is_kept_and_one_at_the_head_is_not() {
+    /// Pages kept at `floor`, after each of `afters`.
+    fn kept_at(at: Option<Floor>, afters: &[i64]) -> KeptPages {
         let kept = KeptPages::new();
-        kept.keep(query(0), &page(0, 2, false), 0, 0);
-        kept.keep(query(5), &page(5, 1, true), 0, 0);
-        assert_eq!(kept.get(&query(0), 0), Some(page(0, 2, false)));
-        assert_eq!(kept.get(&query(5), 0), None);
-        let other = EventQuery {
-            limit: 3,
+        // As in `encoded_events`, a look first: the pages take its floor.
+        assert_eq!(kept.get(&query(-1), at), None);
+        for &after in afters {
+            assert_eq!(kept.get(&query(after), at), None);
+            kept.keep(query(after), &page(after, 2, false), at, at);
+        }
+        kept
+    }
+
+    #[test]
+    fn a_page_short_of_the_head_is_kept_for_its_query_alone() {
+        let kept = kept_at(floor(0), &[0]);
+        assert_eq!(kept.get(&query(0), floor(0)), Some(page(0, 2, false)));
+        let others = [
+            EventQuery {
+                limit: 3,
+                ..query(0)
+            },
+            EventQuery {
+                owner: Some(OwnerId([1; 32])),
+                ..query(0)
+            },
+            EventQuery {
+                kinds: EnumSet::only(EventKind::PetCreated),
+                ..query(0)
+            },
+            query(1),
+        ];
+        for other in others {
+            assert_eq!(kept.get(&other, floor(0)), None, "{other:?}");
+        }
+    }
+
+    #[test]
+    fn neither_a_page_at_the_head_nor_an_expired_cursor_is_kept() {
+        let kept = kept_at(floor(0), &[]);
+        kept.keep(query(5), &page(5, 1, true), floor(0), floor(0));
+        assert_eq!(kept.get(&query(5), floor(0)), None);
+        let expired = EventsOutcome::Expired { floor: 3 };
+        kept.keep(query(1), &expired, floor(0), floor(0));
+        assert_eq!(kept.get(&query(1), floor(0)), None);
+    }
+
+    #[test]
+    fn a_floor_that_rises_lets_go_the_pages_from_below_it() {
+        let kept = kept_at(floor(3), &[3, 4, 10]);
+        let from_the_floor = EventQuery {
+            after: None,
             ..query(0)
         };
-        assert_eq!(kept.get(&other, 0), None, "another query, another page");
+        kept.keep(from_the_floor, &page(3, 2, false), floor(3), floor(3));
+        assert!(kept.get(&from_the_floor, floor(3)).is_some());
+        assert!(kept.get(&query(10), floor(4)).is_some(), "above it");
+        assert!(kept.get(&query(4), floor(4)).is_some(), "at it");
+        assert_eq!(kept.get(&query(3), floor(4)), None, "expired");
+        assert_eq!(kept.get(&from_the_floor, floor(4)), None, "starts later");
+        // Gone, not hidden: a floor read before the rise finds none.
+        assert_eq!(kept.get(&query(3), floor(3)), None);
+        assert!(kept.get(&query(10), floor(3)).is_none());
+        assert!(kept.get(&query(10), floor(4)).is_some());
     }
 
     #[test]
-    fn every_page_goes_once_the_floor_rises() {
-        let kept = KeptPages::new();
-        kept.keep(query(10), &page(10, 2, false), 3, 3);
-        assert!(kept.get(&query(10), 3).is_some());
-        assert_eq!(kept.get(&query(10), 4), None);
-        // Gone for good, not only hidden from the new floor.
-        assert_eq!(kept.get(&query(10), 4), None);
+    fn without_a_floor_known_nothing_is_answered_or_kept() {
+        let kept = kept_at(floor(0), &[0]);
+        assert_eq!(kept.get(&query(0), None), None);
+        kept.keep(query(7), &page(7, 2, false), None, None);
+        assert_eq!(kept.get(&query(7), floor(0)), None);
+        assert!(kept.get(&query(0), floor(0)).is_some(), "kept meanwhile");
     }
 
     #[test]
-    fn a_page_read_while_the_floor_rose_is_not_kept() {
-        let kept = KeptPages::new();
-        kept.keep(query(10), &page(10, 2, false), 3, 4);
-        assert_eq!(kept.get(&query(10), 4), None);
-        // Nor one read at a floor older than the one the pages are at.
-        assert_eq!(kept.get(&query(10), 5), None);
-        kept.keep(query(10), &page(10, 2, false), 4, 4);
-        assert_eq!(kept.get(&query(10), 5), None);
+    fn a_page_read_while_the_floor_moved_is_not_kept() {
+        let kept = kept_at(floor(3), &[]);
+        kept.keep(query(10), &page(10, 2, false), floor(3), floor(4));
+        assert_eq!(kept.get(&query(10), floor(4)), None);
+        // Nor one read at the floor before the one the pages are at.
+        kept.keep(query(10), &page(10, 2, false), floor(3), floor(3));
+        assert_eq!(kept.get(&query(10), floor(4)), None);
     }
 
     #[test]
-    fn past_the_bound_the_page_used_least_recently_goes_first() {
-        let kept = KeptPages::new();
+    fn another_connection_of_the_heads_lets_every_page_go() {
+        let kept = kept_at(floor(3), &[10]);
+        let restored = Some(Floor {
+            session: 2,
+            floor: 3,
+        });
+        assert_eq!(kept.get(&query(10), restored), None);
+        assert_eq!(kept.get(&query(10), floor(3)), None);
+    }
+
+    #[test]
+    fn past_the_bound_the_page_read_least_recently_goes_first() {
+        let kept = kept_at(floor(0), &[]);
         // Ids of as many digits each: pages of as many bytes.
         let first = 1_000_000;
         let EventsOutcome::Page(one) = page(first, 20, false) else {
@@ -199,16 +299,16 @@ mod tests {
         let fit = KEPT_BYTES / one.events.byte_len();
         for n in 0..fit as i64 {
             let after = first + n * 100;
-            kept.keep(query(after), &page(after, 20, false), 0, 0);
+            kept.keep(query(after), &page(after, 20, false), floor(0), floor(0));
         }
         assert_eq!(kept.lock().pages.len(), fit, "all fit");
         // The first read again: the second is now the least recent.
-        assert!(kept.get(&query(first), 0).is_some());
+        assert!(kept.get(&query(first), floor(0)).is_some());
         let last = first + fit as i64 * 100;
-        kept.keep(query(last), &page(last, 20, false), 0, 0);
-        assert!(kept.get(&query(first), 0).is_some());
-        assert_eq!(kept.get(&query(first + 100), 0), None);
-        assert!(kept.get(&query(last), 0).is_some());
+        kept.keep(query(last), &page(last, 20, false), floor(0), floor(0));
+        assert!(kept.get(&query(first), floor(0)).is_some());
+        assert_eq!(kept.get(&query(first + 100), floor(0)), None);
+        assert!(kept.get(&query(last), floor(0)).is_some());
         assert!(kept.lock().bytes <= KEPT_BYTES);
     }
 
@@ -217,11 +317,10 @@ mod tests {
     /// rows show only in pages read anew), until a purge.
     mod on_postgres {
         use petstore_api::model::NewPet;
-        use petstore_support::{SOON, eventually_some};
+        use petstore_support::{SOON, eventually_some, within};
 
         use super::*;
-        use crate::storage::postgres::PostgresStorage;
-        use crate::storage::{PostgresUrl, ReadTo, Storage};
+        use crate::storage::{PostgresStorage, PostgresUrl, ReadTo, Storage};
 
         /// The first two events of three.
         const FIRST_TWO: EventQuery = EventQuery {
@@ -231,14 +330,26 @@ mod tests {
             owner: None,
         };
 
+        async fn open(database: &petstore_support::postgres::TestDatabase) -> PostgresStorage {
+            let url = PostgresUrl::parse(database.url()).expect("a PostgreSQL URL");
+            PostgresStorage::open(&url)
+                .await
+                .expect("open the database")
+        }
+
+        /// Waits until `storage`'s head has passed the three events.
+        async fn past_three(storage: &PostgresStorage) {
+            let mut head = storage.events_head();
+            within("the head past 3", SOON, head.wait_for(|head| *head >= 3))
+                .await
+                .expect("the watcher runs");
+        }
+
         /// A database with three events, and a connection of the test's own.
         async fn three_events(
             database: &petstore_support::postgres::TestDatabase,
         ) -> (PostgresStorage, tokio_postgres::Client) {
-            let url = PostgresUrl::parse(database.url()).expect("a PostgreSQL URL");
-            let storage = PostgresStorage::open(&url)
-                .await
-                .expect("open the database");
+            let storage = open(database).await;
             for name in ["Rex", "Max", "Bo"] {
                 let created = NewPet {
                     name: name.to_owned(),
@@ -247,6 +358,7 @@ mod tests {
                 };
                 storage.create(created).await.expect("create");
             }
+            past_three(&storage).await;
             let (client, connection) =
                 tokio_postgres::connect(database.url(), tokio_postgres::NoTls)
                     .await
@@ -282,11 +394,18 @@ mod tests {
                 limit: 10,
                 ..FIRST_TWO
             };
+            // Every kind (one statement), and some (another).
+            let created = EventQuery {
+                kinds: EnumSet::only(EventKind::PetCreated),
+                ..FIRST_TWO
+            };
             assert!(read(&storage, whole).await.contains("Bo"), "all three");
             let first_two = read(&storage, FIRST_TWO).await;
             assert!(first_two.contains("Max") && !first_two.contains("Bo"));
+            assert_eq!(read(&storage, created).await, first_two);
             rename_every_animal_in_the_feed(&client).await;
             assert_eq!(read(&storage, FIRST_TWO).await, first_two, "kept");
+            assert_eq!(read(&storage, created).await, first_two, "kept");
             let at_head = read(&storage, whole).await;
             assert!(
                 at_head.contains("Renamed") && !at_head.contains("Rex"),
@@ -296,7 +415,7 @@ mod tests {
         }
 
         #[tokio::test]
-        async fn this_instances_purge_lets_every_page_go_at_once() {
+        async fn this_instances_purge_lets_the_pages_below_the_floor_go_at_once() {
             let Some(database) = petstore_support::postgres::fresh_database().await else {
                 return;
             };
@@ -305,11 +424,11 @@ mod tests {
                 after: None,
                 ..FIRST_TWO
             };
-            assert_eq!(
-                read(&storage, from_the_floor).await,
-                read(&storage, FIRST_TWO).await
-            );
+            let first_two = read(&storage, FIRST_TWO).await;
+            assert_eq!(read(&storage, from_the_floor).await, first_two);
             rename_every_animal_in_the_feed(&client).await;
+            assert_eq!(read(&storage, FIRST_TWO).await, first_two, "kept");
+            assert_eq!(read(&storage, from_the_floor).await, first_two, "kept");
             let future = chrono::Utc::now() + chrono::TimeDelta::hours(1);
             assert_eq!(storage.purge_events(future, 1).await.expect("purge"), 1);
             assert_eq!(read(&storage, FIRST_TWO).await, "expired at 1");
@@ -319,18 +438,17 @@ mod tests {
         }
 
         #[tokio::test]
-        async fn another_instances_purge_lets_every_page_go_within_a_round() {
+        async fn another_instances_purge_lets_the_pages_below_the_floor_go_within_a_round() {
             let Some(database) = petstore_support::postgres::fresh_database().await else {
                 return;
             };
-            let (storage, _client) = three_events(&database).await;
-            assert!(read(&storage, FIRST_TWO).await.contains("Max"));
-            let url = PostgresUrl::parse(database.url()).expect("a PostgreSQL URL");
-            let other = PostgresStorage::open(&url)
-                .await
-                .expect("open the database");
-            // (A purge stays below the head: the other's must pass them.)
-            assert!(read(&other, FIRST_TWO).await.contains("Max"));
+            let (storage, client) = three_events(&database).await;
+            let first_two = read(&storage, FIRST_TWO).await;
+            rename_every_animal_in_the_feed(&client).await;
+            assert_eq!(read(&storage, FIRST_TWO).await, first_two, "kept");
+            let other = open(&database).await;
+            // (A purge stays below the head.)
+            past_three(&other).await;
             let future = chrono::Utc::now() + chrono::TimeDelta::hours(1);
             assert_eq!(other.purge_events(future, 1).await.expect("purge"), 1);
             eventually_some("the purge seen", SOON, || async {

@@ -744,9 +744,9 @@ impl Storage for PostgresStorage {
         let mut lent = self.admin_client().await?;
         let work = feed::purge(lent.client(), before, limit, head);
         let answer = tokio::time::timeout(STATEMENT_TIMEOUT, work).await;
-        let (deleted, floor) = lent.settle("purging events", answer)?;
-        if let Some(floor) = floor {
-            self.head.purged_to(floor);
+        let (deleted, last) = lent.settle("purging events", answer)?;
+        if let Some(last) = last {
+            self.head.purged_to(last);
         }
         Ok(usize::try_from(deleted).unwrap_or(usize::MAX))
     }
