@@ -317,6 +317,7 @@ mod tests {
     /// rows show only in pages read anew), until a purge.
     mod on_postgres {
         use petstore_api::model::NewPet;
+        use petstore_support::postgres::TestDatabase;
         use petstore_support::{SOON, eventually_some, within};
 
         use super::*;
@@ -330,7 +331,7 @@ mod tests {
             owner: None,
         };
 
-        async fn open(database: &petstore_support::postgres::TestDatabase) -> PostgresStorage {
+        async fn open(database: &TestDatabase) -> PostgresStorage {
             let url = PostgresUrl::parse(database.url()).expect("a PostgreSQL URL");
             PostgresStorage::open(&url)
                 .await
@@ -345,11 +346,11 @@ mod tests {
                 .expect("the watcher runs");
         }
 
-        /// A database with three events, and a connection of the test's own.
-        async fn three_events(
-            database: &petstore_support::postgres::TestDatabase,
-        ) -> (PostgresStorage, tokio_postgres::Client) {
-            let storage = open(database).await;
+        /// A new database with three events, the storage on it, and a
+        /// connection of the test's own.
+        async fn three_events() -> Option<(TestDatabase, PostgresStorage, tokio_postgres::Client)> {
+            let database = petstore_support::postgres::fresh_database().await?;
+            let storage = open(&database).await;
             for name in ["Rex", "Max", "Bo"] {
                 let created = NewPet {
                     name: name.to_owned(),
@@ -364,7 +365,7 @@ mod tests {
                     .await
                     .expect("connect");
             tokio::spawn(connection);
-            (storage, client)
+            Some((database, storage, client))
         }
 
         async fn read(storage: &PostgresStorage, query: EventQuery) -> String {
@@ -377,19 +378,33 @@ mod tests {
             }
         }
 
-        async fn rename_every_animal_in_the_feed(client: &tokio_postgres::Client) {
+        /// Reads each of `queries`, renames every animal in the feed
+        /// behind the storage's back, and checks that each page is kept
+        /// (the same again); the pages.
+        async fn kept_before_renaming(
+            storage: &PostgresStorage,
+            client: &tokio_postgres::Client,
+            queries: &[EventQuery],
+        ) -> Vec<String> {
+            let mut pages = Vec::new();
+            for &query in queries {
+                pages.push(read(storage, query).await);
+            }
             client
                 .execute("UPDATE events SET name = 'Renamed'", &[])
                 .await
                 .expect("rename");
+            for (&query, page) in queries.iter().zip(&pages) {
+                assert_eq!(&read(storage, query).await, page, "kept: {query:?}");
+            }
+            pages
         }
 
         #[tokio::test]
         async fn a_page_short_of_the_head_is_read_once_and_one_at_the_head_each_time() {
-            let Some(database) = petstore_support::postgres::fresh_database().await else {
+            let Some((_database, storage, client)) = three_events().await else {
                 return;
             };
-            let (storage, client) = three_events(&database).await;
             let whole = EventQuery {
                 limit: 10,
                 ..FIRST_TWO
@@ -400,12 +415,9 @@ mod tests {
                 ..FIRST_TWO
             };
             assert!(read(&storage, whole).await.contains("Bo"), "all three");
-            let first_two = read(&storage, FIRST_TWO).await;
-            assert!(first_two.contains("Max") && !first_two.contains("Bo"));
-            assert_eq!(read(&storage, created).await, first_two);
-            rename_every_animal_in_the_feed(&client).await;
-            assert_eq!(read(&storage, FIRST_TWO).await, first_two, "kept");
-            assert_eq!(read(&storage, created).await, first_two, "kept");
+            let pages = kept_before_renaming(&storage, &client, &[FIRST_TWO, created]).await;
+            assert!(pages[0].contains("Max") && !pages[0].contains("Bo"));
+            assert_eq!(pages[1], pages[0]);
             let at_head = read(&storage, whole).await;
             assert!(
                 at_head.contains("Renamed") && !at_head.contains("Rex"),
@@ -416,19 +428,15 @@ mod tests {
 
         #[tokio::test]
         async fn this_instances_purge_lets_the_pages_below_the_floor_go_at_once() {
-            let Some(database) = petstore_support::postgres::fresh_database().await else {
+            let Some((_database, storage, client)) = three_events().await else {
                 return;
             };
-            let (storage, client) = three_events(&database).await;
             let from_the_floor = EventQuery {
                 after: None,
                 ..FIRST_TWO
             };
-            let first_two = read(&storage, FIRST_TWO).await;
-            assert_eq!(read(&storage, from_the_floor).await, first_two);
-            rename_every_animal_in_the_feed(&client).await;
-            assert_eq!(read(&storage, FIRST_TWO).await, first_two, "kept");
-            assert_eq!(read(&storage, from_the_floor).await, first_two, "kept");
+            let pages = kept_before_renaming(&storage, &client, &[FIRST_TWO, from_the_floor]).await;
+            assert_eq!(pages[1], pages[0]);
             let future = chrono::Utc::now() + chrono::TimeDelta::hours(1);
             assert_eq!(storage.purge_events(future, 1).await.expect("purge"), 1);
             assert_eq!(read(&storage, FIRST_TWO).await, "expired at 1");
@@ -439,13 +447,10 @@ mod tests {
 
         #[tokio::test]
         async fn another_instances_purge_lets_the_pages_below_the_floor_go_within_a_round() {
-            let Some(database) = petstore_support::postgres::fresh_database().await else {
+            let Some((database, storage, client)) = three_events().await else {
                 return;
             };
-            let (storage, client) = three_events(&database).await;
-            let first_two = read(&storage, FIRST_TWO).await;
-            rename_every_animal_in_the_feed(&client).await;
-            assert_eq!(read(&storage, FIRST_TWO).await, first_two, "kept");
+            kept_before_renaming(&storage, &client, &[FIRST_TWO]).await;
             let other = open(&database).await;
             // (A purge stays below the head.)
             past_three(&other).await;
