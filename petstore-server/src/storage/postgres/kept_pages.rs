@@ -18,8 +18,9 @@
 //!   page it kept, as it would have a moment before), and raised as soon as
 //!   this instance's purge is answered. Kept pages are answered only while
 //!   the rounds read the floor (the last within half a second, and none
-//!   failed since): not while the database does not answer the head. A new connection of the head's (the database
-//!   may have been restored or failed over) lets every page go.
+//!   failed since): not while the database does not answer the head. A new
+//!   connection of the head's (the database may have been restored or
+//!   failed over) lets every page go.
 //! - **Bounded.** At most [`KEPT_BYTES`] of JSON; past it, the page read
 //!   least recently goes first.
 //!
