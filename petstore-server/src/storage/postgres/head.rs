@@ -230,8 +230,8 @@ impl Head {
     }
 
     /// The floor (the largest id purged) as this instance knows it, if a
-    /// round read it within [`FLOOR_FRESH`]: at most a round late after
-    /// another instance's purge.
+    /// round asked for it within [`FLOOR_FRESH`]: so at most that late
+    /// after another instance's purge (a round late, usually).
     pub fn floor(&self) -> Option<Floor> {
         let seen = *lock(&self.floor);
         let fresh = seen.read_at.is_some_and(|at| at.elapsed() < FLOOR_FRESH);
@@ -282,13 +282,15 @@ impl Drop for Head {
 
 /// The floor, and the watcher's connection it was read on: on another, it
 /// compares with nothing before (the database may have been restored).
+/// Connections are numbered in the order they are made.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) struct Floor {
     pub session: u64,
     pub floor: i64,
 }
 
-/// The floor as last seen, and when a round read it.
+/// The floor as last seen, and when a round asked for it (none before the
+/// first round, or since one failed).
 #[derive(Clone, Copy, Default)]
 struct FloorSeen {
     floor: Floor,
@@ -404,6 +406,8 @@ impl Watcher {
         let connections = Arc::clone(&self.connections);
         let shared = connections.get().await?;
         let doing = "reading the events' ids taken";
+        // The floor is as fresh as the question: the answer may be late.
+        let asked = Instant::now();
         let taken = shared
             .run(
                 doing,
@@ -412,7 +416,7 @@ impl Watcher {
             .await?;
         let ids: i64 = taken.try_get(0).map_err(super::postgres(doing))?;
         let floor: i64 = taken.try_get(1).map_err(super::postgres(doing))?;
-        self.saw_floor(floor, shared.serial);
+        self.saw_floor(floor, shared.serial, asked);
         // Only now, in a statement of its own: see the module's doc.
         let doing = "reading the transaction horizon";
         let horizon = shared
@@ -504,10 +508,11 @@ impl Watcher {
         false
     }
 
-    /// Records the floor a round read on the connection `session`: never
-    /// lower than one this instance's purge raised meanwhile, unless the
-    /// connection is another (the database may have been restored).
-    fn saw_floor(&mut self, floor: i64, session: u64) {
+    /// Records the floor a round read on the connection `session`, asked
+    /// for at `asked`: never lower than one this instance's purge raised
+    /// meanwhile, unless the connection is another (the database may have
+    /// been restored).
+    fn saw_floor(&mut self, floor: i64, session: u64, asked: Instant) {
         let mut seen = lock(&self.floor);
         let before = seen.floor;
         let floor = match before.session == session {
@@ -516,7 +521,7 @@ impl Watcher {
         };
         *seen = FloorSeen {
             floor: Floor { session, floor },
-            read_at: Some(Instant::now()),
+            read_at: Some(asked),
         };
     }
 

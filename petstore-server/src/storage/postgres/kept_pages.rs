@@ -13,16 +13,18 @@
 //!   the floor starts later. So once the floor rises, only the pages after
 //!   a cursor at or above it stay; a page read while it rose is not kept.
 //!   The floor is the head's (`Head::floor`): read by every round (every
-//!   200 ms at the least, so at most that late after another instance's
-//!   purge: in between, that instance answers a cursor just purged from a
-//!   page it kept, as it would have a moment before), and raised as soon as
-//!   this instance's purge is answered. Kept pages are answered only while
-//!   the rounds read the floor (the last within half a second, and none
-//!   failed since): not while the database does not answer the head. A new
-//!   connection of the head's (the database may have been restored or
-//!   failed over) lets every page go.
-//! - **Bounded.** At most [`KEPT_BYTES`] of JSON; past it, the page read
-//!   least recently goes first.
+//!   200 ms at the least), and raised as soon as this instance's purge is
+//!   answered. Kept pages are answered only while the rounds read the
+//!   floor (the last asked within half a second, and none failed since):
+//!   not while the database does not answer the head, and at most half a
+//!   second after another instance's purge (in between, this instance
+//!   answers a cursor just purged from a page it kept, as it would have a
+//!   moment before). A new connection of the head's (the database may have
+//!   been restored or failed over) lets every page go.
+//! - **Bounded.** At most [`KEPT_BYTES`], counting each page's JSON and
+//!   [`ENTRY_COST`] for what keeping it takes besides (a query can be made
+//!   to keep many empty pages); past it, the page read least recently goes
+//!   first.
 //!
 //! Only `listEvents`' pages to the head are kept (`encoded_events`); the
 //! webhooks' fan-out reads the events as stored.
@@ -35,9 +37,13 @@ use petstore_api::model::EncodedEvents;
 use super::head::Floor;
 use crate::storage::{EventPage, EventQuery, EventsOutcome};
 
-/// The most JSON the kept pages hold: about 900 pages of 20 events, or 180
-/// of 100.
+/// The most the kept pages take: about 850 pages of 20 events, 180 of 100,
+/// or 16,000 empty ones.
 pub(super) const KEPT_BYTES: usize = 4 << 20;
+
+/// What keeping a page takes besides its JSON, about: the query, the page's
+/// other fields, its allocation, the map's node and slot.
+pub(super) const ENTRY_COST: usize = 256;
 
 /// The pages kept, by query.
 pub(super) struct KeptPages {
@@ -49,7 +55,7 @@ struct Kept {
     floor: Option<Floor>,
     /// The least recently read first.
     pages: LinkedHashMap<EventQuery, Arc<EventPage<EncodedEvents>>>,
-    /// Their JSON's length, together.
+    /// What they take, together (see [`cost`]).
     bytes: usize,
 }
 
@@ -93,7 +99,7 @@ impl KeptPages {
         let EventsOutcome::Page(page) = outcome else {
             return;
         };
-        let bytes = page.events.byte_len();
+        let bytes = cost(page);
         if page.at_head
             || floor_before.is_none()
             || floor_before != floor_after
@@ -107,13 +113,13 @@ impl KeptPages {
             return;
         }
         if let Some(before) = kept.pages.remove(&query) {
-            kept.bytes -= before.events.byte_len();
+            kept.bytes -= cost(&before);
         }
         while kept.bytes + bytes > KEPT_BYTES {
             let Some((_, oldest)) = kept.pages.pop_front() else {
                 break;
             };
-            kept.bytes -= oldest.events.byte_len();
+            kept.bytes -= cost(&oldest);
         }
         kept.pages.insert(query, page);
         kept.bytes += bytes;
@@ -126,15 +132,20 @@ impl KeptPages {
     }
 }
 
+/// What keeping `page` takes, counted against [`KEPT_BYTES`].
+fn cost(page: &EventPage<EncodedEvents>) -> usize {
+    page.events.byte_len() + ENTRY_COST
+}
+
 impl Kept {
     /// Brings the pages to the floor `now`, and says whether they hold at
-    /// it: a floor that rose lets go the pages from below it; another
+    /// it: a floor that rose lets go the pages from below it; a newer
     /// connection's, every page; an older one (read before another request
-    /// saw it rise) is not theirs.
+    /// saw it rise, or on the connection before) is not theirs.
     fn at(&mut self, now: Floor) -> bool {
         match self.floor {
             Some(floor) if floor == now => return true,
-            Some(floor) if floor.session == now.session && floor.floor > now.floor => {
+            Some(floor) if (floor.session, floor.floor) > (now.session, now.floor) => {
                 return false;
             }
             Some(floor) if floor.session == now.session => {
@@ -145,7 +156,7 @@ impl Kept {
             }
             _ => self.pages.clear(),
         }
-        self.bytes = self.pages.values().map(|page| page.events.byte_len()).sum();
+        self.bytes = self.pages.values().map(|page| cost(page)).sum();
         self.floor = Some(now);
         true
     }
@@ -231,13 +242,10 @@ mod tests {
     }
 
     #[test]
-    fn neither_a_page_at_the_head_nor_an_expired_cursor_is_kept() {
+    fn a_page_at_the_head_is_not_kept() {
         let kept = kept_at(floor(0), &[]);
         kept.keep(query(5), &page(5, 1, true), floor(0), floor(0));
         assert_eq!(kept.get(&query(5), floor(0)), None);
-        let expired = EventsOutcome::Expired { floor: 3 };
-        kept.keep(query(1), &expired, floor(0), floor(0));
-        assert_eq!(kept.get(&query(1), floor(0)), None);
     }
 
     #[test]
@@ -253,8 +261,8 @@ mod tests {
         assert!(kept.get(&query(4), floor(4)).is_some(), "at it");
         assert_eq!(kept.get(&query(3), floor(4)), None, "expired");
         assert_eq!(kept.get(&from_the_floor, floor(4)), None, "starts later");
-        // Gone, not hidden: a floor read before the rise finds none.
-        assert_eq!(kept.get(&query(3), floor(3)), None);
+        assert_eq!(kept.lock().pages.len(), 2, "gone, not hidden");
+        // A floor read before the rise is not theirs.
         assert!(kept.get(&query(10), floor(3)).is_none());
         assert!(kept.get(&query(10), floor(4)).is_some());
     }
@@ -270,23 +278,40 @@ mod tests {
 
     #[test]
     fn a_page_read_while_the_floor_moved_is_not_kept() {
-        let kept = kept_at(floor(3), &[]);
+        // The pages at the floor the read ended with…
+        let kept = kept_at(floor(4), &[]);
         kept.keep(query(10), &page(10, 2, false), floor(3), floor(4));
         assert_eq!(kept.get(&query(10), floor(4)), None);
-        // Nor one read at the floor before the one the pages are at.
+        // … or at a later one than it had throughout.
         kept.keep(query(10), &page(10, 2, false), floor(3), floor(3));
         assert_eq!(kept.get(&query(10), floor(4)), None);
+        assert_eq!(kept.lock().pages.len(), 0);
     }
 
     #[test]
-    fn another_connection_of_the_heads_lets_every_page_go() {
+    fn a_newer_connection_of_the_heads_lets_every_page_go() {
         let kept = kept_at(floor(3), &[10]);
         let restored = Some(Floor {
             session: 2,
-            floor: 3,
+            floor: 0,
         });
         assert_eq!(kept.get(&query(10), restored), None);
-        assert_eq!(kept.get(&query(10), floor(3)), None);
+        assert_eq!(kept.lock().pages.len(), 0);
+        kept.keep(query(20), &page(20, 2, false), restored, restored);
+        // A floor read on the connection before is not theirs.
+        assert_eq!(kept.get(&query(20), floor(3)), None);
+        assert!(kept.get(&query(20), restored).is_some());
+    }
+
+    #[test]
+    fn empty_pages_count_against_the_bound_too() {
+        let kept = kept_at(floor(0), &[]);
+        for after in 0..(KEPT_BYTES / ENTRY_COST) as i64 {
+            kept.keep(query(after), &page(after, 0, false), floor(0), floor(0));
+        }
+        let kept = kept.lock();
+        assert!(kept.bytes <= KEPT_BYTES);
+        assert!(kept.pages.len() < KEPT_BYTES / ENTRY_COST);
     }
 
     #[test]
@@ -297,7 +322,7 @@ mod tests {
         let EventsOutcome::Page(one) = page(first, 20, false) else {
             unreachable!()
         };
-        let fit = KEPT_BYTES / one.events.byte_len();
+        let fit = KEPT_BYTES / cost(&one);
         for n in 0..fit as i64 {
             let after = first + n * 100;
             kept.keep(query(after), &page(after, 20, false), floor(0), floor(0));
@@ -379,24 +404,35 @@ mod tests {
             }
         }
 
-        /// Reads each of `queries`, renames every animal in the feed
-        /// behind the storage's back, and checks that each page is kept
-        /// (the same again); the pages.
+        /// Reads each of `queries` until its page is kept (a page read
+        /// while the floor was not known is not), renames every animal in
+        /// the feed behind the storage's back, and checks that each page is
+        /// answered from memory: the old names, which the database no
+        /// longer has (again, once the floor is known). The pages.
         async fn kept_before_renaming(
             storage: &PostgresStorage,
             client: &tokio_postgres::Client,
             queries: &[EventQuery],
         ) -> Vec<String> {
             let mut pages = Vec::new();
-            for &query in queries {
-                pages.push(read(storage, query).await);
+            for query in queries {
+                let page = eventually_some("the page kept", SOON, || async {
+                    let page = read(storage, *query).await;
+                    let kept = storage.kept_pages.lock().pages.contains_key(query);
+                    kept.then_some(page)
+                })
+                .await;
+                pages.push(page);
             }
             client
                 .execute("UPDATE events SET name = 'Renamed'", &[])
                 .await
                 .expect("rename");
-            for (&query, page) in queries.iter().zip(&pages) {
-                assert_eq!(&read(storage, query).await, page, "kept: {query:?}");
+            for (query, page) in queries.iter().zip(&pages) {
+                eventually_some("the page answered from memory", SOON, || async {
+                    (read(storage, *query).await == *page).then_some(())
+                })
+                .await;
             }
             pages
         }
