@@ -95,9 +95,8 @@
 //! themselves never wait for the head.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
@@ -297,7 +296,7 @@ struct FloorSeen {
     read_at: Option<Instant>,
 }
 
-fn lock(floor: &Mutex<FloorSeen>) -> std::sync::MutexGuard<'_, FloorSeen> {
+fn lock(floor: &Mutex<FloorSeen>) -> MutexGuard<'_, FloorSeen> {
     // Every change is one assignment: a panic leaves a whole value.
     floor.lock().unwrap_or_else(|e| e.into_inner())
 }
