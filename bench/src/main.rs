@@ -13,6 +13,8 @@
 //! (utime + stime from `/proc/PID/stat`, before and after) and peak RSS
 //! (`VmHWM`). It reports medians over rounds and the median of the per-round
 //! ratios server ÷ ceiling, which is what stays comparable on a noisy machine.
+//! Feed pages are also set beside `list20` in pairs of short runs against
+//! the server, back to back ([`Bench::feed_pairs`]).
 //!
 //! Every process it starts is held by a guard that stops it when dropped, so
 //! a failure midway leaves no server, ceiling, wrk or cluster behind.
@@ -54,6 +56,11 @@ const WARM_UP: Duration = Duration::from_secs(1);
 /// A pause before each run, so the previous run's tail (late responses,
 /// closing connections) is not measured.
 const SETTLE: Duration = Duration::from_millis(300);
+/// Each run of a pair of `list20` and a feed page ([`Bench::feed_pairs`]):
+/// short, so that the machine's state seldom changes within a pair.
+const PAIR_RUN: Duration = Duration::from_secs(2);
+/// Pairs of `list20` and a feed page for each round asked for.
+const PAIRS_PER_ROUND: u64 = 2;
 
 fn main() -> ExitCode {
     match run(Options::parse()) {
@@ -185,10 +192,12 @@ impl Bench {
         let mut seeding = Vec::new();
         let (mut followers, mut followers_failed) = (Vec::new(), false);
         let (mut latencies, mut webhooks, mut idle_costs) = (Vec::new(), Vec::new(), Vec::new());
+        let mut feed_pairs = Vec::new();
         for setup in self.setups() {
             let outcome = self.run_setup(&setup)?;
             let label = format!("{} {}", pets_label(setup.pets), setup.backend.name());
             rows.extend(outcome.rows);
+            feed_pairs.extend(outcome.feed_pairs);
             seeding.push(format!(
                 "{} pets ({}) in {:.1?}, server's first answer {:.1?} after its start",
                 pets_label(setup.pets),
@@ -217,7 +226,8 @@ impl Bench {
                 followers.join("; ")
             );
         }
-        let latency = report::latency_table(&latencies)
+        let latency = report::feed_pairs_table(&feed_pairs)
+            + &report::latency_table(&latencies)
             + &report::webhook_table(&webhooks)
             + &report::idle_cost_table(&idle_costs);
         write_results(&rows, &preamble, &latency, &self.peer_name())?;
@@ -414,6 +424,8 @@ impl Bench {
             .map(|run| self.webhooks_after_runs(run, setup, (&server, &key), &label))
             .transpose()?
             .unwrap_or_default();
+        // After the webhooks' tail, which these reads would slow.
+        let feed_pairs = self.feed_pairs(&targets, &rows, &label, &dir)?;
         let latency = match o.follower_latency > 0 && base {
             true => self.follower_latencies(setup.backend, (&server, &url, &key), &label)?,
             false => Vec::new(),
@@ -433,6 +445,7 @@ impl Bench {
         drop(cluster);
         Ok(SetupOutcome {
             rows,
+            feed_pairs,
             seeded,
             first_answer,
             followers,
@@ -756,6 +769,78 @@ impl Bench {
         Ok(rows)
     }
 
+    /// Each feed page that ran beside `list20` in `rows`, against the
+    /// server again: [`PAIRS_PER_ROUND`] pairs a round of back-to-back
+    /// runs of [`PAIR_RUN`], `list20` first in every other pair. The rounds
+    /// run each scenario for the duration asked, one after the other, and on
+    /// this machine the CPU a request takes can change by half between two
+    /// of them (BENCHMARKS.md, twenty-eighth pass); within a pair it seldom
+    /// does.
+    fn feed_pairs(
+        &self,
+        targets: &Targets,
+        rows: &[Row],
+        label: &str,
+        dir: &Path,
+    ) -> anyhow::Result<Vec<report::FeedPairs>> {
+        let script = |row: &Row| dir.join(format!("{}.lua", row.scenario.name()));
+        let Some(list20) = rows.iter().find(|row| row.scenario == Scenario::List20) else {
+            return Ok(Vec::new());
+        };
+        let (out, run) = (dir.join("wrk.out"), PAIR_RUN.min(self.options.duration()));
+        let pairs = PAIRS_PER_ROUND * self.options.rounds;
+        let mut all = Vec::new();
+        for page in rows.iter().filter(|row| row.scenario.reads_feed()) {
+            self.runtime.block_on(settle(targets.databases))?;
+            let (name, list20_script, page_script) =
+                (page.scenario.name(), script(list20), script(page));
+            let mut ratios = Vec::new();
+            for pair in 0..pairs {
+                self.go_on()?;
+                let [list20, page] = match pair % 2 {
+                    0 => self.pair(targets, [&list20_script, &page_script], run, &out)?,
+                    _ => {
+                        let [page, list20] =
+                            self.pair(targets, [&page_script, &list20_script], run, &out)?;
+                        [list20, page]
+                    }
+                };
+                let outcome = match report::pair_ratio(&list20, &page) {
+                    Ok(ratio) => {
+                        ratios.push(ratio);
+                        let cpu = [&page, &list20].map(report::pair_cpu_us);
+                        format!("{:.1} / {:.1} µs CPU/req, {ratio:.2}", cpu[0], cpu[1])
+                    }
+                    Err(errors) => format!("ERROR ({errors})"),
+                };
+                let number = pair + 1;
+                println!("bench: [{label}] {name} beside list20, pair {number}/{pairs}: {outcome}");
+            }
+            all.push(report::FeedPairs {
+                scenario: page.scenario,
+                pets: page.pets,
+                backend: page.backend,
+                ratios,
+            });
+        }
+        Ok(all)
+    }
+
+    /// Two runs against the server, back to back, for `run` each.
+    fn pair(
+        &self,
+        targets: &Targets,
+        [first, second]: [&Path; 2],
+        run: Duration,
+        out: &Path,
+    ) -> anyhow::Result<[Sample; 2]> {
+        let postmaster = targets.postmasters.get(&targets.server.addr).copied();
+        Ok([
+            measure(targets.server, postmaster, first, run, out)?,
+            measure(targets.server, postmaster, second, run, out)?,
+        ])
+    }
+
     /// The ceiling, the server and the peer (if it serves the scenario), one
     /// after the other; the order reverses every other round, so that no
     /// target always gets the quieter moment.
@@ -904,6 +989,8 @@ struct WebhookRun {
 /// What one setup measured.
 struct SetupOutcome {
     rows: Vec<Row>,
+    /// Each feed page beside `list20`, pair by pair.
+    feed_pairs: Vec<report::FeedPairs>,
     /// How long seeding took.
     seeded: Duration,
     /// How long the server took from its start to its first answer (loading

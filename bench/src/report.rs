@@ -363,6 +363,74 @@ fn feed_table(rows: &[Row]) -> String {
         + &out
 }
 
+/// A feed page beside `list20` in back-to-back pairs of short runs
+/// against the server: each pair's CPU per request (the server's, and its
+/// PostgreSQL cluster's where it has one), page ÷ `list20`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FeedPairs {
+    /// The page.
+    pub scenario: Scenario,
+    /// Pets in the catalogue.
+    pub pets: u64,
+    /// `sqlite` or `postgres`.
+    pub backend: &'static str,
+    /// Each pair's ratio, in order (pairs with an error left out).
+    pub ratios: Vec<f64>,
+}
+
+/// A pair's CPU per request (the server's, and its PostgreSQL cluster's
+/// where it has one), the page's ÷ `list20`'s; or why the pair does not
+/// count.
+pub fn pair_ratio(list20: &Sample, page: &Sample) -> Result<f64, String> {
+    let errors: Vec<&str> = [list20, page]
+        .iter()
+        .filter_map(|s| s.error.as_deref())
+        .collect();
+    if !errors.is_empty() {
+        return Err(errors.join("; "));
+    }
+    Ok(pair_cpu_us(page) / pair_cpu_us(list20))
+}
+
+/// A run's CPU µs per request as a pair counts it: the server's, and its
+/// PostgreSQL cluster's where it has one.
+pub fn pair_cpu_us(s: &Sample) -> f64 {
+    (s.cpu_per_request + s.database_cpu_per_request.unwrap_or_default()).as_secs_f64() * 1e6
+}
+
+/// The [`FeedPairs`] of every setup, as markdown: the median of the pairs'
+/// ratios and their range; empty for none.
+pub fn feed_pairs_table(pairs: &[FeedPairs]) -> String {
+    let mut out = String::new();
+    for p in pairs.iter().filter(|p| !p.ratios.is_empty()) {
+        let (low, high) = p
+            .ratios
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(low, high), &r| {
+                (low.min(r), high.max(r))
+            });
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | **{:.2}** | {low:.2} – {high:.2} |",
+            p.scenario.name(),
+            pets_label(p.pets),
+            p.backend,
+            p.ratios.len(),
+            median(p.ratios.clone()),
+        );
+    }
+    if out.is_empty() {
+        return out;
+    }
+    "\nFeed pages beside `list20`, in pairs: short runs of the two against the server back to \
+     back (which goes first alternates), so that both see the same state of the machine; CPU \
+     µs/req (the server's, and its PostgreSQL cluster's where it has one), page ÷ list20:\n\n\
+     | scenario | pets | backend | pairs | CPU ÷, median | range |\n\
+     |---|---|---|--:|--:|--|\n"
+        .to_owned()
+        + &out
+}
+
 /// The follower latency of each setup that measured it (backend, where the
 /// followers were parked, how many, what they received), as markdown; empty
 /// for none.
@@ -770,6 +838,50 @@ mod tests {
             "{table}"
         );
         assert!(!markdown_table(&rows[..2], "the peer").contains("Feed pages"));
+    }
+
+    #[test]
+    fn a_pair_compares_cpu_with_the_database_s_and_counts_only_without_errors() {
+        let (list20, mut page) = (sample(100.0, 1, None), sample(90.0, 1, None));
+        page.cpu_per_request = Duration::from_micros(20);
+        // (20 + 70) ÷ (50 + 70).
+        assert_eq!(pair_ratio(&list20, &page), Ok(0.75));
+        page.database_cpu_per_request = None;
+        let mut list20 = list20;
+        list20.database_cpu_per_request = None;
+        assert_eq!(pair_ratio(&list20, &page), Ok(0.4));
+        let failed = sample(90.0, 1, Some("12 non-2xx"));
+        assert_eq!(pair_ratio(&list20, &failed), Err("12 non-2xx".to_owned()));
+    }
+
+    #[test]
+    fn feed_pairs_give_the_median_of_their_ratios_and_their_range() {
+        let pairs = |scenario, backend, ratios: &[f64]| FeedPairs {
+            scenario,
+            pets: 1000,
+            backend,
+            ratios: ratios.to_vec(),
+        };
+        let table = feed_pairs_table(&[
+            pairs(Scenario::EventsPage, "sqlite", &[1.13, 1.03, 1.07, 1.38]),
+            pairs(Scenario::EventsPageDeep, "postgres", &[0.7, 0.6, 0.65]),
+            // Every pair failed: left out.
+            pairs(Scenario::EventsPage, "postgres", &[]),
+        ]);
+        for row in [
+            "| events_page | 1k | sqlite | 4 | **1.10** | 1.03 – 1.38 |",
+            "| events_page_deep | 1k | postgres | 3 | **0.65** | 0.60 – 0.70 |",
+        ] {
+            assert!(table.contains(row), "{table}");
+        }
+        assert!(
+            !table.contains("| events_page | 1k | postgres |"),
+            "{table}"
+        );
+        assert_eq!(
+            feed_pairs_table(&[pairs(Scenario::EventsPage, "sqlite", &[])]),
+            ""
+        );
     }
 
     #[test]
