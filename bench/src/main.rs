@@ -817,9 +817,7 @@ impl Bench {
                 println!("bench: [{label}] {name} beside list20, pair {number}/{pairs}: {outcome}");
             }
             all.push(report::FeedPairs {
-                scenario: page.scenario,
-                pets: page.pets,
-                backend: page.backend,
+                page: page.clone(),
                 ratios,
             });
         }

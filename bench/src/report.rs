@@ -368,12 +368,8 @@ fn feed_table(rows: &[Row]) -> String {
 /// PostgreSQL cluster's where it has one), page ÷ `list20`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FeedPairs {
-    /// The page.
-    pub scenario: Scenario,
-    /// Pets in the catalogue.
-    pub pets: u64,
-    /// `sqlite` or `postgres`.
-    pub backend: &'static str,
+    /// The page's row (its scenario, dataset and backend).
+    pub page: Row,
     /// Each pair's ratio, in order (pairs with an error left out).
     pub ratios: Vec<f64>,
 }
@@ -411,10 +407,8 @@ pub fn feed_pairs_table(pairs: &[FeedPairs]) -> String {
             });
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | **{:.2}** | {low:.2} – {high:.2} |",
-            p.scenario.name(),
-            pets_label(p.pets),
-            p.backend,
+            "{}| {} | **{:.2}** | {low:.2} – {high:.2} |",
+            row_head(&p.page),
             p.ratios.len(),
             median(p.ratios.clone()),
         );
@@ -857,9 +851,12 @@ mod tests {
     #[test]
     fn feed_pairs_give_the_median_of_their_ratios_and_their_range() {
         let pairs = |scenario, backend, ratios: &[f64]| FeedPairs {
-            scenario,
-            pets: 1000,
-            backend,
+            page: Row {
+                scenario,
+                pets: 1000,
+                backend,
+                rounds: Vec::new(),
+            },
             ratios: ratios.to_vec(),
         };
         let table = feed_pairs_table(&[
