@@ -222,7 +222,7 @@ impl Bench {
         let mut preamble = machine.markdown(&self.options, &load_after, &seeding);
         if !followers.is_empty() {
             preamble += &format!(
-                "- Idle followers beside every run: {}\n",
+                "- Idle followers beside every round: {}\n",
                 followers.join("; ")
             );
         }
@@ -247,7 +247,7 @@ impl Bench {
                 webhook::PATIENCE
             );
         }
-        fail_on_errors(&rows)
+        fail_on_errors(&rows, &feed_pairs)
     }
 
     /// How the report names the peer.
@@ -737,7 +737,7 @@ impl Bench {
         let mut scripts = Vec::new();
         let supply = dir.join("supply.txt");
         for &scenario in &setup.scenarios {
-            let script = dir.join(format!("{}.lua", scenario.name()));
+            let script = script_path(dir, scenario);
             let text = scenario.wrk_script(key, setup.pets as i64, &supply, feed);
             std::fs::write(&script, text)?;
             scripts.push(script);
@@ -771,11 +771,12 @@ impl Bench {
 
     /// Each feed page that ran beside `list20` in `rows`, against the
     /// server again: [`PAIRS_PER_ROUND`] pairs a round of back-to-back
-    /// runs of [`PAIR_RUN`], `list20` first in every other pair. The rounds
-    /// run each scenario for the duration asked, one after the other, and on
-    /// this machine the CPU a request takes can change by half between two
-    /// of them (BENCHMARKS.md, twenty-eighth pass); within a pair it seldom
-    /// does.
+    /// runs of [`PAIR_RUN`] (or `--duration`, if shorter), `list20` first
+    /// in every other pair. The rounds run each scenario for the duration
+    /// asked, one after the other, and on this machine the CPU a request
+    /// takes can change by half between two of them (BENCHMARKS.md,
+    /// twenty-eighth pass); within a pair it changes less often. A pair
+    /// with errors does not count, and fails the command at the end.
     fn feed_pairs(
         &self,
         targets: &Targets,
@@ -783,60 +784,72 @@ impl Bench {
         label: &str,
         dir: &Path,
     ) -> anyhow::Result<Vec<report::FeedPairs>> {
-        let script = |row: &Row| dir.join(format!("{}.lua", row.scenario.name()));
-        let Some(list20) = rows.iter().find(|row| row.scenario == Scenario::List20) else {
+        if !rows.iter().any(|row| row.scenario == Scenario::List20) {
             return Ok(Vec::new());
-        };
+        }
         let (out, run) = (dir.join("wrk.out"), PAIR_RUN.min(self.options.duration()));
         let pairs = PAIRS_PER_ROUND * self.options.rounds;
+        let list20_script = script_path(dir, Scenario::List20);
         let mut all = Vec::new();
         for page in rows.iter().filter(|row| row.scenario.reads_feed()) {
             self.runtime.block_on(settle(targets.databases))?;
-            let (name, list20_script, page_script) =
-                (page.scenario.name(), script(list20), script(page));
-            let mut ratios = Vec::new();
+            let (name, page_script) = (page.scenario.name(), script_path(dir, page.scenario));
+            let (mut ratios, mut errors) = (Vec::new(), Vec::new());
             for pair in 0..pairs {
                 self.go_on()?;
-                let [list20, page] = match pair % 2 {
-                    0 => self.pair(targets, [&list20_script, &page_script], run, &out)?,
-                    _ => {
-                        let [page, list20] =
-                            self.pair(targets, [&page_script, &list20_script], run, &out)?;
-                        [list20, page]
-                    }
-                };
-                let outcome = match report::pair_ratio(&list20, &page) {
+                let scripts = [list20_script.as_path(), page_script.as_path()];
+                let [list20_run, page_run] =
+                    self.pair(targets, scripts, pair % 2 == 0, run, &out)?;
+                let outcome = match report::pair_ratio(&list20_run, &page_run) {
                     Ok(ratio) => {
                         ratios.push(ratio);
-                        let cpu = [&page, &list20].map(report::pair_cpu_us);
+                        let cpu = [&page_run, &list20_run].map(report::pair_cpu_us);
                         format!("{:.1} / {:.1} µs CPU/req, {ratio:.2}", cpu[0], cpu[1])
                     }
-                    Err(errors) => format!("ERROR ({errors})"),
+                    Err(error) => {
+                        errors.push(error.clone());
+                        format!("ERROR ({error})")
+                    }
                 };
                 let number = pair + 1;
                 println!("bench: [{label}] {name} beside list20, pair {number}/{pairs}: {outcome}");
             }
+            let page = Row {
+                rounds: Vec::new(),
+                ..*page
+            };
             all.push(report::FeedPairs {
-                page: page.clone(),
+                page,
                 ratios,
+                errors,
             });
         }
         Ok(all)
     }
 
-    /// Two runs against the server, back to back, for `run` each.
+    /// A run of each of `scripts` against the server, back to back, for
+    /// `run` each: the first one first or not; their samples in the order
+    /// of `scripts`.
     fn pair(
         &self,
         targets: &Targets,
-        [first, second]: [&Path; 2],
+        scripts: [&Path; 2],
+        first_first: bool,
         run: Duration,
         out: &Path,
     ) -> anyhow::Result<[Sample; 2]> {
         let postmaster = targets.postmasters.get(&targets.server.addr).copied();
-        Ok([
-            measure(targets.server, postmaster, first, run, out)?,
-            measure(targets.server, postmaster, second, run, out)?,
-        ])
+        let measure = |script: &Path| measure(targets.server, postmaster, script, run, out);
+        Ok(match first_first {
+            true => {
+                let first = measure(scripts[0])?;
+                [first, measure(scripts[1])?]
+            }
+            false => {
+                let second = measure(scripts[1])?;
+                [measure(scripts[0])?, second]
+            }
+        })
     }
 
     /// The ceiling, the server and the peer (if it serves the scenario), one
@@ -1031,6 +1044,11 @@ async fn settle(databases: &[String]) -> anyhow::Result<()> {
 
 /// One wrk run against `target`, with its CPU time before and after, and
 /// that of its PostgreSQL cluster (whose `postmaster` is given).
+/// Where the wrk script of `scenario` is written (by [`Bench::rounds`]).
+fn script_path(dir: &Path, scenario: Scenario) -> PathBuf {
+    dir.join(format!("{}.lua", scenario.name()))
+}
+
 fn measure(
     target: &Service,
     postmaster: Option<u32>,
@@ -1117,8 +1135,12 @@ fn write_results(rows: &[Row], preamble: &str, latency: &str, peer: &str) -> any
 }
 
 /// A run with errors is reported in the table and fails the command.
-fn fail_on_errors(rows: &[Row]) -> anyhow::Result<()> {
-    let errors: usize = rows.iter().map(|row| row.summary().errors.len()).sum();
+fn fail_on_errors(rows: &[Row], pairs: &[report::FeedPairs]) -> anyhow::Result<()> {
+    let errors: usize = rows
+        .iter()
+        .map(|row| row.summary().errors.len())
+        .sum::<usize>()
+        + pairs.iter().map(|p| p.errors.len()).sum::<usize>();
     if errors > 0 {
         bail!("{errors} runs had errors (non-2xx responses or socket errors); see the table");
     }

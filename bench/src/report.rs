@@ -366,12 +366,13 @@ fn feed_table(rows: &[Row]) -> String {
 /// A feed page beside `list20` in back-to-back pairs of short runs
 /// against the server: each pair's CPU per request (the server's, and its
 /// PostgreSQL cluster's where it has one), page ÷ `list20`.
-#[derive(Clone, Debug, PartialEq)]
 pub struct FeedPairs {
-    /// The page's row (its scenario, dataset and backend).
+    /// The page's row: its scenario, dataset and backend (no rounds).
     pub page: Row,
-    /// Each pair's ratio, in order (pairs with an error left out).
+    /// The ratio of each pair without errors, in order.
     pub ratios: Vec<f64>,
+    /// Why each other pair does not count.
+    pub errors: Vec<String>,
 }
 
 /// A pair's CPU per request (the server's, and its PostgreSQL cluster's
@@ -395,32 +396,40 @@ pub fn pair_cpu_us(s: &Sample) -> f64 {
 }
 
 /// The [`FeedPairs`] of every setup, as markdown: the median of the pairs'
-/// ratios and their range; empty for none.
+/// ratios and their range, and how many pairs had errors; empty for none.
 pub fn feed_pairs_table(pairs: &[FeedPairs]) -> String {
     let mut out = String::new();
-    for p in pairs.iter().filter(|p| !p.ratios.is_empty()) {
+    for p in pairs {
         let (low, high) = p
             .ratios
             .iter()
             .fold((f64::MAX, f64::MIN), |(low, high), &r| {
                 (low.min(r), high.max(r))
             });
+        let (median, range) = match p.ratios.is_empty() {
+            true => ("ERROR".to_owned(), "—".to_owned()),
+            false => (
+                format!("{:.2}", median(p.ratios.clone())),
+                format!("{low:.2} – {high:.2}"),
+            ),
+        };
         let _ = writeln!(
             out,
-            "{}| {} | **{:.2}** | {low:.2} – {high:.2} |",
+            "{}| {} | {} | **{median}** | {range} |",
             row_head(&p.page),
             p.ratios.len(),
-            median(p.ratios.clone()),
+            p.errors.len(),
         );
     }
     if out.is_empty() {
         return out;
     }
-    "\nFeed pages beside `list20`, in pairs: short runs of the two against the server back to \
-     back (which goes first alternates), so that both see the same state of the machine; CPU \
-     µs/req (the server's, and its PostgreSQL cluster's where it has one), page ÷ list20:\n\n\
-     | scenario | pets | backend | pairs | CPU ÷, median | range |\n\
-     |---|---|---|--:|--:|--|\n"
+    "\nFeed pages beside `list20`, in pairs: after the rounds (and without idle followers), short \
+     runs of the two against the server back to back (which goes first alternates), so that \
+     both see the same state of the machine; CPU µs/req (the server's, and its PostgreSQL \
+     cluster's where it has one), page ÷ list20:\n\n\
+     | scenario | pets | backend | pairs | pairs with errors | CPU ÷, median | range |\n\
+     |---|---|---|--:|--:|--:|--|\n"
         .to_owned()
         + &out
 }
@@ -836,21 +845,27 @@ mod tests {
 
     #[test]
     fn a_pair_compares_cpu_with_the_database_s_and_counts_only_without_errors() {
-        let (list20, mut page) = (sample(100.0, 1, None), sample(90.0, 1, None));
+        let (mut list20, mut page) = (sample(100.0, 1, None), sample(90.0, 1, None));
         page.cpu_per_request = Duration::from_micros(20);
         // (20 + 70) ÷ (50 + 70).
         assert_eq!(pair_ratio(&list20, &page), Ok(0.75));
         page.database_cpu_per_request = None;
-        let mut list20 = list20;
         list20.database_cpu_per_request = None;
         assert_eq!(pair_ratio(&list20, &page), Ok(0.4));
-        let failed = sample(90.0, 1, Some("12 non-2xx"));
-        assert_eq!(pair_ratio(&list20, &failed), Err("12 non-2xx".to_owned()));
+        let failed = |error| sample(90.0, 1, Some(error));
+        assert_eq!(
+            pair_ratio(&list20, &failed("12 non-2xx")),
+            Err("12 non-2xx".to_owned())
+        );
+        assert_eq!(
+            pair_ratio(&failed("3 timeouts"), &page),
+            Err("3 timeouts".to_owned())
+        );
     }
 
     #[test]
-    fn feed_pairs_give_the_median_of_their_ratios_and_their_range() {
-        let pairs = |scenario, backend, ratios: &[f64]| FeedPairs {
+    fn feed_pairs_give_the_median_of_their_ratios_their_range_and_their_errors() {
+        let pairs = |scenario, backend, ratios: &[f64], errors: usize| FeedPairs {
             page: Row {
                 scenario,
                 pets: 1000,
@@ -858,27 +873,21 @@ mod tests {
                 rounds: Vec::new(),
             },
             ratios: ratios.to_vec(),
+            errors: vec!["12 non-2xx".to_owned(); errors],
         };
         let table = feed_pairs_table(&[
-            pairs(Scenario::EventsPage, "sqlite", &[1.13, 1.03, 1.07, 1.38]),
-            pairs(Scenario::EventsPageDeep, "postgres", &[0.7, 0.6, 0.65]),
-            // Every pair failed: left out.
-            pairs(Scenario::EventsPage, "postgres", &[]),
+            pairs(Scenario::EventsPage, "sqlite", &[1.13, 1.03, 1.07, 1.38], 0),
+            pairs(Scenario::EventsPageDeep, "postgres", &[0.7, 0.6, 0.65], 1),
+            pairs(Scenario::EventsPage, "postgres", &[], 2),
         ]);
         for row in [
-            "| events_page | 1k | sqlite | 4 | **1.10** | 1.03 – 1.38 |",
-            "| events_page_deep | 1k | postgres | 3 | **0.65** | 0.60 – 0.70 |",
+            "| events_page | 1k | sqlite | 4 | 0 | **1.10** | 1.03 – 1.38 |",
+            "| events_page_deep | 1k | postgres | 3 | 1 | **0.65** | 0.60 – 0.70 |",
+            "| events_page | 1k | postgres | 0 | 2 | **ERROR** | — |",
         ] {
             assert!(table.contains(row), "{table}");
         }
-        assert!(
-            !table.contains("| events_page | 1k | postgres |"),
-            "{table}"
-        );
-        assert_eq!(
-            feed_pairs_table(&[pairs(Scenario::EventsPage, "sqlite", &[])]),
-            ""
-        );
+        assert_eq!(feed_pairs_table(&[]), "");
     }
 
     #[test]
