@@ -50,6 +50,12 @@ pub struct CannedSet {
     pub events_page: Canned,
     /// `GET /v1/events?limit=20&after=DEEP`.
     pub events_page_deep: Canned,
+    /// `GET /v1/pets?limit=20&after=ID`: one representative page (after the
+    /// catalogue's middle id), for every `ID`.
+    pub list20_random: Canned,
+    /// `GET /v1/events?limit=20&after=ID`: one representative page (after
+    /// the event halfway from START to DEEP), for every other `ID`.
+    pub events_page_random: Canned,
 }
 
 /// The cursors of the feed scenarios (since contract 1.6.0): event ids,

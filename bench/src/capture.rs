@@ -109,6 +109,14 @@ pub async fn capture(
         feed,
         events_page: events(feed.start).await?,
         events_page_deep: events(feed.deep).await?,
+        list20_random: fetch(
+            M::GET,
+            &format!("/pets?limit=20&after={}", max_id / 2),
+            key,
+            S::OK,
+        )
+        .await?,
+        events_page_random: events(feed.start.midpoint(feed.deep)).await?,
     })
 }
 

@@ -769,10 +769,11 @@ impl Bench {
         Ok(rows)
     }
 
-    /// Each feed page that ran beside `list20` in `rows`, against the
-    /// server again: [`PAIRS_PER_ROUND`] pairs a round of back-to-back
-    /// runs of [`PAIR_RUN`] (or `--duration`, if shorter), `list20` first
-    /// in every other pair. The rounds run each scenario for the duration
+    /// Each feed page that ran beside its page of pets in `rows`
+    /// ([`Scenario::pets_beside`]), against the server again:
+    /// [`PAIRS_PER_ROUND`] pairs a round of back-to-back runs of
+    /// [`PAIR_RUN`] (or `--duration`, if shorter), the pets first in every
+    /// other pair. The rounds run each scenario for the duration
     /// asked, one after the other, and on this machine the CPU a request
     /// takes can change by half between two of them (BENCHMARKS.md,
     /// twenty-eighth pass); within a pair it changes less often. A pair
@@ -784,26 +785,25 @@ impl Bench {
         label: &str,
         dir: &Path,
     ) -> anyhow::Result<Vec<report::FeedPairs>> {
-        if !rows.iter().any(|row| row.scenario == Scenario::List20) {
-            return Ok(Vec::new());
-        }
         let (out, run) = (dir.join("wrk.out"), PAIR_RUN.min(self.options.duration()));
         let pairs = PAIRS_PER_ROUND * self.options.rounds;
-        let list20_script = script_path(dir, Scenario::List20);
+        let ran = |scenario| rows.iter().any(|row| row.scenario == scenario);
+        let pages = rows.iter().filter(|row| row.scenario.reads_feed());
         let mut all = Vec::new();
-        for page in rows.iter().filter(|row| row.scenario.reads_feed()) {
+        for page in pages.filter(|page| ran(page.scenario.pets_beside())) {
             self.runtime.block_on(settle(targets.databases))?;
-            let (name, page_script) = (page.scenario.name(), script_path(dir, page.scenario));
+            let (name, pets) = (page.scenario.name(), page.scenario.pets_beside());
+            let (page_script, pets_script) =
+                (script_path(dir, page.scenario), script_path(dir, pets));
             let (mut ratios, mut errors) = (Vec::new(), Vec::new());
             for pair in 0..pairs {
                 self.go_on()?;
-                let scripts = [list20_script.as_path(), page_script.as_path()];
-                let [list20_run, page_run] =
-                    self.pair(targets, scripts, pair % 2 == 0, run, &out)?;
-                let outcome = match report::pair_ratio(&list20_run, &page_run) {
+                let scripts = [pets_script.as_path(), page_script.as_path()];
+                let [pets_run, page_run] = self.pair(targets, scripts, pair % 2 == 0, run, &out)?;
+                let outcome = match report::pair_ratio(&pets_run, &page_run) {
                     Ok(ratio) => {
                         ratios.push(ratio);
-                        let cpu = [&page_run, &list20_run].map(report::pair_cpu_us);
+                        let cpu = [&page_run, &pets_run].map(report::pair_cpu_us);
                         format!("{:.1} / {:.1} µs CPU/req, {ratio:.2}", cpu[0], cpu[1])
                     }
                     Err(error) => {
@@ -811,8 +811,8 @@ impl Bench {
                         format!("ERROR ({error})")
                     }
                 };
-                let number = pair + 1;
-                println!("bench: [{label}] {name} beside list20, pair {number}/{pairs}: {outcome}");
+                let (pets, number) = (pets.name(), pair + 1);
+                println!("bench: [{label}] {name} beside {pets}, pair {number}/{pairs}: {outcome}");
             }
             let page = Row {
                 rounds: Vec::new(),

@@ -255,7 +255,7 @@ pub fn tsv(rows: &[Row]) -> String {
 }
 
 /// The results as a markdown table (also what the bench prints), then the
-/// rounds left out, the feed's pages beside `list20`, and the server beside
+/// rounds left out, the feed's pages beside their pages of pets, and the server beside
 /// the peer (described as `peer`: the `--compare-with` one, or the
 /// `--baseline-binary`).
 pub fn markdown_table(rows: &[Row], peer: &str) -> String {
@@ -312,20 +312,22 @@ pub fn markdown_table(rows: &[Row], peer: &str) -> String {
     out + &left_out + &feed_table(rows) + &peer_table(rows, peer)
 }
 
-/// Each feed page beside `list20` on the same dataset and backend: req/s,
-/// and CPU per request (the server's and, on PostgreSQL, its database's);
-/// empty when no feed scenario ran beside `list20`.
+/// Each feed page beside its page of pets ([`Scenario::pets_beside`]) on
+/// the same dataset and backend: req/s, and CPU per request (the server's
+/// and, on PostgreSQL, its database's); empty when no feed scenario ran
+/// beside its page of pets.
 fn feed_table(rows: &[Row]) -> String {
     let mut out = String::new();
     for row in rows.iter().filter(|row| row.scenario.reads_feed()) {
         let same = |r: &&Row| {
-            r.scenario == Scenario::List20 && (r.pets, r.backend) == (row.pets, row.backend)
+            r.scenario == row.scenario.pets_beside()
+                && (r.pets, r.backend) == (row.pets, row.backend)
         };
-        let Some(list20) = rows.iter().find(same) else {
+        let Some(pets) = rows.iter().find(same) else {
             continue;
         };
-        let (page, list20) = (row.summary(), list20.summary());
-        if page.rounds_ok == 0 || list20.rounds_ok == 0 {
+        let (page, pets) = (row.summary(), pets.summary());
+        if page.rounds_ok == 0 || pets.rounds_ok == 0 {
             continue;
         }
         let cpu = |s: &Stats| {
@@ -337,13 +339,14 @@ fn feed_table(rows: &[Row]) -> String {
                 }
         };
         let (rate, cpu) = (
-            (page.server.rate, list20.server.rate),
-            (cpu(&page.server), cpu(&list20.server)),
+            (page.server.rate, pets.server.rate),
+            (cpu(&page.server), cpu(&pets.server)),
         );
         let _ = writeln!(
             out,
-            "{}| {:.0} / {:.0} | **{:.2}** | {:.1} / {:.1} | **{:.2}** |",
+            "{}| {} | {:.0} / {:.0} | **{:.2}** | {:.1} / {:.1} | **{:.2}** |",
             row_head(row),
+            row.scenario.pets_beside().name(),
             rate.0,
             rate.1,
             rate.0 / rate.1,
@@ -355,17 +358,18 @@ fn feed_table(rows: &[Row]) -> String {
     if out.is_empty() {
         return out;
     }
-    "\nFeed pages beside `list20` (same setup, same rounds; CPU: the server's, and its PostgreSQL \
-     cluster's where it has one):\n\n\
-     | scenario | pets | backend | req/s, page / list20 | ÷ | CPU µs/req, page / list20 | ÷ |\n\
-     |---|---|---|--:|--:|--:|--:|\n"
+    "\nFeed pages beside a page of pets (same setup, same rounds; CPU: the server's, and its \
+     PostgreSQL cluster's where it has one):\n\n\
+     | scenario | pets | backend | beside | req/s, page / pets | ÷ | CPU µs/req, page / pets | ÷ |\n\
+     |---|---|---|---|--:|--:|--:|--:|\n"
         .to_owned()
         + &out
 }
 
-/// A feed page beside `list20` in back-to-back pairs of short runs
-/// against the server: each pair's CPU per request (the server's, and its
-/// PostgreSQL cluster's where it has one), page ÷ `list20`.
+/// A feed page beside its page of pets ([`Scenario::pets_beside`]) in
+/// back-to-back pairs of short runs against the server: each pair's CPU
+/// per request (the server's, and its PostgreSQL cluster's where it has
+/// one), page ÷ pets.
 pub struct FeedPairs {
     /// The page's row: its scenario, dataset and backend (no rounds).
     pub page: Row,
@@ -376,17 +380,17 @@ pub struct FeedPairs {
 }
 
 /// A pair's CPU per request (the server's, and its PostgreSQL cluster's
-/// where it has one), the page's ÷ `list20`'s; or why the pair does not
+/// where it has one), the page's ÷ the pets'; or why the pair does not
 /// count.
-pub fn pair_ratio(list20: &Sample, page: &Sample) -> Result<f64, String> {
-    let errors: Vec<&str> = [list20, page]
+pub fn pair_ratio(pets: &Sample, page: &Sample) -> Result<f64, String> {
+    let errors: Vec<&str> = [pets, page]
         .iter()
         .filter_map(|s| s.error.as_deref())
         .collect();
     if !errors.is_empty() {
         return Err(errors.join("; "));
     }
-    Ok(pair_cpu_us(page) / pair_cpu_us(list20))
+    Ok(pair_cpu_us(page) / pair_cpu_us(pets))
 }
 
 /// A run's CPU µs per request as a pair counts it: the server's, and its
@@ -415,8 +419,9 @@ pub fn feed_pairs_table(pairs: &[FeedPairs]) -> String {
         };
         let _ = writeln!(
             out,
-            "{}| {} | {} | **{median}** | {range} |",
+            "{}| {} | {} | {} | **{median}** | {range} |",
             row_head(&p.page),
+            p.page.scenario.pets_beside().name(),
             p.ratios.len(),
             p.errors.len(),
         );
@@ -424,12 +429,12 @@ pub fn feed_pairs_table(pairs: &[FeedPairs]) -> String {
     if out.is_empty() {
         return out;
     }
-    "\nFeed pages beside `list20`, in pairs: after the rounds (and without idle followers), short \
-     runs of the two against the server back to back (which goes first alternates), so that \
-     both see the same state of the machine; CPU µs/req (the server's, and its PostgreSQL \
-     cluster's where it has one), page ÷ list20:\n\n\
-     | scenario | pets | backend | pairs | pairs with errors | CPU ÷, median | range |\n\
-     |---|---|---|--:|--:|--:|--|\n"
+    "\nFeed pages beside a page of pets, in pairs: after the rounds (and without idle followers), \
+     short runs of the two against the server back to back (which goes first alternates), so \
+     that both see the same state of the machine; CPU µs/req (the server's, and its PostgreSQL \
+     cluster's where it has one), page ÷ pets:\n\n\
+     | scenario | pets | backend | beside | pairs | pairs with errors | CPU ÷, median | range |\n\
+     |---|---|---|---|--:|--:|--:|--|\n"
         .to_owned()
         + &out
 }
@@ -801,7 +806,7 @@ mod tests {
     }
 
     #[test]
-    fn feed_pages_are_set_beside_list20_of_their_setup() {
+    fn feed_pages_are_set_beside_their_page_of_pets_of_their_setup() {
         let row = |scenario, pets, backend, rate| {
             let mut round = round(rate, 1000.0);
             if backend == "sqlite" {
@@ -819,28 +824,30 @@ mod tests {
         let rows = [
             row(Scenario::List20, 1000, "sqlite", 400.0),
             row(Scenario::List20, 1000, "postgres", 500.0),
+            row(Scenario::List20Random, 1000, "sqlite", 250.0),
             row(Scenario::EventsPage, 1000, "sqlite", 500.0),
             deep,
-            // No list20 on 1M: left out.
+            row(Scenario::EventsPageRandom, 1000, "sqlite", 200.0),
+            // No list20 on 1M, nor list20_random on PostgreSQL: left out.
             row(Scenario::EventsPage, 1_000_000, "sqlite", 300.0),
+            row(Scenario::EventsPageRandom, 1000, "postgres", 100.0),
         ];
         let table = markdown_table(&rows, "the peer");
-        assert!(
-            table.contains(
-                "| events_page | 1k | sqlite | 500 / 400 | **1.25** | 50.0 / 50.0 | **1.00** |"
-            ),
-            "{table}"
-        );
-        // On PostgreSQL, the database's CPU counts too: 60 + 70 beside 50 + 70.
-        assert!(
-            table.contains("| events_page_deep | 1k | postgres | 450 / 500 | **0.90** | 130.0 / 120.0 | **1.08** |"),
-            "{table}"
-        );
-        assert!(
-            !table.contains("| events_page | 1M | sqlite | 300 /"),
-            "{table}"
-        );
-        assert!(!markdown_table(&rows[..2], "the peer").contains("Feed pages"));
+        for line in [
+            "| events_page | 1k | sqlite | list20 | 500 / 400 | **1.25** | 50.0 / 50.0 | **1.00** |",
+            // On PostgreSQL, the database's CPU counts too: 60 + 70 beside 50 + 70.
+            "| events_page_deep | 1k | postgres | list20 | 450 / 500 | **0.90** | 130.0 / 120.0 | **1.08** |",
+            "| events_page_random | 1k | sqlite | list20_random | 200 / 250 | **0.80** | 50.0 / 50.0 | **1.00** |",
+        ] {
+            assert!(table.contains(line), "{table}");
+        }
+        for left_out in [
+            "| events_page | 1M | sqlite | list20 |",
+            "| events_page_random | 1k | postgres | list20_random |",
+        ] {
+            assert!(!table.contains(left_out), "{table}");
+        }
+        assert!(!markdown_table(&rows[..3], "the peer").contains("Feed pages"));
     }
 
     #[test]
@@ -878,12 +885,12 @@ mod tests {
         let table = feed_pairs_table(&[
             pairs(Scenario::EventsPage, "sqlite", &[1.13, 1.03, 1.07, 1.38], 0),
             pairs(Scenario::EventsPageDeep, "postgres", &[0.7, 0.6, 0.65], 1),
-            pairs(Scenario::EventsPage, "postgres", &[], 2),
+            pairs(Scenario::EventsPageRandom, "postgres", &[], 2),
         ]);
         for row in [
-            "| events_page | 1k | sqlite | 4 | 0 | **1.10** | 1.03 – 1.38 |",
-            "| events_page_deep | 1k | postgres | 3 | 1 | **0.65** | 0.60 – 0.70 |",
-            "| events_page | 1k | postgres | 0 | 2 | **ERROR** | — |",
+            "| events_page | 1k | sqlite | list20 | 4 | 0 | **1.10** | 1.03 – 1.38 |",
+            "| events_page_deep | 1k | postgres | list20 | 3 | 1 | **0.65** | 0.60 – 0.70 |",
+            "| events_page_random | 1k | postgres | list20_random | 0 | 2 | **ERROR** | — |",
         ] {
             assert!(table.contains(row), "{table}");
         }

@@ -43,6 +43,15 @@ pub enum Scenario {
     EventsPage,
     /// The same, `ID` an event about 90 % into the seeded feed.
     EventsPageDeep,
+    /// `GET /v1/pets?limit=20&after=ID`, a random `ID` of the catalogue per
+    /// request (up to 20 before its end): pages at any depth, each read
+    /// about once when the catalogue is large ([`Self::EventsPageRandom`]'s
+    /// measure).
+    List20Random,
+    /// `GET /v1/events?limit=20&after=ID`, a random `ID` from the feed's
+    /// first event to the deep page's cursor per request: feed pages at any
+    /// depth, each read about once when the feed is large.
+    EventsPageRandom,
 }
 
 /// The animals `order_cycle` orders again and again: a catalogue's share
@@ -69,6 +78,8 @@ impl Scenario {
             Scenario::Inventory => "inventory",
             Scenario::EventsPage => "events_page",
             Scenario::EventsPageDeep => "events_page_deep",
+            Scenario::List20Random => "list20_random",
+            Scenario::EventsPageRandom => "events_page_random",
         }
     }
 
@@ -96,13 +107,29 @@ impl Scenario {
     /// scenario's requests as the contract says (a peer comparison runs
     /// only these).
     pub fn plain(self) -> bool {
-        !self.reads_feed() && !matches!(self, Scenario::CreateIdempotent | Scenario::List20Deep)
+        !self.reads_feed()
+            && !matches!(
+                self,
+                Scenario::CreateIdempotent | Scenario::List20Deep | Scenario::List20Random
+            )
     }
 
     /// Whether the scenario reads the feed of events (which servers before
     /// contract 1.6.0 do not serve).
     pub fn reads_feed(self) -> bool {
-        matches!(self, Scenario::EventsPage | Scenario::EventsPageDeep)
+        matches!(
+            self,
+            Scenario::EventsPage | Scenario::EventsPageDeep | Scenario::EventsPageRandom
+        )
+    }
+
+    /// The page of pets a feed scenario is compared with: `list20`, or
+    /// `list20_random` for pages at random cursors.
+    pub fn pets_beside(self) -> Scenario {
+        match self {
+            Scenario::EventsPageRandom => Scenario::List20Random,
+            _ => Scenario::List20,
+        }
     }
 
     /// The wrk Lua script sending this scenario's requests with `key`, ids
@@ -126,13 +153,17 @@ impl Scenario {
                 static_request("POST", "/v1/pets"),
                 format_args!("{NUMBERED_THREADS}{IDEMPOTENT_REQUEST}")
             ),
-            Scenario::GetById => random_id_request(max_id),
+            Scenario::GetById => random_request("/v1/pets/", 1, max_id),
             Scenario::List20Deep => static_request("GET", &deep_path(max_id)),
             Scenario::Inventory => static_request("GET", "/v1/store/inventory"),
             Scenario::PlaceOrder => orders_request(supply, PLACE_ORDER),
             Scenario::OrderCycle => orders_request(supply, ORDER_CYCLE),
             Scenario::EventsPage => static_request("GET", &events_path(feed.start)),
             Scenario::EventsPageDeep => static_request("GET", &events_path(feed.deep)),
+            Scenario::List20Random => random_request(RANDOM_PETS_PREFIX, 0, (max_id - 20).max(0)),
+            Scenario::EventsPageRandom => {
+                random_request(RANDOM_EVENTS_PREFIX, feed.start as i64, feed.deep as i64)
+            }
         };
         format!(
             "-- Written by `cargo xtask bench` for the {} scenario.\n\
@@ -170,19 +201,26 @@ function setup(thread)
 end
 "#;
 
-/// A new random id per request. Each wrk thread has its own Lua state, so
-/// each gets its own seed (set from `setup`, which runs before `init`).
-fn random_id_request(max_id: i64) -> String {
+/// `GET` of `prefix` and a new random number from `low..=high` per
+/// request. Each wrk thread has its own Lua state, so each gets its own
+/// seed (set from `setup`, which runs before `init`).
+fn random_request(prefix: &str, low: i64, high: i64) -> String {
     format!(
         r#"{NUMBERED_THREADS}function init(args)
   math.randomseed(os.time() * 100 + thread_number)
 end
 function request()
-  return wrk.format("GET", "/v1/pets/" .. math.random(1, {max_id}))
+  return wrk.format("GET", "{prefix}" .. math.random({low}, {high}))
 end
 "#
     )
 }
+
+/// `list20_random`'s path, up to its cursor.
+pub const RANDOM_PETS_PREFIX: &str = "/v1/pets?limit=20&after=";
+
+/// `events_page_random`'s path, up to its cursor.
+pub const RANDOM_EVENTS_PREFIX: &str = "/v1/events?limit=20&after=";
 
 /// A new `Idempotency-Key` per request: a prefix random per thread and run,
 /// and a counter. (`wrk.format` with headers of its own ignores
@@ -333,6 +371,16 @@ mod tests {
         assert!(script.contains("wrk.path = \"/v1/events?limit=20&after=7\""));
         let script = Scenario::EventsPageDeep.wrk_script("k", 1, Path::new("s"), FEED);
         assert!(script.contains("wrk.path = \"/v1/events?limit=20&after=9001\""));
+        let script = Scenario::List20Random.wrk_script("k", 1000, Path::new("s"), FEED);
+        assert!(
+            script.contains(
+                r#"wrk.format("GET", "/v1/pets?limit=20&after=" .. math.random(0, 980))"#
+            )
+        );
+        let script = Scenario::EventsPageRandom.wrk_script("k", 1000, Path::new("s"), FEED);
+        assert!(script.contains(
+            r#"wrk.format("GET", "/v1/events?limit=20&after=" .. math.random(7, 9001))"#
+        ));
     }
 
     #[test]
@@ -341,7 +389,20 @@ mod tests {
             .iter()
             .filter(|s| s.reads_feed())
             .collect();
-        assert_eq!(feed, [&Scenario::EventsPage, &Scenario::EventsPageDeep]);
+        assert_eq!(
+            feed,
+            [
+                &Scenario::EventsPage,
+                &Scenario::EventsPageDeep,
+                &Scenario::EventsPageRandom
+            ]
+        );
         assert!(feed.iter().all(|s| s.reads_only() && !s.plain()));
+        let beside: Vec<_> = feed.iter().map(|s| s.pets_beside()).collect();
+        assert_eq!(
+            beside,
+            [Scenario::List20, Scenario::List20, Scenario::List20Random]
+        );
+        assert!(!Scenario::List20Random.plain() && Scenario::List20Random.reads_only());
     }
 }

@@ -156,6 +156,9 @@ struct Routes {
     /// The queries of the two feed pages, and their answers.
     events_page: (String, Prepared),
     events_page_deep: (String, Prepared),
+    /// A page of pets after any id, and of the feed after any other event.
+    list20_random: Prepared,
+    events_page_random: Prepared,
 }
 
 impl Routes {
@@ -181,6 +184,8 @@ impl Routes {
                 format!("limit=20&after={}", set.feed.deep),
                 Prepared::new(&set.events_page_deep)?,
             ),
+            list20_random: Prepared::new(&set.list20_random)?,
+            events_page_random: Prepared::new(&set.events_page_random)?,
         })
     }
 
@@ -195,13 +200,20 @@ impl Routes {
                 Some(query) if query.starts_with("status=pending&limit=20&after=") => {
                     Some(&self.list20_deep)
                 }
+                Some(query) if query.starts_with("limit=20&after=") => Some(&self.list20_random),
                 _ => None,
             },
             (&Method::GET, "/v1/store/inventory") => Some(&self.inventory),
             (&Method::GET, "/v1/events") => [&self.events_page, &self.events_page_deep]
                 .into_iter()
                 .find(|(query, _)| request.uri().query() == Some(query.as_str()))
-                .map(|(_, page)| page),
+                .map(|(_, page)| page)
+                .or_else(|| {
+                    let query = request.uri().query().unwrap_or_default();
+                    query
+                        .starts_with("limit=20&after=")
+                        .then_some(&self.events_page_random)
+                }),
             (&Method::GET, path) => path
                 .strip_prefix("/v1/pets/")
                 .and_then(|id| id.parse::<i64>().ok())
