@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use reqwest::{Method, StatusCode};
 
 use super::canned::{Canned, CannedSet, FeedCursors};
-use super::scenario::{CREATE_BODY, deep_path, events_path};
+use super::scenario::{CREATE_BODY, PETS_PREFIX, deep_path, events_path};
 
 /// Headers the HTTP layer writes per response, so the ceiling's hyper
 /// writes its own instead of replaying these.
@@ -111,7 +111,7 @@ pub async fn capture(
         events_page_deep: events(feed.deep).await?,
         list20_random: fetch(
             M::GET,
-            &format!("/pets?limit=20&after={}", max_id / 2),
+            format!("{PETS_PREFIX}{}", max_id / 2).trim_start_matches("/v1"),
             key,
             S::OK,
         )

@@ -13,8 +13,8 @@
 //! (utime + stime from `/proc/PID/stat`, before and after) and peak RSS
 //! (`VmHWM`). It reports medians over rounds and the median of the per-round
 //! ratios server ÷ ceiling, which is what stays comparable on a noisy machine.
-//! Feed pages are also set beside `list20` in pairs of short runs against
-//! the server, back to back ([`Bench::feed_pairs`]).
+//! Feed pages are also set beside their page of pets in pairs of short runs
+//! against the server, back to back ([`Bench::feed_pairs`]).
 //!
 //! Every process it starts is held by a guard that stops it when dropped, so
 //! a failure midway leaves no server, ceiling, wrk or cluster behind.
@@ -1000,7 +1000,7 @@ struct WebhookRun {
 /// What one setup measured.
 struct SetupOutcome {
     rows: Vec<Row>,
-    /// Each feed page beside `list20`, pair by pair.
+    /// Each feed page beside its page of pets, pair by pair.
     feed_pairs: Vec<report::FeedPairs>,
     /// How long seeding took.
     seeded: Duration,

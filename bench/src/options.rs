@@ -32,8 +32,9 @@ pub struct Options {
     /// `sh -c 'exec CMD'` with BENCH_PORT (where it must listen on 127.0.0.1),
     /// BENCH_DATABASE_URL and BENCH_API_KEY (the bearer key it must accept) in
     /// its environment; every scenario but those a plain pet store does not
-    /// implement (create_idempotent, list20_deep, list20_random, the feed's) is run against it. Example, with
-    /// the peer built as its README says: --compare-with
+    /// implement (create_idempotent, list20_deep, list20_random, the feed's)
+    /// is run against it. Example, with the peer built as its README says:
+    /// --compare-with
     /// 'target/peers/release/axum-postgres $BENCH_PORT $BENCH_DATABASE_URL'
     #[arg(long, value_name = "CMD", verbatim_doc_comment)]
     pub compare_with: Option<String>,

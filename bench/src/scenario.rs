@@ -45,8 +45,8 @@ pub enum Scenario {
     EventsPageDeep,
     /// `GET /v1/pets?limit=20&after=ID`, a random `ID` of the catalogue per
     /// request (up to 20 before its end): pages at any depth, each read
-    /// about once when the catalogue is large ([`Self::EventsPageRandom`]'s
-    /// measure).
+    /// about once when the catalogue is large: what [`Self::EventsPageRandom`]
+    /// is set beside.
     List20Random,
     /// `GET /v1/events?limit=20&after=ID`, a random `ID` from the feed's
     /// first event to the deep page's cursor per request: feed pages at any
@@ -160,9 +160,9 @@ impl Scenario {
             Scenario::OrderCycle => orders_request(supply, ORDER_CYCLE),
             Scenario::EventsPage => static_request("GET", &events_path(feed.start)),
             Scenario::EventsPageDeep => static_request("GET", &events_path(feed.deep)),
-            Scenario::List20Random => random_request(RANDOM_PETS_PREFIX, 0, (max_id - 20).max(0)),
+            Scenario::List20Random => random_request(PETS_PREFIX, 0, (max_id - 20).max(0)),
             Scenario::EventsPageRandom => {
-                random_request(RANDOM_EVENTS_PREFIX, feed.start as i64, feed.deep as i64)
+                random_request(EVENTS_PREFIX, feed.start as i64, feed.deep as i64)
             }
         };
         format!(
@@ -183,7 +183,7 @@ pub const DEEP_PREFIX: &str = "/v1/pets?status=pending&limit=20&after=";
 
 /// The path of a feed scenario's request: the 20 events after `after`.
 pub fn events_path(after: u64) -> String {
-    format!("/v1/events?limit=20&after={after}")
+    format!("{EVENTS_PREFIX}{after}")
 }
 
 /// A fixed request: wrk formats it once and resends the same bytes, so the
@@ -217,10 +217,10 @@ end
 }
 
 /// `list20_random`'s path, up to its cursor.
-pub const RANDOM_PETS_PREFIX: &str = "/v1/pets?limit=20&after=";
+pub const PETS_PREFIX: &str = "/v1/pets?limit=20&after=";
 
-/// `events_page_random`'s path, up to its cursor.
-pub const RANDOM_EVENTS_PREFIX: &str = "/v1/events?limit=20&after=";
+/// The path of every feed scenario's request, up to its cursor.
+const EVENTS_PREFIX: &str = "/v1/events?limit=20&after=";
 
 /// A new `Idempotency-Key` per request: a prefix random per thread and run,
 /// and a counter. (`wrk.format` with headers of its own ignores
