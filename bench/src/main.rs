@@ -56,10 +56,11 @@ const WARM_UP: Duration = Duration::from_secs(1);
 /// A pause before each run, so the previous run's tail (late responses,
 /// closing connections) is not measured.
 const SETTLE: Duration = Duration::from_millis(300);
-/// Each run of a pair of `list20` and a feed page ([`Bench::feed_pairs`]):
-/// short, so that the machine's state seldom changes within a pair.
+/// Each run of a pair of a feed page and its page of pets
+/// ([`Bench::feed_pairs`]): short, so that the machine's state seldom
+/// changes within a pair.
 const PAIR_RUN: Duration = Duration::from_secs(2);
-/// Pairs of `list20` and a feed page for each round asked for.
+/// Pairs of a feed page and its page of pets for each round asked for.
 const PAIRS_PER_ROUND: u64 = 2;
 
 fn main() -> ExitCode {
@@ -828,19 +829,19 @@ impl Bench {
     }
 
     /// A run of each of `scripts` against the server, back to back, for
-    /// `run` each: the first one first or not; their samples in the order
-    /// of `scripts`.
+    /// `run` each, in that order or (not `in_order`) the other; their
+    /// samples in the order of `scripts`.
     fn pair(
         &self,
         targets: &Targets,
         scripts: [&Path; 2],
-        first_first: bool,
+        in_order: bool,
         run: Duration,
         out: &Path,
     ) -> anyhow::Result<[Sample; 2]> {
         let postmaster = targets.postmasters.get(&targets.server.addr).copied();
         let measure = |script: &Path| measure(targets.server, postmaster, script, run, out);
-        Ok(match first_first {
+        Ok(match in_order {
             true => {
                 let first = measure(scripts[0])?;
                 [first, measure(scripts[1])?]
@@ -1042,13 +1043,13 @@ async fn settle(databases: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One wrk run against `target`, with its CPU time before and after, and
-/// that of its PostgreSQL cluster (whose `postmaster` is given).
 /// Where the wrk script of `scenario` is written (by [`Bench::rounds`]).
 fn script_path(dir: &Path, scenario: Scenario) -> PathBuf {
     dir.join(format!("{}.lua", scenario.name()))
 }
 
+/// One wrk run against `target`, with its CPU time before and after, and
+/// that of its PostgreSQL cluster (whose `postmaster` is given).
 fn measure(
     target: &Service,
     postmaster: Option<u32>,

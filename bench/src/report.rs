@@ -255,8 +255,8 @@ pub fn tsv(rows: &[Row]) -> String {
 }
 
 /// The results as a markdown table (also what the bench prints), then the
-/// rounds left out, the feed's pages beside their pages of pets, and the server beside
-/// the peer (described as `peer`: the `--compare-with` one, or the
+/// rounds left out, the feed's pages beside their pages of pets, and the
+/// server beside the peer (described as `peer`: the `--compare-with` one, or the
 /// `--baseline-binary`).
 pub fn markdown_table(rows: &[Row], peer: &str) -> String {
     let mut out = String::from(
