@@ -2,6 +2,7 @@
 //! generated mocks (the feed's pages, its empty pages and their `Link`, its
 //! refusals, as the contract writes them), then against the real server.
 
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
@@ -273,6 +274,51 @@ fn by_default_a_follower_asks_again_for_as_long_as_an_outage_lasts() {
     ));
     assert_eq!(events, [pet_created(51, 1)]);
     unavailable.assert_calls(25);
+    served.assert_calls(1);
+}
+
+/// A front on loopback that closes its first `dropped` connections without
+/// answering (as a server being restarted, or a balancer that lost its
+/// backend, does), then passes every other one to `backend`.
+fn front_dropping_first(backend: SocketAddr, dropped: usize) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for (n, client) in listener.incoming().enumerate() {
+            let Ok(client) = client else { continue };
+            if n < dropped {
+                continue; // dropped: closed before any answer
+            }
+            let Ok(server) = TcpStream::connect(backend) else {
+                continue;
+            };
+            let pipe = |mut from: TcpStream, mut to: TcpStream| {
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut from, &mut to);
+                    let _ = to.shutdown(Shutdown::Write);
+                })
+            };
+            pipe(client.try_clone().unwrap(), server.try_clone().unwrap());
+            pipe(server, client);
+        }
+    });
+    addr
+}
+
+/// A connection closed with no answer (the service restarting) is no
+/// refusal: the same position is asked for again on a new one.
+#[test]
+fn a_connection_closed_without_an_answer_is_followed_by_the_same_request_again() {
+    let server = MockServer::start();
+    let served = page_after(&server, Some("60"), &[pet_created(61, 1)], &next("61"));
+    expired_after(&server, "61");
+    let front = front_dropping_first(*server.address(), 2);
+    let client = Client::with_api_key(&format!("http://{front}"), "test-key");
+    // Only the front's first two connections fail: the page came through a
+    // third, which the follower opened itself.
+    let (events, end) = events_then_error(read_to_end(client.follow_events().after("60").stream()));
+    assert_eq!(events, [pet_created(61, 1)]);
+    error_response(Err::<(), _>(end), 410, "cursor_expired");
     served.assert_calls(1);
 }
 
