@@ -1,8 +1,9 @@
 //! The docs page in a real browser: headless Chromium, driven through
 //! ChromeDriver (Debian's `chromium` and `chromium-driver`) over the W3C
 //! WebDriver protocol, loads `/docs/` from a server started here, shows
-//! the three operations, and a reader's "Try it out" of `listPets` with a
-//! key typed into "Authorize" gets `200` — read from the page. The page's
+//! every operation of the contract (the pets', the Store's, the feed's and
+//! the webhooks'), and a reader's "Try it out" of `listPets` with a key
+//! typed into "Authorize" gets `200` — read from the page. The page's
 //! screenshot is written to `target/docs-page.png` (the README's).
 
 mod common;
