@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use base64::Engine;
 use common::{
     KEY, KEY_CHANGE, OUTAGE, Served, certificate_authority, petstore, run, tool, trusting,
 };
@@ -1177,6 +1178,93 @@ async fn a_key_file_that_does_not_open_the_stored_secrets_refuses_start() {
         !default_file.exists(),
         "no new key file over the old secrets"
     );
+}
+
+/// A signing secret is stored sealed: with a subscription made and its
+/// secret rotated (so that two are stored), the database holds neither
+/// secret in any form (the `whsec_` text, its base64, its 32 bytes, those
+/// as hex), though it holds the subscription. Read as someone with the
+/// database alone would: every file of SQLite's (its WAL too), every row of
+/// PostgreSQL's webhooks as text.
+#[tokio::test]
+async fn the_database_alone_holds_no_signing_secret() {
+    let (sqlite_dir, databases) = sqlite_and_postgres().await;
+    for (database, postgres) in &databases {
+        let dir = tempfile::tempdir().unwrap();
+        let key_file = webhook_key(dir.path(), "sealing.key");
+        let served = serve_with_key_file(dir.path(), database, &key_file, &[]).await;
+        let hook = "http://127.0.0.1:9/sealed-hook";
+        let body = format!(r#"{{"url": "{hook}"}}"#);
+        let post = |path: &str, body: &str| {
+            let (status, answer) =
+                common::raw_request(&served.address, "POST", path, Some(KEY), body);
+            assert!(status.contains(" 20"), "{status}: {answer}");
+            serde_json::from_str::<serde_json::Value>(&answer).unwrap()
+        };
+        let made = post("/v1/webhooks", &body);
+        let rotated = post(&format!("/v1/webhooks/{}/rotate", made["id"]), "");
+        // Stopped: SQLite's last writes are in its files.
+        let (status, _) = served.terminate();
+        assert!(status.success());
+
+        let stored = match postgres {
+            None => stored_files(sqlite_dir.path()),
+            Some(postgres) => stored_rows(postgres.url()).await,
+        };
+        assert!(
+            contains(&stored, hook.as_bytes()),
+            "the subscription is stored"
+        );
+        for answer in [made, rotated] {
+            let secret = answer["secret"].as_str().unwrap();
+            let encoded = secret.strip_prefix("whsec_").unwrap();
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .unwrap();
+            assert_eq!(bytes.len(), 32);
+            let hex: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
+            for form in [encoded.as_bytes(), &bytes, hex.as_bytes()] {
+                let backend = if postgres.is_some() {
+                    "PostgreSQL"
+                } else {
+                    "SQLite"
+                };
+                assert!(!contains(&stored, form), "{backend} holds a secret");
+            }
+        }
+    }
+}
+
+/// Every byte of every file in `dir`.
+fn stored_files(dir: &Path) -> Vec<u8> {
+    let mut stored = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        stored.extend(std::fs::read(entry.unwrap().path()).unwrap());
+    }
+    stored
+}
+
+/// Every row of the webhooks' tables at `url`, as PostgreSQL writes it as
+/// text (`bytea` as hex).
+async fn stored_rows(url: &str) -> Vec<u8> {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let mut stored = Vec::new();
+    for table in ["webhooks", "webhook_deliveries"] {
+        let sql = format!("SELECT t::text FROM {table} AS t");
+        for row in client.query(&sql, &[]).await.unwrap() {
+            stored.extend(row.get::<_, String>(0).into_bytes());
+        }
+    }
+    stored
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|window| window == needle)
 }
 
 /// On PostgreSQL, an instance started with another key file before any
