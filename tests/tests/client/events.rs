@@ -4,6 +4,8 @@
 
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
@@ -279,14 +281,17 @@ fn by_default_a_follower_asks_again_for_as_long_as_an_outage_lasts() {
 
 /// A front on loopback that closes its first `dropped` connections without
 /// answering (as a server being restarted, or a balancer that lost its
-/// backend, does), then passes every other one to `backend`.
-fn front_dropping_first(backend: SocketAddr, dropped: usize) -> SocketAddr {
+/// backend, does), then passes every other one to `backend`; and how many
+/// connections it has accepted. (Its thread lives as long as the tests.)
+fn front_dropping_first(backend: SocketAddr, dropped: usize) -> (SocketAddr, Arc<AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&accepted);
     std::thread::spawn(move || {
-        for (n, client) in listener.incoming().enumerate() {
+        for client in listener.incoming() {
             let Ok(client) = client else { continue };
-            if n < dropped {
+            if count.fetch_add(1, Ordering::SeqCst) < dropped {
                 continue; // dropped: closed before any answer
             }
             let Ok(server) = TcpStream::connect(backend) else {
@@ -302,7 +307,7 @@ fn front_dropping_first(backend: SocketAddr, dropped: usize) -> SocketAddr {
             pipe(server, client);
         }
     });
-    addr
+    (addr, accepted)
 }
 
 /// A connection closed with no answer (the service restarting) is no
@@ -312,14 +317,15 @@ fn a_connection_closed_without_an_answer_is_followed_by_the_same_request_again()
     let server = MockServer::start();
     let served = page_after(&server, Some("60"), &[pet_created(61, 1)], &next("61"));
     expired_after(&server, "61");
-    let front = front_dropping_first(*server.address(), 2);
+    let (front, accepted) = front_dropping_first(*server.address(), 2);
     let client = Client::with_api_key(&format!("http://{front}"), "test-key");
-    // Only the front's first two connections fail: the page came through a
-    // third, which the follower opened itself.
     let (events, end) = events_then_error(read_to_end(client.follow_events().after("60").stream()));
     assert_eq!(events, [pet_created(61, 1)]);
     error_response(Err::<(), _>(end), 410, "cursor_expired");
     served.assert_calls(1);
+    // The first two connections closed unanswered; the page came through
+    // one the follower opened after them.
+    assert!(accepted.load(Ordering::SeqCst) >= 3);
 }
 
 /// The policy bounds the attempts of one request: its last error ends the
