@@ -1182,10 +1182,10 @@ async fn a_key_file_that_does_not_open_the_stored_secrets_refuses_start() {
 
 /// A signing secret is stored sealed: with a subscription made and its
 /// secret rotated (so that two are stored), the database holds neither
-/// secret in any form (the `whsec_` text, its base64, its 32 bytes, those
-/// as hex), though it holds the subscription. Read as someone with the
-/// database alone would: every file of SQLite's (its WAL too), every row of
-/// PostgreSQL's webhooks as text.
+/// secret in any form (its base64, padded or not, standard or URL-safe; its
+/// 32 bytes; those as hex), though it holds the subscription. Read as
+/// someone with the database alone would: every file of SQLite's (its WAL
+/// too), every row of every table of PostgreSQL's as text.
 #[tokio::test]
 async fn the_database_alone_holds_no_signing_secret() {
     let (sqlite_dir, databases) = sqlite_and_postgres().await;
@@ -1223,7 +1223,17 @@ async fn the_database_alone_holds_no_signing_secret() {
                 .unwrap();
             assert_eq!(bytes.len(), 32);
             let hex: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
-            for form in [encoded.as_bytes(), &bytes, hex.as_bytes()] {
+            let unpadded = encoded.trim_end_matches('=');
+            let url_safe = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&bytes);
+            let upper_hex = hex.to_uppercase();
+            let forms = [
+                unpadded.as_bytes(),
+                url_safe.as_bytes(),
+                &bytes,
+                hex.as_bytes(),
+                upper_hex.as_bytes(),
+            ];
+            for form in forms {
                 let backend = if postgres.is_some() {
                     "PostgreSQL"
                 } else {
@@ -1244,16 +1254,23 @@ fn stored_files(dir: &Path) -> Vec<u8> {
     stored
 }
 
-/// Every row of the webhooks' tables at `url`, as PostgreSQL writes it as
-/// text (`bytea` as hex).
+/// Every row of every table of the schema at `url`, as PostgreSQL writes
+/// it as text (`bytea` as hex).
 async fn stored_rows(url: &str) -> Vec<u8> {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
         .unwrap();
     tokio::spawn(connection);
+    let tables = client
+        .query(
+            "SELECT quote_ident(tablename) FROM pg_tables WHERE schemaname = current_schema()",
+            &[],
+        )
+        .await
+        .unwrap();
     let mut stored = Vec::new();
-    for table in ["webhooks", "webhook_deliveries"] {
-        let sql = format!("SELECT t::text FROM {table} AS t");
+    for table in tables {
+        let sql = format!("SELECT t::text FROM {} AS t", table.get::<_, String>(0));
         for row in client.query(&sql, &[]).await.unwrap() {
             stored.extend(row.get::<_, String>(0).into_bytes());
         }
