@@ -2,16 +2,14 @@
 //! generated mocks (the feed's pages, its empty pages and their `Link`, its
 //! refusals, as the contract writes them), then against the real server.
 
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::num::NonZeroU32;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use httpmock::MockServer;
 use petstore_client::mock::MockServerExt;
 use petstore_client::{Client, Error, EventType, NewPet, PetStatus, RetryPolicy, types};
+use petstore_support::FaultProxy;
 use serde_json::json;
 
 use crate::error_response;
@@ -279,53 +277,27 @@ fn by_default_a_follower_asks_again_for_as_long_as_an_outage_lasts() {
     served.assert_calls(1);
 }
 
-/// A front on loopback that closes its first `dropped` connections without
-/// answering (as a server being restarted, or a balancer that lost its
-/// backend, does), then passes every other one to `backend`; and how many
-/// connections it has accepted. (Its thread lives as long as the tests.)
-fn front_dropping_first(backend: SocketAddr, dropped: usize) -> (SocketAddr, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let count = Arc::clone(&accepted);
-    std::thread::spawn(move || {
-        for client in listener.incoming() {
-            let Ok(client) = client else { continue };
-            if count.fetch_add(1, Ordering::SeqCst) < dropped {
-                continue; // dropped: closed before any answer
-            }
-            let Ok(server) = TcpStream::connect(backend) else {
-                continue;
-            };
-            let pipe = |mut from: TcpStream, mut to: TcpStream| {
-                std::thread::spawn(move || {
-                    let _ = std::io::copy(&mut from, &mut to);
-                    let _ = to.shutdown(Shutdown::Write);
-                })
-            };
-            pipe(client.try_clone().unwrap(), server.try_clone().unwrap());
-            pipe(server, client);
-        }
-    });
-    (addr, accepted)
-}
-
-/// A connection closed with no answer (the service restarting) is no
-/// refusal: the same position is asked for again on a new one.
+/// An answer lost with its connection (the service restarting) is no
+/// refusal: the same position is asked for again on a new one, and each
+/// event comes once.
 #[test]
 fn a_connection_closed_without_an_answer_is_followed_by_the_same_request_again() {
     let server = MockServer::start();
     let served = page_after(&server, Some("60"), &[pet_created(61, 1)], &next("61"));
     expired_after(&server, "61");
-    let (front, accepted) = front_dropping_first(*server.address(), 2);
-    let client = Client::with_api_key(&format!("http://{front}"), "test-key");
+    // The proxy runs on a runtime of its own, beside the follower's.
+    let proxy_runtime = tokio::runtime::Runtime::new().unwrap();
+    let proxy = proxy_runtime
+        .block_on(FaultProxy::start(*server.address()))
+        .unwrap();
+    proxy.swallow_responses(2);
+    let client = Client::with_api_key(&format!("http://{}", proxy.addr()), "test-key");
     let (events, end) = events_then_error(read_to_end(client.follow_events().after("60").stream()));
     assert_eq!(events, [pet_created(61, 1)]);
     error_response(Err::<(), _>(end), 410, "cursor_expired");
-    served.assert_calls(1);
-    // The first two connections closed unanswered; the page came through
-    // one the follower opened after them.
-    assert!(accepted.load(Ordering::SeqCst) >= 3);
+    // Two answers lost on the way back, then the third came through.
+    assert_eq!(proxy.swallowed(), 2);
+    served.assert_calls(3);
 }
 
 /// The policy bounds the attempts of one request: its last error ends the
