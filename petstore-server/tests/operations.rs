@@ -1284,6 +1284,79 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
         .any(|window| window == needle)
 }
 
+/// Deliveries go over https, checked against the system's roots (here the
+/// test's own authority, in `SSL_CERT_FILE`, which the native roots that
+/// rustls loads honour): a receiver whose certificate they trust gets the
+/// event, signed; one whose certificate they do not trust gets no request,
+/// and its delivery records why.
+#[tokio::test]
+async fn deliveries_go_over_https_to_receivers_whose_certificate_the_system_trusts() {
+    use petstore_support::receiver::{Answer, Receiver};
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = certificate_authority(dir.path(), "receiver");
+    let roots = dir.path().join("roots.pem");
+    std::fs::write(&roots, ca).unwrap();
+    let (_, stranger_cert, stranger_key) = certificate_authority(dir.path(), "stranger");
+    let tls = |cert, key| {
+        let files = petstore_server::tls::TlsFiles { cert, key };
+        Arc::new(files.load().unwrap())
+    };
+    let trusted = Receiver::start_tls(tls(cert, key), |_, _| Answer::Status(200)).await;
+    let stranger =
+        Receiver::start_tls(tls(stranger_cert, stranger_key), |_, _| Answer::Status(200)).await;
+    let path = dir.path().to_owned();
+    let served = blocking(move || {
+        Served::spawn(
+            petstore(&path)
+                .args(["serve", "--bind", "127.0.0.1:0", "--admin-bind", "off"])
+                .args(["--database", "sqlite://pets.db"])
+                .args(["--webhook-allow-private-targets", "on"])
+                .env("PETSTORE_API_KEYS", KEY)
+                .env("SSL_CERT_FILE", &roots),
+        )
+    })
+    .await;
+    let subscribe = |url: String| {
+        let body = format!(r#"{{"url": "{url}", "types": ["pet.created"]}}"#);
+        let (status, answer) =
+            common::raw_request(&served.address, "POST", "/v1/webhooks", Some(KEY), &body);
+        assert!(status.contains(" 201 "), "{status}: {answer}");
+        serde_json::from_str::<serde_json::Value>(&answer).unwrap()
+    };
+    let made = subscribe(trusted.url("/hook"));
+    let refused = subscribe(stranger.url("/hook"));
+    let pet = r#"{"name": "Rex", "categoryId": 1, "status": "available"}"#;
+    let (status, answer) = common::raw_request(&served.address, "POST", "/v1/pets", Some(KEY), pet);
+    assert!(status.contains(" 201 "), "{status}: {answer}");
+
+    // Only a hang guard: each wait ends as soon as its condition holds.
+    let deadline = Duration::from_secs(60);
+    let delivered = eventually_some("the trusted receiver got the event", deadline, || async {
+        trusted
+            .received()
+            .into_iter()
+            .find(|got| got.answered == 200)
+    })
+    .await;
+    assert_eq!(delivered.json()["type"], "pet.created");
+    let secret = made["secret"].as_str().unwrap();
+    petstore_client::verify_webhook(secret, &delivered.headers, &delivered.body)
+        .expect("signed with the subscription's secret");
+    let deliveries = format!("/v1/webhooks/{}/deliveries", refused["id"]);
+    let last_error = eventually_some(
+        "the other delivery's failure recorded",
+        deadline,
+        || async {
+            let (_, body) = get(&served.address, &deliveries, Some(KEY));
+            let listed: serde_json::Value = serde_json::from_str(&body).unwrap();
+            listed[0]["lastError"].as_str().map(str::to_owned)
+        },
+    )
+    .await;
+    assert!(stranger.received().is_empty(), "{last_error}");
+    assert!(last_error.contains("certificate"), "{last_error}");
+}
+
 /// On PostgreSQL, an instance started with another key file before any
 /// subscription existed (so start-up had nothing to check) cannot sign
 /// the deliveries of one made since through an instance with the right

@@ -1,6 +1,7 @@
-//! A webhook receiver for tests: an HTTP server on loopback that records
-//! every request it gets and answers as its script says (`200`, `500`,
-//! `429` with `Retry-After`, `410`, or hanging past the sender's timeout).
+//! A webhook receiver for tests: an HTTP server on loopback (or an HTTPS
+//! one, with the certificate it is given) that records every request it
+//! gets and answers as its script says (`200`, `500`, `429` with
+//! `Retry-After`, `410`, or hanging past the sender's timeout).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -64,6 +65,7 @@ pub type Script = dyn Fn(&Received, usize) -> Answer + Send + Sync;
 /// A running receiver; stops when dropped.
 pub struct Receiver {
     addr: SocketAddr,
+    scheme: &'static str,
     received: Arc<Mutex<Vec<Received>>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -78,15 +80,33 @@ impl Receiver {
     pub async fn start(
         script: impl Fn(&Received, usize) -> Answer + Send + Sync + 'static,
     ) -> Receiver {
+        Receiver::start_with(None, script).await
+    }
+
+    /// A receiver over HTTPS, with `tls`'s certificate, answering as
+    /// `script` says.
+    pub async fn start_tls(
+        tls: Arc<rustls::ServerConfig>,
+        script: impl Fn(&Received, usize) -> Answer + Send + Sync + 'static,
+    ) -> Receiver {
+        Receiver::start_with(Some(tokio_rustls::TlsAcceptor::from(tls)), script).await
+    }
+
+    async fn start_with(
+        tls: Option<tokio_rustls::TlsAcceptor>,
+        script: impl Fn(&Received, usize) -> Answer + Send + Sync + 'static,
+    ) -> Receiver {
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("a loopback port");
         let addr = listener.local_addr().expect("a bound address");
         let received = Arc::new(Mutex::new(Vec::new()));
         let script: Arc<Script> = Arc::new(script);
-        let task = tokio::spawn(serve(listener, Arc::clone(&received), script));
+        let task = tokio::spawn(serve(listener, tls, Arc::clone(&received), script));
         Receiver {
             addr,
+            scheme,
             received,
             task,
         }
@@ -94,7 +114,7 @@ impl Receiver {
 
     /// The URL of `path` on it.
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
+        format!("{}://{}{path}", self.scheme, self.addr)
     }
 
     /// Every request so far, in arrival order.
@@ -111,6 +131,7 @@ impl Drop for Receiver {
 
 async fn serve(
     listener: tokio::net::TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     received: Arc<Mutex<Vec<Received>>>,
     script: Arc<Script>,
 ) {
@@ -120,15 +141,33 @@ async fn serve(
         };
         let received = Arc::clone(&received);
         let script = Arc::clone(&script);
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |request| {
-                answer(request, Arc::clone(&received), Arc::clone(&script))
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+            match tls {
+                // A handshake the sender refused (a certificate it does not
+                // trust) ends here, with no request.
+                Some(tls) => {
+                    if let Ok(stream) = tls.accept(stream).await {
+                        serve_connection(stream, received, script).await;
+                    }
+                }
+                None => serve_connection(stream, received, script).await,
+            }
         });
     }
+}
+
+async fn serve_connection(
+    stream: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    received: Arc<Mutex<Vec<Received>>>,
+    script: Arc<Script>,
+) {
+    let service = hyper::service::service_fn(move |request| {
+        answer(request, Arc::clone(&received), Arc::clone(&script))
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(stream), service)
+        .await;
 }
 
 async fn answer(
