@@ -84,12 +84,15 @@ impl Receiver {
     }
 
     /// A receiver over HTTPS, with `tls`'s certificate, answering as
-    /// `script` says.
+    /// `script` says. It speaks HTTP/1.1 only, so it offers only that by
+    /// ALPN, whatever `tls` offered.
     pub async fn start_tls(
-        tls: Arc<rustls::ServerConfig>,
+        mut tls: rustls::ServerConfig,
         script: impl Fn(&Received, usize) -> Answer + Send + Sync + 'static,
     ) -> Receiver {
-        Receiver::start_with(Some(tokio_rustls::TlsAcceptor::from(tls)), script).await
+        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        Receiver::start_with(Some(acceptor), script).await
     }
 
     async fn start_with(
