@@ -252,13 +252,22 @@ fn webhooks(dir: &Path, database: &str, args: &[&str]) -> (bool, String, String)
     (output.status.success(), stdout, stderr)
 }
 
-/// Subscribes `url` to `pet.created` with `key` through the API; its id.
-fn subscribe(address: &str, key: &str, url: &str) -> i64 {
+/// Subscribes `url` to `pet.created` with `key` through the API: the
+/// `201`'s body, with the subscription's `id` and its `secret`.
+fn subscribe(address: &str, key: &str, url: &str) -> serde_json::Value {
     let body = format!(r#"{{"url": "{url}", "types": ["pet.created"]}}"#);
     let (status, answer) = common::raw_request(address, "POST", "/v1/webhooks", Some(key), &body);
     assert!(status.contains(" 201 "), "{status}: {answer}");
-    let made: serde_json::Value = serde_json::from_str(&answer).unwrap();
-    made["id"].as_i64().unwrap()
+    serde_json::from_str(&answer).unwrap()
+}
+
+/// `serve` on `database` with a new webhook key file, both in a directory
+/// of their own (kept as long as it is), private targets admitted.
+async fn serve_with_new_key_file(database: &str) -> (tempfile::TempDir, Served) {
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = webhook_key(dir.path(), "webhook.key");
+    let served = serve_with_key_file(dir.path(), database, &key_file, &[]).await;
+    (dir, served)
 }
 
 /// The databases a test of the binary runs on: a SQLite file (in the
@@ -305,9 +314,7 @@ async fn serve_with_key_file(
 async fn every_webhook_subscription_is_listed_and_removed_through_the_cli_whoever_made_it() {
     let (_sqlite_dir, databases) = sqlite_and_postgres().await;
     for (database, _postgres) in &databases {
-        let dir = tempfile::tempdir().unwrap();
-        let key_file = webhook_key(dir.path(), "webhook.key");
-        let served = serve_with_key_file(dir.path(), database, &key_file, &[]).await;
+        let (dir, served) = serve_with_new_key_file(database).await;
         let (ok, maker, stderr) = keys(
             dir.path(),
             database,
@@ -341,8 +348,12 @@ async fn every_webhook_subscription_is_listed_and_removed_through_the_cli_whoeve
             .unwrap()
             .port();
         let target = |path| format!("http://127.0.0.1:{port}/{path}");
-        let theirs = subscribe(address, &maker, &target("theirs"));
-        let ours = subscribe(address, KEY, &target("ours"));
+        let theirs = subscribe(address, &maker, &target("theirs"))["id"]
+            .as_i64()
+            .unwrap();
+        let ours = subscribe(address, KEY, &target("ours"))["id"]
+            .as_i64()
+            .unwrap();
         // An animal for both to receive.
         let pet = r#"{"name": "Rex", "categoryId": 1}"#;
         let (status, body) = common::raw_request(address, "POST", "/v1/pets", Some(KEY), pet);
@@ -1143,7 +1154,9 @@ async fn a_key_file_that_does_not_open_the_stored_secrets_refuses_start() {
         let sealing = webhook_key(dir.path(), "sealing.key");
         let other = webhook_key(dir.path(), "other.key");
         let served = serve_with_key_file(dir.path(), database, &sealing, &[]).await;
-        let id = subscribe(&served.address, KEY, "http://127.0.0.1:9/hook");
+        let id = subscribe(&served.address, KEY, "http://127.0.0.1:9/hook")["id"]
+            .as_i64()
+            .unwrap();
         let (status, _) = served.terminate();
         assert!(status.success());
 
@@ -1190,19 +1203,13 @@ async fn a_key_file_that_does_not_open_the_stored_secrets_refuses_start() {
 async fn the_database_alone_holds_no_signing_secret() {
     let (sqlite_dir, databases) = sqlite_and_postgres().await;
     for (database, postgres) in &databases {
-        let dir = tempfile::tempdir().unwrap();
-        let key_file = webhook_key(dir.path(), "sealing.key");
-        let served = serve_with_key_file(dir.path(), database, &key_file, &[]).await;
+        let (_dir, served) = serve_with_new_key_file(database).await;
         let hook = "http://127.0.0.1:9/sealed-hook";
-        let body = format!(r#"{{"url": "{hook}"}}"#);
-        let post = |path: &str, body: &str| {
-            let (status, answer) =
-                common::raw_request(&served.address, "POST", path, Some(KEY), body);
-            assert!(status.contains(" 20"), "{status}: {answer}");
-            serde_json::from_str::<serde_json::Value>(&answer).unwrap()
-        };
-        let made = post("/v1/webhooks", &body);
-        let rotated = post(&format!("/v1/webhooks/{}/rotate", made["id"]), "");
+        let made = subscribe(&served.address, KEY, hook);
+        let rotate = format!("/v1/webhooks/{}/rotate", made["id"]);
+        let (status, answer) = common::raw_request(&served.address, "POST", &rotate, Some(KEY), "");
+        assert!(status.contains(" 200 "), "{status}: {answer}");
+        let rotated: serde_json::Value = serde_json::from_str(&answer).unwrap();
         // Stopped: SQLite's last writes are in its files.
         let (status, _) = served.terminate();
         assert!(status.success());
@@ -1315,15 +1322,8 @@ async fn deliveries_go_over_https_to_receivers_whose_certificate_the_system_trus
         )
     })
     .await;
-    let subscribe = |url: String| {
-        let body = format!(r#"{{"url": "{url}", "types": ["pet.created"]}}"#);
-        let (status, answer) =
-            common::raw_request(&served.address, "POST", "/v1/webhooks", Some(KEY), &body);
-        assert!(status.contains(" 201 "), "{status}: {answer}");
-        serde_json::from_str::<serde_json::Value>(&answer).unwrap()
-    };
-    let made = subscribe(trusted.url("/hook"));
-    let refused = subscribe(stranger.url("/hook"));
+    let made = subscribe(&served.address, KEY, &trusted.url("/hook"));
+    let refused = subscribe(&served.address, KEY, &stranger.url("/hook"));
     let pet = r#"{"name": "Rex", "categoryId": 1, "status": "available"}"#;
     let (status, answer) = common::raw_request(&served.address, "POST", "/v1/pets", Some(KEY), pet);
     assert!(status.contains(" 201 "), "{status}: {answer}");
@@ -1382,7 +1382,9 @@ async fn an_instance_that_cannot_sign_leaves_the_deliveries_to_one_that_can() {
     let other = serve_with(webhook_key(dir.path(), "other.key")).await;
     let sealing_key = webhook_key(dir.path(), "sealing.key");
     let sealing = serve_with(sealing_key.clone()).await;
-    let id = subscribe(&sealing.address, KEY, &receiver.url("/hook"));
+    let id = subscribe(&sealing.address, KEY, &receiver.url("/hook"))["id"]
+        .as_i64()
+        .unwrap();
     let (status, _) = sealing.terminate();
     assert!(status.success());
 
